@@ -1,0 +1,36 @@
+# The commands the README and .ci/run use, and nothing else. `make help` lists them.
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+.PHONY: dev
+dev: $(PY) ## install specreplay (debug build) and the test tools into .venv
+	$(PIP) install --quiet "maturin>=1.9,<2"
+	$(PIP) install --quiet click pyarrow rich "pytest>=8" "pandas>=2" "mypy>=1.10"
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --quiet --extras test
+
+.PHONY: test
+test: dev ## run every test: Rust (cargo test), Python (pytest), stub check (mypy stubtest)
+	cargo test --workspace --exclude specreplay-py
+	$(VENV)/bin/python -m mypy.stubtest specreplay._core --allowlist .ci/stubtest-allowlist.txt
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest
+
+.PHONY: lint
+lint: ## clippy and rustfmt check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo fmt --all --check
+
+.PHONY: bench
+bench: $(PY) ## build in release and run the benchmarks under bench/ (writes figures, asserts nothing)
+	$(PIP) install --quiet "maturin>=1.9,<2" aiohttp
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release --quiet --extras test,bench

@@ -1,0 +1,5 @@
+"""specreplay: replay LLM request traces against inference servers, measured in Rust."""
+
+from specreplay._core import ConfigError, SpecreplayError, __version__
+
+__all__ = ["ConfigError", "SpecreplayError", "__version__"]

@@ -1,0 +1,3 @@
+from specreplay.cli import main
+
+main()

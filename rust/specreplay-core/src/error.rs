@@ -1,0 +1,29 @@
+//! The core's error type. Each variant maps to one Python exception class in
+//! the binding (`rust/specreplay-py/src/errors.rs`), so a user mistake reaches
+//! Python as a specific exception with a message, never as a panic.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum CoreError {
+    /// Invalid configuration value (names the field).
+    #[error("invalid configuration: {field}: {message}")]
+    Config { field: String, message: String },
+    /// A socket could not be bound or another I/O failure outside a request.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CoreError {
+    pub fn config(field: impl Into<String>, message: impl Into<String>) -> Self {
+        CoreError::Config { field: field.into(), message: message.into() }
+    }
+
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        CoreError::Io { context: context.into(), source }
+    }
+}

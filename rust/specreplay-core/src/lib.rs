@@ -1,0 +1,9 @@
+//! specreplay-core: everything on the measurement path, in pure Rust.
+//!
+//! This crate has no Python in it so that it builds and tests with `cargo test`
+//! alone; `rust/specreplay-py` is the thin pyo3 layer on top.
+
+pub mod clock;
+pub mod error;
+
+pub use error::CoreError;

@@ -1,0 +1,21 @@
+//! `specreplay._core`: the narrow, typed boundary between the Rust engine and
+//! the Python layer. Keep it thin: logic belongs in `specreplay-core`.
+
+use pyo3::prelude::*;
+
+mod errors;
+mod runtime;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(now_us, m)?)?;
+    errors::register(m)?;
+    Ok(())
+}
+
+/// Microseconds since the epoch on the engine's anchored monotonic clock.
+#[pyfunction]
+fn now_us() -> i64 {
+    specreplay_core::clock::now_us()
+}
