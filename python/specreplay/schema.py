@@ -1,0 +1,89 @@
+"""The results file's columns: one place that names them, types them and says
+what they mean. `docs/results.md` documents the same list (a test keeps the two
+in step), and the Rust engine produces the engine columns in this order.
+
+Conventions: timestamps are int64 microseconds since the Unix epoch, measured
+in Rust on a monotonic clock anchored once to wall-clock time; a timestamp the
+request never reached is null. Durations derived from them are microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+# Channel codes used in the per-chunk `chunk_channel` lists.
+CHANNELS: tuple[str, ...] = ("reasoning", "content", "tool")
+
+# How a request's token counts were obtained (`token_source`).
+TOKEN_SOURCES: dict[str, str] = {
+    "continuous_usage": "the server reported cumulative usage on every chunk: totals and per-chunk counts are exact",
+    "usage": "the server's final usage report gave the totals and the reasoning/content split; per-chunk counts are estimated (one token per chunk, scaled to the total)",
+    "usage_split_estimated": "the server's usage gave the total only; the reasoning/content split was estimated from the chunks",
+    "chunks": "the server reported no usage: every count is an estimate of one token per chunk",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    unit: str
+    doc: str
+
+
+_US = "µs since epoch"
+
+# Columns the Python layer adds to every batch (constant within a sweep point).
+RUN_COLUMNS: tuple[Column, ...] = (
+    Column("run_id", pa.string(), "", "identifier of the run (one `specreplay replay` invocation)"),
+    Column("label", pa.string(), "", "the run's label (`--label`, or the config's run name)"),
+    Column("point", pa.string(), "", "sweep point, e.g. `rate=8` or `concurrency=64`"),
+    Column("point_index", pa.int32(), "", "position of the sweep point in the run, from 0"),
+)
+
+# Columns produced by the Rust engine, one row per scheduled request.
+ENGINE_COLUMNS: tuple[Column, ...] = (
+    Column("request_index", pa.int64(), "", "position of the request in the point's schedule, from 0"),
+    Column("trace_id", pa.string(), "", "the trace record's `id` (with `#k` appended on the k-th loop over the trace)"),
+    Column("api", pa.string(), "", "request dialect: chat, completions, responses or anthropic"),
+    Column("warmup", pa.bool_(), "", "true for the first `--warmup` requests: kept in the file, left out of summaries"),
+    Column("scheduled_us", pa.int64(), _US, "when the schedule said the request should be sent"),
+    Column("sent_us", pa.int64(), _US, "when the engine started sending it"),
+    Column("first_byte_us", pa.int64(), _US, "first response body bytes read from the socket"),
+    Column("first_token_us", pa.int64(), _US, "first chunk carrying output text of any channel (reasoning, content or tool)"),
+    Column("first_reasoning_us", pa.int64(), _US, "first chunk carrying reasoning text"),
+    Column("first_content_us", pa.int64(), _US, "first chunk carrying content (answer) text"),
+    Column("last_token_us", pa.int64(), _US, "last chunk carrying output text"),
+    Column("end_us", pa.int64(), _US, "response complete, failed or cancelled"),
+    Column("http_status", pa.int32(), "", "HTTP status code; null if no response headers arrived"),
+    Column("error_kind", pa.string(), "", "null for a successful request, else a class such as `http`, `connect`, `timeout`, `stream_error`, `decode`, `truncated`, `cancelled`"),
+    Column("error_message", pa.string(), "", "human-readable error detail (never contains credentials)"),
+    Column("finish_reason", pa.string(), "", "the server's finish reason (stop, length, max_tokens, end_turn, …)"),
+    Column("prompt_tokens", pa.int64(), "tokens", "prompt tokens as reported by the server's usage"),
+    Column("cached_tokens", pa.int64(), "tokens", "prompt tokens served from the prefix cache, if reported"),
+    Column("reasoning_tokens", pa.int64(), "tokens", "output tokens spent on reasoning"),
+    Column("content_tokens", pa.int64(), "tokens", "output tokens of the answer (content plus tool-call text)"),
+    Column("output_tokens", pa.int64(), "tokens", "reasoning_tokens + content_tokens"),
+    Column("token_source", pa.string(), "", "how the counts were obtained: " + ", ".join(TOKEN_SOURCES)),
+    Column("chunk_count", pa.int32(), "chunks", "number of streamed chunks that carried output text"),
+    Column("chunk_ts_us", pa.list_(pa.int64()), _US, "per text-carrying chunk: when the socket read that completed it returned"),
+    Column("chunk_tokens", pa.list_(pa.int32()), "tokens", "per text-carrying chunk: tokens it carried (exact only with token_source = continuous_usage)"),
+    Column("chunk_channel", pa.list_(pa.int8()), "", "per text-carrying chunk: 0 = reasoning, 1 = content, 2 = tool"),
+    Column("server_predicted_n", pa.int64(), "tokens", "llama.cpp `timings.predicted_n`, when the server sends it"),
+    Column("server_predicted_ms", pa.float64(), "ms", "llama.cpp `timings.predicted_ms`, when the server sends it"),
+)
+
+COLUMNS: tuple[Column, ...] = RUN_COLUMNS + ENGINE_COLUMNS
+
+
+def results_schema(metadata: dict[str, str] | None = None) -> pa.Schema:
+    """The Arrow schema of a results file."""
+    fields = [pa.field(c.name, c.type) for c in COLUMNS]
+    return pa.schema(fields, metadata={k.encode(): v.encode() for k, v in (metadata or {}).items()})
+
+
+def engine_schema() -> pa.Schema:
+    """The schema of the batches the Rust engine hands over."""
+    return pa.schema([pa.field(c.name, c.type) for c in ENGINE_COLUMNS])
