@@ -1,5 +1,6 @@
 """specreplay: replay LLM request traces against inference servers, measured in Rust."""
 
-from specreplay._core import ConfigError, SpecreplayError, __version__
+from specreplay._core import __version__
+from specreplay.errors import ConfigError, EngineError, SpecreplayError, StreamFormatError, TraceError
 
-__all__ = ["ConfigError", "SpecreplayError", "__version__"]
+__all__ = ["ConfigError", "EngineError", "SpecreplayError", "StreamFormatError", "TraceError", "__version__"]

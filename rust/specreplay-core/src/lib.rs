@@ -4,6 +4,7 @@
 //! alone; `rust/specreplay-py` is the thin pyo3 layer on top.
 
 pub mod clock;
+pub mod engine;
 pub mod error;
 
 pub use error::CoreError;

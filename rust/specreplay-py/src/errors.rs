@@ -1,19 +1,24 @@
-//! Exception hierarchy: one class per kind of failure, all under
-//! `SpecreplayError`, each also subclassing the natural stdlib type so
-//! `except ValueError` keeps working for callers who do not know ours.
+//! Maps core errors onto the exception classes defined in
+//! `python/specreplay/errors.py` (defined in Python so they can also subclass
+//! ValueError/RuntimeError). Every user mistake reaches Python as one of them,
+//! with a message, never as a panic.
 
-use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyOSError, PyValueError};
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use specreplay_core::CoreError;
 
-create_exception!(specreplay._core, SpecreplayError, PyException, "Base class of every specreplay error.");
-create_exception!(specreplay._core, ConfigError, SpecreplayError, "An invalid option or configuration value.");
+pyo3::import_exception!(specreplay.errors, SpecreplayError);
+pyo3::import_exception!(specreplay.errors, ConfigError);
+pyo3::import_exception!(specreplay.errors, StreamFormatError);
+pyo3::import_exception!(specreplay.errors, EngineError);
 
+/// Re-exports the classes from `specreplay._core` too, for callers that only
+/// import the extension.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
-    m.add("SpecreplayError", py.get_type::<SpecreplayError>())?;
-    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    let errors = m.py().import("specreplay.errors")?;
+    for name in ["SpecreplayError", "ConfigError", "StreamFormatError", "EngineError"] {
+        m.add(name, errors.getattr(name)?)?;
+    }
     Ok(())
 }
 
@@ -33,11 +38,12 @@ impl From<Error> for PyErr {
         match e {
             CoreError::Config { .. } => ConfigError::new_err(msg),
             CoreError::Io { source, .. } => PyOSError::new_err((source.raw_os_error().unwrap_or(0), msg)),
+            #[allow(unreachable_patterns)]
+            _ => StreamFormatError::new_err(msg),
         }
     }
 }
 
-#[allow(dead_code)]
-pub fn value_error(msg: impl Into<String>) -> PyErr {
-    PyValueError::new_err(msg.into())
+pub fn engine_error(msg: impl Into<String>) -> PyErr {
+    EngineError::new_err(msg.into())
 }

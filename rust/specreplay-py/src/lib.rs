@@ -3,13 +3,18 @@
 
 use pyo3::prelude::*;
 
+mod arrow_export;
 mod errors;
+mod replay;
 mod runtime;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(now_us, m)?)?;
+    m.add_function(wrap_pyfunction!(replay::start_point, m)?)?;
+    m.add_class::<replay::EngineRun>()?;
+    m.add_class::<arrow_export::ArrowBatch>()?;
     errors::register(m)?;
     Ok(())
 }

@@ -1,0 +1,134 @@
+"""Results files: writing them crash-safely during a run, and loading them.
+
+During a run, batches are appended to `<output>.partial` in the Arrow IPC
+*stream* format and flushed as they arrive: a stream is readable up to its
+last complete batch, so a crash (even `kill -9`) loses at most the batch in
+flight. When the run ends, the stream is rewritten as an Arrow IPC *file*
+(what `pandas.read_feather` and `pyarrow.ipc.open_file` read) with the final
+metadata (validity findings) and atomically renamed to `<output>`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from specreplay.schema import ENGINE_COLUMNS, results_schema
+
+META_PREFIX = "specreplay."
+
+
+def partial_path(path: str | Path) -> Path:
+    return Path(f"{path}.partial")
+
+
+class ResultsWriter:
+    """Appends engine batches, tagged with their run and point, to a results file."""
+
+    def __init__(self, path: str | Path, metadata: dict[str, str]) -> None:
+        self.path = Path(path)
+        self.partial = partial_path(self.path)
+        self.metadata = dict(metadata)
+        self.schema = results_schema(self.metadata)
+        self._sink = pa.OSFile(str(self.partial), "wb")
+        self._writer = ipc.new_stream(self._sink, self.schema)
+        self.rows = 0
+
+    def write(self, batch: pa.RecordBatch, *, run_id: str, label: str, point: str, point_index: int) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        run_columns = [
+            pa.repeat(pa.scalar(run_id, pa.string()), n),
+            pa.repeat(pa.scalar(label, pa.string()), n),
+            pa.repeat(pa.scalar(point, pa.string()), n),
+            pa.repeat(pa.scalar(point_index, pa.int32()), n),
+        ]
+        engine_columns = [batch.column(c.name) for c in ENGINE_COLUMNS]
+        out = pa.RecordBatch.from_arrays(run_columns + engine_columns, schema=self.schema)
+        self._writer.write_batch(out)
+        self._sink.flush()
+        self.rows += n
+
+    def close(
+        self,
+        extra_metadata: dict[str, str] | None = None,
+        finalize: Callable[[pa.Table], dict[str, str]] | None = None,
+    ) -> Path:
+        """Finishes the stream and rewrites it as the final IPC file.
+        `finalize(table)` may add metadata computed from all rows (the
+        validity findings)."""
+        self._writer.close()
+        self._sink.close()
+        table = _read_stream(self.partial)
+        metadata = {**self.metadata, **(extra_metadata or {})}
+        if finalize is not None:
+            metadata.update(finalize(table.replace_schema_metadata(metadata)))
+        table = table.replace_schema_metadata(metadata)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        os.replace(tmp, self.path)
+        self.partial.unlink()
+        return self.path
+
+
+def _read_stream(path: Path) -> pa.Table:
+    """Reads an IPC stream up to its last complete batch (a crashed run's
+    stream has no end-of-stream marker and may end mid-batch)."""
+    batches = []
+    with pa.OSFile(str(path), "rb") as source:
+        reader = ipc.open_stream(source)
+        schema = reader.schema
+        while True:
+            try:
+                batches.append(reader.read_next_batch())
+            except StopIteration:
+                break
+            except (pa.ArrowInvalid, OSError):
+                break
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def read_table(path: str | Path) -> pa.Table:
+    """The results as a pyarrow Table. Reads a crashed run's `.partial`
+    stream when the final file was never written."""
+    p = Path(path)
+    if p.exists():
+        with pa.memory_map(str(p), "rb") as source:
+            return ipc.open_file(source).read_all()
+    partial = partial_path(p)
+    if partial.exists():
+        return _read_stream(partial)
+    raise FileNotFoundError(f"{path}: no results file (nor an interrupted run's {partial.name})")
+
+
+def metadata(table: pa.Table) -> dict[str, Any]:
+    """The run's metadata, JSON values decoded (`config`, `validity`, …)."""
+    out: dict[str, Any] = {}
+    for k, v in (table.schema.metadata or {}).items():
+        key = k.decode()
+        if not key.startswith(META_PREFIX):
+            continue
+        text = v.decode()
+        try:
+            out[key[len(META_PREFIX):]] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key[len(META_PREFIX):]] = text
+    return out
+
+
+def load(path: str | Path) -> pd.DataFrame:
+    """One row per request, as a pandas DataFrame (list columns as arrays).
+    The run metadata is in `df.attrs["specreplay"]`."""
+    table = read_table(path)
+    df = table.to_pandas()
+    df.attrs["specreplay"] = metadata(table)
+    return df

@@ -1,0 +1,105 @@
+"""Turns trace records into the requests the engine sends: the target URL for
+each API, a streaming body with usage requested, and the user's overrides
+(model, output budget, ignore_eos, extra body fields)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from specreplay.config import ReplayConfig
+from specreplay.trace import APIS, TraceRecord
+
+#: Which body field carries the output budget, per API. Chat keeps whichever
+#: of the two names the recorded body used (OpenAI's newer models want
+#: `max_completion_tokens`; Ollama reads only `max_tokens`).
+_BUDGET_FIELD = {"chat": "max_tokens", "completions": "max_tokens", "responses": "max_output_tokens", "anthropic": "max_tokens"}
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    trace_id: str
+    api: str
+    url: str
+    body: bytes
+    arrival: float
+
+    def as_tuple(self) -> tuple[str, str, str, bytes, float]:
+        return (self.trace_id, self.api, self.url, self.body, self.arrival)
+
+
+def base_url(url: str) -> str:
+    """`http://host:8000` and `http://host:8000/v1/` both mean `http://host:8000/v1`."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    if path == "":
+        path = "/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def redact_url(url: str) -> str:
+    """The URL as it may be written down: no user:password, no query string."""
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc = f"{netloc}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def shape_body(record: TraceRecord, config: ReplayConfig, model: str | None) -> dict[str, Any]:
+    body = copy.deepcopy(record.body)
+    api = record.api
+    if model is not None:
+        body["model"] = model
+    # Measurement needs the stream: per-chunk times exist only there.
+    body["stream"] = True
+    if api in ("chat", "completions"):
+        options = dict(body.get("stream_options") or {})
+        options["include_usage"] = True
+        if config.continuous_usage:
+            # Usage on every chunk is the only tokenizer-free way to know how
+            # many tokens each chunk carried (vLLM, SGLang, our simulator).
+            options["continuous_usage_stats"] = True
+        body["stream_options"] = options
+    if config.max_tokens is not None:
+        field = _BUDGET_FIELD[api]
+        if api == "chat" and "max_completion_tokens" in body:
+            field = "max_completion_tokens"
+        body[field] = config.max_tokens
+    if config.ignore_eos and api in ("chat", "completions"):
+        body["ignore_eos"] = True
+    body.update(copy.deepcopy(config.extra_body))
+    return body
+
+
+def prepare(records: list[TraceRecord], config: ReplayConfig, url: str, model: str | None) -> list[PreparedRequest]:
+    base = base_url(url)
+    out = []
+    for rec in records:
+        body = shape_body(rec, config, model)
+        out.append(
+            PreparedRequest(
+                trace_id=rec.id,
+                api=rec.api,
+                url=base + APIS[rec.api][0],
+                body=json.dumps(body, ensure_ascii=False).encode(),
+                arrival=rec.arrival or 0.0,
+            )
+        )
+    return out
+
+
+def auth_headers(config: ReplayConfig, apis: set[str]) -> list[tuple[str, str]]:
+    headers = list(config.headers)
+    names = {k.lower() for k, _ in headers}
+    if config.api_key:
+        if "authorization" not in names:
+            headers.append(("Authorization", f"Bearer {config.api_key}"))
+        if "anthropic" in apis and "x-api-key" not in names:
+            headers.append(("x-api-key", config.api_key))
+    if "anthropic" in apis and "anthropic-version" not in names:
+        headers.append(("anthropic-version", "2023-06-01"))
+    return headers

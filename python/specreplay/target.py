@@ -1,0 +1,80 @@
+"""Finding out what we are about to measure, before the run starts: the
+embedded simulator when no URL is given, otherwise a preflight that checks the
+endpoint answers and resolves the model name — so a wrong `--url` fails in a
+second with a clear message instead of producing a file of error rows."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from specreplay.errors import ConfigError
+from specreplay.shaping import base_url, redact_url
+
+PREFLIGHT_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Target:
+    url: str
+    model: str | None
+    embedded: Any = None  # the SimServer when we started one
+
+    def close(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop()
+            self.embedded = None
+
+
+def _get_json(url: str, headers: list[tuple[str, str]]) -> Any:
+    req = urllib.request.Request(url, headers=dict(headers))
+    with urllib.request.urlopen(req, timeout=PREFLIGHT_TIMEOUT_S) as resp:
+        return json.loads(resp.read())
+
+
+def list_models(url: str, headers: list[tuple[str, str]]) -> list[str]:
+    """Model ids served at `url` (OpenAI `/models`). Raises ConfigError with the
+    reason when the endpoint cannot be reached."""
+    models_url = base_url(url) + "/models"
+    shown = redact_url(models_url)
+    try:
+        payload = _get_json(models_url, headers)
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):
+            raise ConfigError(f"{shown}: HTTP {e.code}: the server refused our credentials (set OPENAI_API_KEY or --api-key)") from None
+        if e.code == 404:
+            return []  # Some servers (Anthropic-style gateways) have no /models: not fatal.
+        raise ConfigError(f"{shown}: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise ConfigError(f"cannot reach {shown}: {reason}") from None
+    except json.JSONDecodeError:
+        raise ConfigError(f"{shown}: the answer is not JSON: is this an OpenAI-compatible server?") from None
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, list):
+        return []
+    return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+
+
+def start_embedded(seed: int, sim_config: dict[str, Any]) -> Target:
+    from specreplay._core import SimServer
+
+    config = {"seed": seed, **sim_config}
+    server = SimServer("127.0.0.1", 0, config)
+    return Target(url=server.url, model=None, embedded=server)
+
+
+def preflight(url: str, model: str | None, headers: list[tuple[str, str]], trace_has_models: bool) -> Target:
+    models = list_models(url, headers)
+    if model is not None:
+        if models and model not in models:
+            raise ConfigError(f"--model {model!r} is not served at {redact_url(url)} (it serves: {', '.join(models)})")
+        return Target(url=url, model=model)
+    if trace_has_models:
+        return Target(url=url, model=None)
+    if not models:
+        raise ConfigError(f"{redact_url(url)} lists no models and the trace names none: give --model")
+    return Target(url=url, model=models[0])

@@ -1,0 +1,127 @@
+//! Finished requests → one Arrow record batch, so they cross into Python as
+//! columns (no Python object per chunk or per request). The column order and
+//! types are `ENGINE_COLUMNS` in python/specreplay/schema.py; a Python test
+//! checks the two agree.
+
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, Int8Builder, ListBuilder, StringBuilder,
+};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::ArrowError;
+
+use super::record::{channel_code, RequestRecord};
+
+pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowError> {
+    let n = records.len();
+    let i64_col = |f: &dyn Fn(&RequestRecord) -> Option<i64>| -> ArrayRef {
+        let mut b = Int64Builder::with_capacity(n);
+        for r in records {
+            b.append_option(f(r));
+        }
+        Arc::new(b.finish())
+    };
+    let str_col = |f: &dyn Fn(&RequestRecord) -> Option<&str>| -> ArrayRef {
+        let mut b = StringBuilder::with_capacity(n, n * 8);
+        for r in records {
+            b.append_option(f(r));
+        }
+        Arc::new(b.finish())
+    };
+    let chunk_total: usize = records.iter().map(|r| r.chunks.len()).sum();
+    let mut chunk_ts = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
+    let mut chunk_tokens = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
+    let mut chunk_channel = ListBuilder::new(Int8Builder::with_capacity(chunk_total));
+    let mut warmup = BooleanBuilder::with_capacity(n);
+    let mut http_status = Int32Builder::with_capacity(n);
+    let mut chunk_count = Int32Builder::with_capacity(n);
+    let mut predicted_ms = Float64Builder::with_capacity(n);
+    for r in records {
+        for c in &r.chunks {
+            chunk_ts.values().append_value(c.ts_us);
+            chunk_tokens.values().append_value(c.tokens);
+            chunk_channel.values().append_value(channel_code(c.channel));
+        }
+        chunk_ts.append(true);
+        chunk_tokens.append(true);
+        chunk_channel.append(true);
+        warmup.append_value(r.warmup);
+        http_status.append_option(r.http_status);
+        chunk_count.append_value(r.chunks.len() as i32);
+        predicted_ms.append_option(r.server_predicted_ms);
+    }
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("request_index", i64_col(&|r| Some(r.request_index))),
+        ("trace_id", str_col(&|r| Some(r.trace_id.as_str()))),
+        ("api", str_col(&|r| Some(r.api))),
+        ("warmup", Arc::new(warmup.finish())),
+        ("scheduled_us", i64_col(&|r| Some(r.scheduled_us))),
+        ("sent_us", i64_col(&|r| r.sent_us)),
+        ("first_byte_us", i64_col(&|r| r.first_byte_us)),
+        ("first_token_us", i64_col(&|r| r.first_token_us)),
+        ("first_reasoning_us", i64_col(&|r| r.first_reasoning_us)),
+        ("first_content_us", i64_col(&|r| r.first_content_us)),
+        ("last_token_us", i64_col(&|r| r.last_token_us)),
+        ("end_us", i64_col(&|r| r.end_us)),
+        ("http_status", Arc::new(http_status.finish())),
+        ("error_kind", str_col(&|r| r.error.as_ref().map(|(k, _)| k.as_str()))),
+        ("error_message", str_col(&|r| r.error.as_ref().map(|(_, m)| m.as_str()))),
+        ("finish_reason", str_col(&|r| r.finish_reason.as_deref())),
+        ("prompt_tokens", i64_col(&|r| r.prompt_tokens)),
+        ("cached_tokens", i64_col(&|r| r.cached_tokens)),
+        ("reasoning_tokens", i64_col(&|r| r.reasoning_tokens)),
+        ("content_tokens", i64_col(&|r| r.content_tokens)),
+        ("output_tokens", i64_col(&|r| r.output_tokens)),
+        ("token_source", str_col(&|r| r.token_source.map(|s| s.as_str()))),
+        ("chunk_count", Arc::new(chunk_count.finish())),
+        ("chunk_ts_us", Arc::new(chunk_ts.finish())),
+        ("chunk_tokens", Arc::new(chunk_tokens.finish())),
+        ("chunk_channel", Arc::new(chunk_channel.finish())),
+        ("server_predicted_n", i64_col(&|r| r.server_predicted_n)),
+        ("server_predicted_ms", Arc::new(predicted_ms.finish())),
+    ];
+    RecordBatch::try_from_iter(columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::Channel;
+    use crate::engine::record::{Chunk, ErrorKind, TokenSource};
+
+    #[test]
+    fn rows_and_list_columns_line_up() {
+        let ok = RequestRecord {
+            request_index: 0,
+            trace_id: "a".into(),
+            api: "chat",
+            scheduled_us: 5,
+            sent_us: Some(6),
+            output_tokens: Some(3),
+            token_source: Some(TokenSource::Usage),
+            chunks: vec![
+                Chunk { ts_us: 10, tokens: 1, channel: Channel::Reasoning },
+                Chunk { ts_us: 20, tokens: 2, channel: Channel::Content },
+            ],
+            ..Default::default()
+        };
+        let failed = RequestRecord {
+            request_index: 1,
+            trace_id: "b".into(),
+            api: "chat",
+            error: Some((ErrorKind::Connect, "refused".into())),
+            ..Default::default()
+        };
+        let batch = to_record_batch(&[ok, failed]).unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(batch.num_columns(), 28);
+        let ts = batch.column_by_name("chunk_ts_us").unwrap();
+        let list = ts.as_any().downcast_ref::<arrow_array::ListArray>().unwrap();
+        assert_eq!(list.value_offsets(), &[0, 2, 2]);
+        let kind = batch.column_by_name("error_kind").unwrap();
+        assert!(kind.is_null(0));
+        assert!(!kind.is_null(1));
+        assert!(batch.column_by_name("sent_us").unwrap().is_null(1));
+    }
+}

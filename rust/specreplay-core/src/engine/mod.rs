@@ -1,0 +1,300 @@
+//! The replay engine: schedules requests (open or closed loop), sends them,
+//! times every streamed read, and hands finished requests out in batches.
+//!
+//! Nothing on the measurement path waits for the consumer: finished requests
+//! go into an unbounded channel that the Python layer drains at its own pace.
+
+mod accounting;
+pub mod batch;
+mod http;
+mod pacing;
+pub mod record;
+mod request;
+pub mod schedule;
+pub mod spec;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::http::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{instant_to_us, now_us};
+use crate::error::CoreError;
+
+pub use record::RequestRecord;
+use request::{execute, RequestContext};
+use schedule::{slot_template, Schedule, Slot};
+pub use spec::{Arrival, LoadMode, PreparedRequest, RunSpec};
+
+/// Delay between `start` and the first scheduled send, so the first deadline
+/// is not already late when the dispatcher thread comes up.
+const START_LEAD: Duration = Duration::from_millis(20);
+
+/// Live counters for a progress display.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub scheduled: AtomicU64,
+    pub sent: AtomicU64,
+    pub finished: AtomicU64,
+    pub failed: AtomicU64,
+    pub output_tokens: AtomicU64,
+}
+
+impl Progress {
+    pub fn snapshot(&self) -> ProgressSnapshot {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ProgressSnapshot {
+            scheduled: get(&self.scheduled),
+            sent: get(&self.sent),
+            finished: get(&self.finished),
+            failed: get(&self.failed),
+            output_tokens: get(&self.output_tokens),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgressSnapshot {
+    pub scheduled: u64,
+    pub sent: u64,
+    pub finished: u64,
+    pub failed: u64,
+    pub output_tokens: u64,
+}
+
+impl ProgressSnapshot {
+    pub fn in_flight(&self) -> u64 {
+        self.sent.saturating_sub(self.finished)
+    }
+}
+
+struct Shared {
+    ctx: RequestContext,
+    requests: Vec<PreparedRequest>,
+    warmup: u64,
+    permits: Option<Semaphore>,
+    progress: Arc<Progress>,
+    // Each task holds the sender through its `Arc<Shared>`: the channel closes
+    // exactly when the last request has reported.
+    results: mpsc::UnboundedSender<RequestRecord>,
+}
+
+/// A running (or finished) point. Dropping it cancels what is in flight.
+pub struct EngineRun {
+    results: mpsc::UnboundedReceiver<RequestRecord>,
+    progress: Arc<Progress>,
+    cancel: CancellationToken,
+    started_us: i64,
+}
+
+impl Drop for EngineRun {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl EngineRun {
+    pub fn progress(&self) -> ProgressSnapshot {
+        self.progress.snapshot()
+    }
+
+    /// The live counters, readable while another thread drains the results.
+    pub fn progress_handle(&self) -> Arc<Progress> {
+        self.progress.clone()
+    }
+
+    /// A token that cancels the run from any thread.
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// Anchored µs at which the point's schedule starts (offset 0).
+    pub fn started_us(&self) -> i64 {
+        self.started_us
+    }
+
+    /// Stops scheduling and cancels requests in flight; each still reports a
+    /// row (error kind `cancelled`).
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Waits up to `wait` for finished requests and returns up to `max` of
+    /// them (possibly none). `None` means the point is over and drained.
+    pub async fn next_records(&mut self, max: usize, wait: Duration) -> Option<Vec<RequestRecord>> {
+        let first = match tokio::time::timeout(wait, self.results.recv()).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return None,
+            Err(_) => return Some(Vec::new()),
+        };
+        let mut out = vec![first];
+        while out.len() < max {
+            match self.results.try_recv() {
+                Ok(r) => out.push(r),
+                Err(_) => break,
+            }
+        }
+        Some(out)
+    }
+}
+
+fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, CoreError> {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        let n = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| CoreError::config("header", format!("{name:?} is not a valid header name")))?;
+        // The value may be a secret: the message names the header only.
+        let mut v = HeaderValue::from_str(value)
+            .map_err(|_| CoreError::config("header", format!("the value of {name:?} is not a valid header value")))?;
+        if is_secret_header(&n) {
+            v.set_sensitive(true);
+        }
+        map.append(n, v);
+    }
+    Ok(map)
+}
+
+pub fn is_secret_header(name: &HeaderName) -> bool {
+    matches!(name.as_str(), "authorization" | "api-key" | "x-api-key" | "cookie" | "proxy-authorization")
+}
+
+/// Starts one point on `runtime`. Returns at once; drain the results with
+/// [`EngineRun::next_records`].
+pub fn start(spec: RunSpec, requests: Vec<PreparedRequest>, runtime: &Handle) -> Result<EngineRun, CoreError> {
+    spec.validate()?;
+    if requests.is_empty() {
+        return Err(CoreError::config("trace", "no requests to send"));
+    }
+    let headers = header_map(&spec.headers)?;
+    let limit = spec.num_requests.or(if spec.duration_s.is_some() { None } else { Some(requests.len() as u64) });
+    let arrivals: Vec<f64> = requests.iter().map(|r| r.arrival_s).collect();
+    let cancel = CancellationToken::new();
+    let progress = Arc::new(Progress::default());
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (concurrency, open_loop) = match spec.load {
+        LoadMode::Concurrency { concurrency } => (concurrency, false),
+        _ => (spec.max_concurrency.unwrap_or(1024), true),
+    };
+    let _guard = runtime.enter();
+    let shared = Arc::new(Shared {
+        ctx: RequestContext {
+            client: http::build_client(concurrency),
+            headers,
+            timeout: spec.timeout_s.map(Duration::from_secs_f64),
+            cancel: cancel.clone(),
+        },
+        requests,
+        warmup: spec.warmup,
+        permits: if open_loop { spec.max_concurrency.map(Semaphore::new) } else { None },
+        progress: progress.clone(),
+        results: tx,
+    });
+    let start_at = Instant::now() + START_LEAD;
+    let started_us = instant_to_us(start_at);
+    let duration = spec.duration_s.map(Duration::from_secs_f64);
+    match Schedule::open_loop(spec.load, &arrivals, limit, spec.seed) {
+        Some(schedule) => {
+            let runtime = runtime.clone();
+            std::thread::Builder::new()
+                .name("specreplay-dispatch".into())
+                .spawn(move || dispatch_open_loop(shared, schedule, start_at, duration, runtime))
+                .map_err(|e| CoreError::io("could not start the dispatcher thread", e))?;
+        }
+        None => {
+            let next = Arc::new(AtomicU64::new(0));
+            for _ in 0..concurrency {
+                let (shared, next) = (shared.clone(), next.clone());
+                runtime.spawn(closed_loop_worker(shared, next, limit, start_at, duration));
+            }
+        }
+    }
+    Ok(EngineRun { results: rx, progress, cancel, started_us })
+}
+
+/// Open loop: every request goes out at its scheduled time, whatever is in
+/// flight (no coordinated omission). Runs on its own OS thread for timing.
+fn dispatch_open_loop(
+    shared: Arc<Shared>,
+    schedule: Schedule,
+    start_at: Instant,
+    duration: Option<Duration>,
+    runtime: Handle,
+) {
+    pacing::tighten_timer_slack();
+    let cancel = shared.ctx.cancel.clone();
+    for slot in schedule {
+        let offset = Duration::from_micros(slot.offset_us.max(0) as u64);
+        if duration.is_some_and(|d| offset >= d) {
+            break;
+        }
+        let deadline = start_at + offset;
+        if !pacing::wait_until(deadline, || cancel.is_cancelled()) {
+            break;
+        }
+        shared.progress.scheduled.fetch_add(1, Ordering::Relaxed);
+        runtime.spawn(run_slot(shared.clone(), slot, instant_to_us(deadline)));
+    }
+}
+
+/// Closed loop: a worker sends its next request as soon as the previous ends.
+async fn closed_loop_worker(
+    shared: Arc<Shared>,
+    next: Arc<AtomicU64>,
+    limit: Option<u64>,
+    start_at: Instant,
+    duration: Option<Duration>,
+) {
+    tokio::time::sleep_until(start_at.into()).await;
+    let templates = shared.requests.len();
+    loop {
+        if shared.ctx.cancel.is_cancelled() || duration.is_some_and(|d| start_at.elapsed() >= d) {
+            break;
+        }
+        let index = next.fetch_add(1, Ordering::Relaxed);
+        if limit.is_some_and(|l| index >= l) {
+            break;
+        }
+        let (template, lap) = slot_template(index, templates);
+        shared.progress.scheduled.fetch_add(1, Ordering::Relaxed);
+        let slot = Slot { index, template, lap, offset_us: 0 };
+        run_slot(shared.clone(), slot, now_us()).await;
+    }
+}
+
+async fn run_slot(shared: Arc<Shared>, slot: Slot, scheduled_us: i64) {
+    let req = &shared.requests[slot.template];
+    let mut rec = RequestRecord {
+        request_index: slot.index as i64,
+        trace_id: if slot.lap == 0 { req.trace_id.clone() } else { format!("{}#{}", req.trace_id, slot.lap) },
+        api: req.dialect.as_str(),
+        warmup: slot.index < shared.warmup,
+        scheduled_us,
+        ..Default::default()
+    };
+    let _permit = match &shared.permits {
+        Some(permits) => tokio::select! {
+            p = permits.acquire() => p.ok(),
+            _ = shared.ctx.cancel.cancelled() => None,
+        },
+        None => None,
+    };
+    if shared.ctx.cancel.is_cancelled() {
+        rec.end_us = Some(now_us());
+        rec.error = Some((record::ErrorKind::Cancelled, "run cancelled before the request was sent".into()));
+    } else {
+        shared.progress.sent.fetch_add(1, Ordering::Relaxed);
+        execute(&shared.ctx, req, &mut rec).await;
+    }
+    let progress = &shared.progress;
+    progress.finished.fetch_add(1, Ordering::Relaxed);
+    if rec.error.is_some() {
+        progress.failed.fetch_add(1, Ordering::Relaxed);
+    }
+    progress.output_tokens.fetch_add(rec.output_tokens.unwrap_or(0).max(0) as u64, Ordering::Relaxed);
+    // The receiver only goes away when the run is dropped; nothing to report to then.
+    let _ = shared.results.send(rec);
+}

@@ -1,0 +1,105 @@
+//! One finished request, as it becomes one row of the results file.
+
+use crate::decode::Channel;
+
+/// Why a request did not succeed. The string forms are the `error_kind`
+/// column's values (documented in docs/results.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Could not connect, or the connection failed before response headers.
+    Connect,
+    /// The server answered with a non-2xx status.
+    Http,
+    /// The connection failed while the body was streaming.
+    Stream,
+    /// The server sent an error payload inside the stream.
+    StreamError,
+    /// A payload could not be parsed (bad JSON, invalid UTF-8, oversized event).
+    Decode,
+    /// The stream ended without its terminal event (`[DONE]`, `message_stop`, …).
+    Truncated,
+    /// The whole-request timeout expired.
+    Timeout,
+    /// The run was cancelled (Ctrl-C) while the request was in flight.
+    Cancelled,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Http => "http",
+            ErrorKind::Stream => "stream",
+            ErrorKind::StreamError => "stream_error",
+            ErrorKind::Decode => "decode",
+            ErrorKind::Truncated => "truncated",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// How the token counts of a request were obtained (`token_source` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenSource {
+    ContinuousUsage,
+    Usage,
+    UsageSplitEstimated,
+    Chunks,
+}
+
+impl TokenSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenSource::ContinuousUsage => "continuous_usage",
+            TokenSource::Usage => "usage",
+            TokenSource::UsageSplitEstimated => "usage_split_estimated",
+            TokenSource::Chunks => "chunks",
+        }
+    }
+}
+
+/// A text-carrying chunk: when the read that completed it returned, how many
+/// tokens it carried, and on which channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    pub ts_us: i64,
+    pub tokens: i32,
+    pub channel: Channel,
+}
+
+pub fn channel_code(channel: Channel) -> i8 {
+    match channel {
+        Channel::Reasoning => 0,
+        Channel::Content => 1,
+        Channel::Tool => 2,
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestRecord {
+    pub request_index: i64,
+    pub trace_id: String,
+    pub api: &'static str,
+    pub warmup: bool,
+    pub scheduled_us: i64,
+    pub sent_us: Option<i64>,
+    pub first_byte_us: Option<i64>,
+    pub first_token_us: Option<i64>,
+    pub first_reasoning_us: Option<i64>,
+    pub first_content_us: Option<i64>,
+    pub last_token_us: Option<i64>,
+    pub end_us: Option<i64>,
+    pub http_status: Option<i32>,
+    pub error: Option<(ErrorKind, String)>,
+    pub finish_reason: Option<String>,
+    pub prompt_tokens: Option<i64>,
+    pub cached_tokens: Option<i64>,
+    pub reasoning_tokens: Option<i64>,
+    pub content_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+    pub token_source: Option<TokenSource>,
+    pub chunks: Vec<Chunk>,
+    pub server_predicted_n: Option<i64>,
+    pub server_predicted_ms: Option<f64>,
+}

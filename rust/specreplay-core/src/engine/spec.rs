@@ -1,0 +1,147 @@
+//! What one sweep point runs: the target, the load mode, the limits, and the
+//! requests, already shaped by the Python layer. Deserialised from JSON so the
+//! Python side and the Rust side share one definition, and unknown keys fail.
+
+use bytes::Bytes;
+use serde::Deserialize;
+
+use crate::decode::Dialect;
+use crate::error::CoreError;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSpec {
+    /// Extra request headers, e.g. `Authorization`. Never recorded anywhere.
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    pub load: LoadMode,
+    /// Requests to send; defaults to the number of prepared requests. More than
+    /// that loops over the trace.
+    #[serde(default)]
+    pub num_requests: Option<u64>,
+    /// Stop scheduling new requests after this many seconds.
+    #[serde(default)]
+    pub duration_s: Option<f64>,
+    /// Cap on requests in flight in the open-loop modes.
+    #[serde(default)]
+    pub max_concurrency: Option<usize>,
+    /// The first `warmup` requests are flagged so summaries leave them out.
+    #[serde(default)]
+    pub warmup: u64,
+    /// Whole-request timeout.
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+    /// Seeds the arrival process.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LoadMode {
+    /// Open loop at `rate` requests/s.
+    Rate {
+        rate: f64,
+        #[serde(default)]
+        arrival: Arrival,
+        /// Gamma shape; 1.0 is Poisson. Only read for `Arrival::Gamma`.
+        #[serde(default = "one")]
+        burstiness: f64,
+    },
+    /// Open loop at the trace's own arrival offsets divided by `speedup`.
+    Speedup { speedup: f64 },
+    /// Closed loop: `concurrency` requests in flight, each sent when one ends.
+    Concurrency { concurrency: usize },
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Arrival {
+    #[default]
+    Poisson,
+    Constant,
+    Gamma,
+}
+
+/// One request as the engine sends it.
+#[derive(Debug, Clone)]
+pub struct PreparedRequest {
+    pub trace_id: String,
+    pub dialect: Dialect,
+    pub uri: http::Uri,
+    pub body: Bytes,
+    /// Arrival offset in the trace, seconds from its start.
+    pub arrival_s: f64,
+}
+
+impl PreparedRequest {
+    pub fn new(
+        trace_id: String,
+        api: &str,
+        url: &str,
+        body: Vec<u8>,
+        arrival_s: f64,
+    ) -> Result<Self, CoreError> {
+        let dialect: Dialect = api
+            .parse()
+            .map_err(|e| CoreError::config(format!("request {trace_id}: api"), format!("{e}")))?;
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| CoreError::config(format!("request {trace_id}: url"), format!("{url:?}: {e}")))?;
+        match uri.scheme_str() {
+            Some("http") | Some("https") => {}
+            _ => {
+                return Err(CoreError::config(
+                    "url",
+                    format!("{url:?}: only http:// and https:// targets are supported"),
+                ))
+            }
+        }
+        Ok(PreparedRequest { trace_id, dialect, uri, body: Bytes::from(body), arrival_s })
+    }
+}
+
+impl RunSpec {
+    pub fn from_json(json: &str) -> Result<Self, CoreError> {
+        let spec: RunSpec = serde_json::from_str(json)
+            .map_err(|e| CoreError::config("run spec", e.to_string()))?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    pub fn validate(&self) -> Result<(), CoreError> {
+        let positive = |v: f64, field: &str| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(CoreError::config(field, format!("must be a positive number, got {v}")))
+            }
+        };
+        match self.load {
+            LoadMode::Rate { rate, burstiness, .. } => {
+                positive(rate, "rate")?;
+                positive(burstiness, "burstiness")?;
+            }
+            LoadMode::Speedup { speedup } => positive(speedup, "speedup")?,
+            LoadMode::Concurrency { concurrency } => {
+                if concurrency == 0 {
+                    return Err(CoreError::config("concurrency", "must be at least 1"));
+                }
+            }
+        }
+        if let Some(d) = self.duration_s {
+            positive(d, "duration")?;
+        }
+        if let Some(t) = self.timeout_s {
+            positive(t, "timeout")?;
+        }
+        if self.max_concurrency == Some(0) {
+            return Err(CoreError::config("max_concurrency", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
