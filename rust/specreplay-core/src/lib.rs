@@ -5,5 +5,6 @@
 
 pub mod clock;
 pub mod error;
+pub mod sse;
 
 pub use error::CoreError;
