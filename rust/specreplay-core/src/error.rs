@@ -4,6 +4,7 @@
 
 use thiserror::Error;
 
+use crate::decode::DecodeError;
 use crate::sse::SseError;
 
 #[derive(Debug, Error)]
@@ -21,6 +22,9 @@ pub enum CoreError {
     /// A response stream broke the SSE framing rules.
     #[error("malformed event stream: {0}")]
     Sse(#[from] SseError),
+    /// A stream event or body did not decode as the expected dialect.
+    #[error("undecodable response: {0}")]
+    Decode(#[from] DecodeError),
 }
 
 impl CoreError {

@@ -4,6 +4,7 @@
 //! alone; `rust/specreplay-py` is the thin pyo3 layer on top.
 
 pub mod clock;
+pub mod decode;
 pub mod error;
 pub mod sse;
 
