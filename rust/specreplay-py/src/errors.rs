@@ -33,6 +33,8 @@ impl From<Error> for PyErr {
         match e {
             CoreError::Config { .. } => ConfigError::new_err(msg),
             CoreError::Io { source, .. } => PyOSError::new_err((source.raw_os_error().unwrap_or(0), msg)),
+            // Placeholder until the binding gives stream failures their own classes.
+            CoreError::Sse(_) | CoreError::Decode(_) => SpecreplayError::new_err(msg),
         }
     }
 }
