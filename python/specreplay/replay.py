@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from specreplay import _core
 from specreplay.config import Point, ReplayConfig
@@ -67,7 +68,7 @@ class Hooks:
     def target(self, target: Target, description: str) -> None: ...
     def point_started(self, point: Point, index: int, total: int) -> None: ...
     def progress(self, progress: Progress) -> None: ...
-    def point_finished(self, point: Point, progress: Progress) -> None: ...
+    def point_finished(self, point: Point, progress: Progress, rows: pa.Table) -> None: ...
 
 
 def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]) -> dict[str, Any]:
@@ -192,5 +193,7 @@ def _run_point(
         if batch.num_rows:
             writer.write(pa.record_batch(batch), run_id=run_id, label=label, point=point.name, point_index=index)
         hooks.progress(progress())
-    hooks.point_finished(point, progress())
+    table = writer.table()
+    rows = table.filter(pc.equal(table["point_index"], index))
+    hooks.point_finished(point, progress(), rows)
     return not interrupted

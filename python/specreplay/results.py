@@ -39,6 +39,9 @@ class ResultsWriter:
         self.schema = results_schema(self.metadata)
         self._sink = pa.OSFile(str(self.partial), "wb")
         self._writer = ipc.new_stream(self._sink, self.schema)
+        # Kept in memory too (the buffers are shared with what was written):
+        # summaries and the final file need every row without re-reading.
+        self._batches: list[pa.RecordBatch] = []
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch, *, run_id: str, label: str, point: str, point_index: int) -> None:
@@ -55,7 +58,12 @@ class ResultsWriter:
         out = pa.RecordBatch.from_arrays(run_columns + engine_columns, schema=self.schema)
         self._writer.write_batch(out)
         self._sink.flush()
+        self._batches.append(out)
         self.rows += n
+
+    def table(self) -> pa.Table:
+        """Every row written so far."""
+        return pa.Table.from_batches(self._batches, schema=self.schema)
 
     def close(
         self,
@@ -67,7 +75,7 @@ class ResultsWriter:
         validity findings)."""
         self._writer.close()
         self._sink.close()
-        table = _read_stream(self.partial)
+        table = self.table()
         metadata = {**self.metadata, **(extra_metadata or {})}
         if finalize is not None:
             metadata.update(finalize(table.replace_schema_metadata(metadata)))

@@ -4,6 +4,9 @@
 
 use thiserror::Error;
 
+use crate::decode::DecodeError;
+use crate::sse::SseError;
+
 #[derive(Debug, Error)]
 pub enum CoreError {
     /// Invalid configuration value (names the field).
@@ -16,14 +19,26 @@ pub enum CoreError {
         #[source]
         source: std::io::Error,
     },
+    /// A response stream broke the SSE framing rules.
+    #[error("malformed event stream: {0}")]
+    Sse(#[from] SseError),
+    /// A stream event or body did not decode as the expected dialect.
+    #[error("undecodable response: {0}")]
+    Decode(#[from] DecodeError),
 }
 
 impl CoreError {
     pub fn config(field: impl Into<String>, message: impl Into<String>) -> Self {
-        CoreError::Config { field: field.into(), message: message.into() }
+        CoreError::Config {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        CoreError::Io { context: context.into(), source }
+        CoreError::Io {
+            context: context.into(),
+            source,
+        }
     }
 }

@@ -4,7 +4,9 @@
 //! alone; `rust/specreplay-py` is the thin pyo3 layer on top.
 
 pub mod clock;
+pub mod decode;
 pub mod engine;
 pub mod error;
+pub mod sse;
 
 pub use error::CoreError;

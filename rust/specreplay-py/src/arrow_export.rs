@@ -2,10 +2,8 @@
 //! interface (`__arrow_c_array__`): `pyarrow.record_batch(obj)` takes the
 //! buffers over without a copy and without a Python object per value.
 
-use std::ffi::CString;
-
 use arrow_array::ffi::to_ffi;
-use arrow_array::{RecordBatch, StructArray};
+use arrow_array::{Array, RecordBatch, StructArray};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
@@ -39,8 +37,8 @@ impl ArrowBatch {
         let data = StructArray::from(self.batch.clone()).into_data();
         let (array, schema) =
             to_ffi(&data).map_err(|e| PyRuntimeError::new_err(format!("arrow export failed: {e}")))?;
-        let schema_capsule = PyCapsule::new(py, schema, Some(CString::new("arrow_schema").unwrap()))?;
-        let array_capsule = PyCapsule::new(py, array, Some(CString::new("arrow_array").unwrap()))?;
+        let schema_capsule = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
+        let array_capsule = PyCapsule::new_with_value(py, array, c"arrow_array")?;
         Ok((schema_capsule, array_capsule))
     }
 

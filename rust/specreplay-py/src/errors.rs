@@ -38,8 +38,7 @@ impl From<Error> for PyErr {
         match e {
             CoreError::Config { .. } => ConfigError::new_err(msg),
             CoreError::Io { source, .. } => PyOSError::new_err((source.raw_os_error().unwrap_or(0), msg)),
-            #[allow(unreachable_patterns)]
-            _ => StreamFormatError::new_err(msg),
+            CoreError::Sse(_) | CoreError::Decode(_) => StreamFormatError::new_err(msg),
         }
     }
 }

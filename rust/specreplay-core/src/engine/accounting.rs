@@ -27,15 +27,6 @@ pub struct StreamAccount {
     pub done: bool,
 }
 
-fn merge_usage(into: &mut Usage, from: &Usage) {
-    // Later reports are cumulative, but may omit fields an earlier one gave
-    // (Anthropic's message_delta has no input count): keep what we know.
-    into.prompt_tokens = from.prompt_tokens.or(into.prompt_tokens);
-    into.completion_tokens = from.completion_tokens.or(into.completion_tokens);
-    into.reasoning_tokens = from.reasoning_tokens.or(into.reasoning_tokens);
-    into.cached_tokens = from.cached_tokens.or(into.cached_tokens);
-}
-
 impl StreamAccount {
     /// Accounts for the records decoded from one SSE event, all of which
     /// arrived with the socket read stamped `ts_us`.
@@ -75,7 +66,9 @@ impl StreamAccount {
                 }
                 self.last_cumulative = c;
             }
-            merge_usage(&mut self.usage, u);
+            // Later reports may omit fields an earlier one gave (Anthropic's
+            // message_delta has no input count): merge, don't replace.
+            self.usage.merge(u);
         }
         for (i, channel) in channels[..n_channels].iter().flatten().enumerate() {
             // One event rarely holds two channels (the reasoning→content

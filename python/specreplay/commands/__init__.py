@@ -1,0 +1,1 @@
+"""The click commands, one module each; `specreplay.cli` assembles them."""

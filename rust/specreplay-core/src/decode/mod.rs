@@ -1,0 +1,191 @@
+//! Decoders that turn SSE events of one API dialect into typed [`Record`]s.
+//!
+//! Each dialect lives in its own file behind [`StreamDecoder`]; the JSON
+//! plumbing they share (error mapping, lenient numbers, error payloads) is in
+//! `json.rs`. Records carry only what a benchmark measures: text per channel,
+//! token counts, server timings, finish reason, errors, and the end marker.
+
+mod anthropic;
+mod chat;
+mod completions;
+mod json;
+mod responses;
+
+use std::fmt;
+use std::str::FromStr;
+
+use thiserror::Error;
+
+use crate::error::CoreError;
+use crate::sse::{SseEvent, SseParser};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    Chat,
+    Completions,
+    Responses,
+    Anthropic,
+}
+
+impl Dialect {
+    pub const ALL: [Dialect; 4] = [
+        Dialect::Chat,
+        Dialect::Completions,
+        Dialect::Responses,
+        Dialect::Anthropic,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Dialect::Chat => "chat",
+            Dialect::Completions => "completions",
+            Dialect::Responses => "responses",
+            Dialect::Anthropic => "anthropic",
+        }
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("unknown dialect {name:?}: expected one of chat, completions, responses, anthropic")]
+pub struct UnknownDialect {
+    pub name: String,
+}
+
+impl FromStr for Dialect {
+    type Err = UnknownDialect;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Dialect::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| UnknownDialect { name: s.to_owned() })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    Reasoning,
+    Content,
+    Tool,
+}
+
+/// Token counts as the server reported them in one payload.
+///
+/// Every field is the server's cumulative count so far, and a payload may
+/// carry only some of them (Anthropic's `message_delta` has output tokens
+/// only), so consumers combine records with [`Usage::merge`] rather than
+/// keeping only the last one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    pub prompt_tokens: Option<u64>,
+    /// Output tokens including reasoning tokens.
+    pub completion_tokens: Option<u64>,
+    pub reasoning_tokens: Option<u64>,
+    pub cached_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// Overlays a later report: fields it has replace ours, fields it lacks keep ours.
+    pub fn merge(&mut self, newer: &Usage) {
+        fn take(old: &mut Option<u64>, new: Option<u64>) {
+            if new.is_some() {
+                *old = new;
+            }
+        }
+        take(&mut self.prompt_tokens, newer.prompt_tokens);
+        take(&mut self.completion_tokens, newer.completion_tokens);
+        take(&mut self.reasoning_tokens, newer.reasoning_tokens);
+        take(&mut self.cached_tokens, newer.cached_tokens);
+    }
+}
+
+/// llama.cpp's server-side `timings` object.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timings {
+    pub prompt_n: Option<u64>,
+    pub prompt_ms: Option<f64>,
+    pub predicted_n: Option<u64>,
+    pub predicted_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    Text {
+        channel: Channel,
+        text: String,
+    },
+    Usage(Usage),
+    Timings(Timings),
+    Finish {
+        reason: String,
+    },
+    /// An error payload inside a stream (or an error body).
+    Error {
+        message: String,
+        code: Option<String>,
+    },
+    /// The server said the stream is complete. Its absence at EOF means the
+    /// stream was cut short.
+    Done,
+}
+
+pub trait StreamDecoder: Send {
+    /// Appends the records carried by one event, in payload order.
+    fn decode(&mut self, event: &SseEvent, out: &mut Vec<Record>) -> Result<(), DecodeError>;
+}
+
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum DecodeError {
+    #[error("invalid JSON in stream event: {message} (payload starts {snippet:?})")]
+    InvalidJson { message: String, snippet: String },
+    #[error("unexpected payload shape: {message}")]
+    UnexpectedShape { message: String },
+}
+
+pub fn decoder_for(dialect: Dialect) -> Box<dyn StreamDecoder> {
+    match dialect {
+        Dialect::Chat => Box::new(chat::ChatDecoder),
+        Dialect::Completions => Box::new(completions::CompletionsDecoder),
+        Dialect::Responses => Box::new(responses::ResponsesDecoder),
+        Dialect::Anthropic => Box::new(anthropic::AnthropicDecoder),
+    }
+}
+
+/// Decode a whole non-streaming JSON response body of that dialect into the same records (text, usage, finish).
+///
+/// No `Done` is emitted: a body that parsed is complete by construction.
+pub fn decode_body(dialect: Dialect, body: &[u8]) -> Result<Vec<Record>, DecodeError> {
+    let body = json::body_str(body)?;
+    let mut out = Vec::new();
+    match dialect {
+        Dialect::Chat => chat::decode_body(body, &mut out)?,
+        Dialect::Completions => completions::decode_body(body, &mut out)?,
+        Dialect::Responses => responses::decode_body(body, &mut out)?,
+        Dialect::Anthropic => anthropic::decode_body(body, &mut out)?,
+    }
+    Ok(out)
+}
+
+/// Parses and decodes a complete recorded stream, including an unterminated
+/// last event (so a truncated stream shows as records without `Done`).
+pub fn decode_all(dialect: Dialect, bytes: &[u8]) -> Result<Vec<Record>, CoreError> {
+    let mut parser = SseParser::new();
+    let mut events = Vec::new();
+    parser.feed(bytes, &mut events)?;
+    events.extend(parser.finish()?);
+    let mut decoder = decoder_for(dialect);
+    let mut records = Vec::new();
+    for event in &events {
+        decoder.decode(event, &mut records)?;
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+pub(crate) mod test_util;
