@@ -80,6 +80,7 @@ def test_multi_token_chunks_from_chunk_counts_or_usage(make_results: MakeResults
     assert finding.level == "warning"
     assert finding.count == 2
     assert "ITL/chunk" in finding.message and "ITL/token" in finding.message
+    assert "per-chunk token counts of 1 requests are estimated" in finding.message
 
 
 def test_one_token_per_chunk_is_not_flagged(make_results: MakeResults) -> None:

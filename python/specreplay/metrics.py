@@ -97,7 +97,7 @@ def chunks(df: pd.DataFrame) -> pd.DataFrame:
 
     parent = pc.list_parent_indices(ts_lists).to_numpy()
     n_chunks = len(parent)
-    ts = pc.list_flatten(ts_lists).to_numpy().astype("float64")
+    ts = pc.list_flatten(ts_lists).to_numpy(zero_copy_only=False).astype("float64")
     starts = np.cumsum(lengths) - lengths
     chunk_index = np.arange(n_chunks) - np.repeat(starts, lengths)
     # Flatten the optional lists row by row against the timestamps' layout:

@@ -26,7 +26,7 @@ def load(path: str | os.PathLike[str]) -> pd.DataFrame:
     pandas' default conversion applies: an integer column with nulls becomes
     float64 with NaN, list columns hold numpy arrays.
     """
-    with pa.memory_map(os.fspath(path)) as source:
+    with pa.OSFile(os.fspath(path), "rb") as source:
         table = pa.ipc.open_file(source).read_all()
     df: pd.DataFrame = table.to_pandas()
     metadata = table.schema.metadata or {}

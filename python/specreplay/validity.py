@@ -250,8 +250,17 @@ def _multi_token_chunks(point: str, rows: pd.DataFrame, summary_row: pd.Series) 
             f"(speculative decoding or server-side batching of the stream); {share_text}"
             "'ITL/chunk' is the gap between chunks, 'ITL/token' divides each gap by its chunk's tokens. "
             "Compare ITL/token (or TPOT) across servers, not ITL/chunk."
+            + _estimated_chunk_counts(ok[ok["request_index"].isin(requests)])
         ),
     )
+
+
+def _estimated_chunk_counts(ok: pd.DataFrame) -> str:
+    # Under `usage` the per-chunk counts are the total spread over the chunks.
+    estimated = int((ok["token_source"] != "continuous_usage").sum())
+    if not estimated:
+        return ""
+    return f" The per-chunk token counts of {estimated} requests are estimated (no continuous usage stats), so their ITL/token is approximate."
 
 
 def _too_few_requests(point: str, ok: int, thresholds: Thresholds) -> Finding | None:
