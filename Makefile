@@ -15,7 +15,6 @@ $(PY):
 .PHONY: dev
 dev: $(PY) ## install specreplay (debug build) and the test tools into .venv
 	$(PIP) install --quiet "maturin>=1.9,<2"
-	$(PIP) install --quiet click pyarrow rich "pytest>=8" "pandas>=2" "mypy>=1.10"
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --quiet --extras test
 
 .PHONY: test

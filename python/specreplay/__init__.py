@@ -2,5 +2,6 @@
 
 from specreplay._core import __version__
 from specreplay.errors import ConfigError, EngineError, SpecreplayError, StreamFormatError, TraceError
+from specreplay.results import load
 
-__all__ = ["ConfigError", "EngineError", "SpecreplayError", "StreamFormatError", "TraceError", "__version__"]
+__all__ = ["ConfigError", "EngineError", "SpecreplayError", "StreamFormatError", "TraceError", "__version__", "load"]

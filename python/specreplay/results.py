@@ -22,9 +22,6 @@ import pyarrow.ipc as ipc
 
 from specreplay.schema import ENGINE_COLUMNS, results_schema
 
-META_PREFIX = "specreplay."
-
-
 def partial_path(path: str | Path) -> Path:
     return Path(f"{path}.partial")
 
@@ -105,7 +102,7 @@ def _read_stream(path: Path) -> pa.Table:
     return pa.Table.from_batches(batches, schema=schema)
 
 
-def read_table(path: str | Path) -> pa.Table:
+def read_table(path: str | os.PathLike[str]) -> pa.Table:
     """The results as a pyarrow Table. Reads a crashed run's `.partial`
     stream when the final file was never written."""
     p = Path(path)
@@ -118,25 +115,40 @@ def read_table(path: str | Path) -> pa.Table:
     raise FileNotFoundError(f"{path}: no results file (nor an interrupted run's {partial.name})")
 
 
-def metadata(table: pa.Table) -> dict[str, Any]:
-    """The run's metadata, JSON values decoded (`config`, `validity`, …)."""
-    out: dict[str, Any] = {}
-    for k, v in (table.schema.metadata or {}).items():
-        key = k.decode()
-        if not key.startswith(META_PREFIX):
-            continue
-        text = v.decode()
-        try:
-            out[key[len(META_PREFIX):]] = json.loads(text)
-        except json.JSONDecodeError:
-            out[key[len(META_PREFIX):]] = text
-    return out
+CONFIG_KEY = "specreplay.config"
+VALIDITY_KEY = "specreplay.validity"
 
 
-def load(path: str | Path) -> pd.DataFrame:
-    """One row per request, as a pandas DataFrame (list columns as arrays).
-    The run metadata is in `df.attrs["specreplay"]`."""
-    table = read_table(path)
-    df = table.to_pandas()
-    df.attrs["specreplay"] = metadata(table)
+def to_frame(table: pa.Table) -> pd.DataFrame:
+    """The table as a DataFrame with the file's schema metadata
+    (`specreplay.version`, `specreplay.config`, …) as strings in `df.attrs`,
+    where the analysis functions find the run's sweep points and max_tokens.
+
+    pandas' default conversion applies: an integer column with nulls becomes
+    float64 with NaN, list columns hold numpy arrays."""
+    df: pd.DataFrame = table.to_pandas()
+    df.attrs = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     return df
+
+
+def load(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """The results at `path`, one row per request (see `to_frame`). Reads an
+    interrupted run's `.partial` stream when the final file was never written."""
+    return to_frame(read_table(path))
+
+
+def run_config(df: pd.DataFrame) -> dict[str, Any]:
+    """The resolved run config stored in `df.attrs`; {} when absent."""
+    text = df.attrs.get(CONFIG_KEY)
+    if not text:
+        return {}
+    config = json.loads(text)
+    if not isinstance(config, dict):
+        raise ValueError(f"{CONFIG_KEY} is not a JSON object")
+    return config
+
+
+def config_points(df: pd.DataFrame) -> list[dict[str, Any]] | None:
+    """The config's `points` list (point, mode, value), or None when unknown."""
+    points = run_config(df).get("points")
+    return list(points) if isinstance(points, list) else None

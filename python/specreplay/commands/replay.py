@@ -18,7 +18,9 @@ from specreplay.config import ARRIVALS, Point, ReplayConfig
 from specreplay.console import print_findings, print_per_request, print_summary
 from specreplay.errors import ConfigError
 from specreplay.replay import Hooks, Progress, run_replay
+from specreplay.results import to_frame
 from specreplay.target import Target
+from specreplay.tomlfile import read_toml
 
 #: Exit status when the user interrupted the run (128 + SIGINT, like a shell).
 EXIT_INTERRUPTED = 130
@@ -48,15 +50,10 @@ def parse_extra_body(value: str | None) -> dict[str, Any]:
 def load_sim_config(path: str | None) -> dict[str, Any]:
     if path is None:
         return {}
-    import tomllib
-
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except OSError as e:
-        raise click.BadParameter(f"{path}: {e.strerror}", param_hint="--sim-config") from None
-    except tomllib.TOMLDecodeError as e:
-        raise click.BadParameter(f"{path}: {e}", param_hint="--sim-config") from None
+        return read_toml(path)
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--sim-config") from None
 
 
 class ConsoleHooks(Hooks):
@@ -174,10 +171,7 @@ def replay(**opts: Any) -> None:
     found: list[validity.Finding] = []
 
     def finalize(table: pa.Table) -> dict[str, str]:
-        from specreplay.results import metadata
-
-        df = table.to_pandas()
-        df.attrs["specreplay"] = metadata(table)
+        df = to_frame(table)
         found.extend(validity.check(df))
         return {"specreplay.validity": validity.to_json(found)}
 

@@ -81,7 +81,9 @@ pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowEr
         ("server_predicted_n", i64_col(&|r| r.server_predicted_n)),
         ("server_predicted_ms", Arc::new(predicted_ms.finish())),
     ];
-    RecordBatch::try_from_iter(columns)
+    // Every field nullable, whatever this batch holds: batches of one run
+    // must share one schema.
+    RecordBatch::try_from_iter_with_nullable(columns.into_iter().map(|(name, array)| (name, array, true)))
 }
 
 #[cfg(test)]

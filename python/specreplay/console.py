@@ -1,0 +1,146 @@
+"""Rendering the summary, the per-request listing and the validity findings
+with rich. Every function takes the `Console` to print on, so the CLI, tests
+(`Console(record=True)`) and notebooks choose where it goes.
+
+Text that comes from data (trace ids, error messages, findings) is passed as
+`rich.text.Text`, never as markup: a `[` in a server's error must not be
+parsed as a style tag.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+from rich.console import Console, JustifyMethod
+from rich.table import Table
+from rich.text import Text
+
+from specreplay.summary import STATS, per_request
+from specreplay.validity import Finding
+
+# Summary prefix -> row label. TTFC is spelled out: it is the figure a user waits for.
+LATENCY_LABELS: dict[str, str] = {
+    "ttft": "TTFT (first token)",
+    "ttfc": "TTFC (first answer token)",
+    "tpot": "TPOT",
+    "itl_chunk": "ITL / chunk",
+    "itl_token": "ITL / token",
+    "e2e": "E2E",
+    "send_lag": "send lag",
+}
+MISSING = "—"
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+
+
+def fmt_ms(value: Any) -> str:
+    """Milliseconds with about four significant figures: 0.042, 3.21, 45.6, 1,234."""
+    if _missing(value):
+        return MISSING
+    x = float(value)
+    if abs(x) < 1:
+        return f"{x:.3f}"
+    if abs(x) < 10:
+        return f"{x:.2f}"
+    if abs(x) < 100:
+        return f"{x:.1f}"
+    return f"{x:,.0f}"
+
+
+def fmt_rate(value: Any, digits: int = 1) -> str:
+    """A rate (tokens/s, requests/s) with thousands separators; — when unknown."""
+    return MISSING if _missing(value) else f"{float(value):,.{digits}f}"
+
+
+def print_summary(console: Console, summary: pd.DataFrame) -> None:
+    """Per sweep point of a `summary.summarize` frame: a heading line (counts,
+    duration, rates), a table of latencies in ms, and a throughput line."""
+    for _, row in summary.iterrows():
+        console.print(Text(_point_heading(row), style="bold"))
+        console.print(_latency_table(row))
+        throughput = (
+            f"  output {fmt_rate(row['output_tok_s'])} tok/s "
+            f"(reasoning {fmt_rate(row['reasoning_tok_s'])}, content {fmt_rate(row['content_tok_s'])})"
+        )
+        share = row["multi_token_chunks"]
+        if not _missing(share):
+            throughput += f"  ·  multi-token chunks {float(share):.0%} of {int(row['chunks'])}"
+        console.print(Text(throughput))
+        console.print()
+
+
+def _point_heading(row: pd.Series) -> str:
+    parts = [
+        str(row["point"]),
+        f"{int(row['requests'])} requests: {int(row['ok'])} ok, {int(row['failed'])} failed",
+        MISSING if _missing(row["duration_s"]) else f"{float(row['duration_s']):.1f} s",
+    ]
+    if not _missing(row["target_rate_rps"]):
+        parts.append(f"target {fmt_rate(row['target_rate_rps'], 2)} req/s")
+        parts.append(f"sent {fmt_rate(row['send_rate_rps'], 2)} req/s")
+    parts.append(f"achieved {fmt_rate(row['achieved_rate_rps'], 2)} req/s")
+    return "  ·  ".join(parts)
+
+
+def _latency_table(row: pd.Series) -> Table:
+    table = Table()
+    table.add_column("metric")
+    for stat in STATS:
+        table.add_column(f"{stat} ms", justify="right")
+    for prefix, label in LATENCY_LABELS.items():
+        table.add_row(label, *(fmt_ms(row[f"{prefix}_{stat}_ms"]) for stat in STATS))
+    table.add_row("TPS per request (tok/s)", *(fmt_rate(row[f"tps_{stat}"]) for stat in STATS), style="dim")
+    return table
+
+
+def print_per_request(console: Console, df: pd.DataFrame) -> None:
+    """The `--per-request` listing of a results frame (warmup rows left out)."""
+    lines = per_request(df)
+    table = Table(title="per request", title_justify="left")
+    for name in ("point", "#", "trace", "tokens reas/cont", "TTFT ms", "TTFC ms", "TPOT ms", "TPS", "finish", "error"):
+        justify: JustifyMethod = "right" if name in {"#", "TTFT ms", "TTFC ms", "TPOT ms", "TPS"} else "left"
+        table.add_column(name, justify=justify)
+    for _, line in lines.iterrows():
+        tokens = f"{_int(line['reasoning_tokens'])}/{_int(line['content_tokens'])}"
+        error = line["error"]
+        table.add_row(
+            Text(str(line["point"])),
+            str(_int(line["request_index"])),
+            Text(str(line["trace_id"])),
+            tokens,
+            fmt_ms(line["ttft_ms"]),
+            fmt_ms(line["ttfc_ms"]),
+            fmt_ms(line["tpot_ms"]),
+            fmt_rate(line["tps"]),
+            Text(MISSING if _missing(line["finish_reason"]) else str(line["finish_reason"])),
+            Text("" if _missing(error) else str(error), style="red"),
+        )
+    console.print(table)
+
+
+def _int(value: Any) -> str:
+    return MISSING if _missing(value) else str(int(value))
+
+
+def print_findings(console: Console, findings: list[Finding]) -> None:
+    """The validity findings under a header no one can miss: errors in bold red
+    under "INVALID MEASUREMENT", warnings in yellow."""
+    errors = [f for f in findings if f.level == "error"]
+    warnings = [f for f in findings if f.level != "error"]
+    if not findings:
+        console.print(Text("validity: no findings", style="green"))
+        return
+    if errors:
+        header = f"INVALID MEASUREMENT: {len(errors)} error(s), {len(warnings)} warning(s) — read before using any figure"
+        console.print(Text(header, style="bold white on red"))
+    else:
+        console.print(Text(f"MEASUREMENT WARNINGS: {len(warnings)} warning(s)", style="bold yellow"))
+    for finding in errors + warnings:
+        style = "bold red" if finding.level == "error" else "yellow"
+        line = Text(f"{finding.level.upper():7} {finding.point}  {finding.code}: ", style=style)
+        line.append(finding.message, style="red" if finding.level == "error" else "")
+        console.print(line)

@@ -1,0 +1,206 @@
+"""The per-point summary and the per-request listing.
+
+Which requests count (warmup rows are always left out):
+
+- request counts and duration: every measured request of the point;
+- send lag: every measured request that was sent (the client's own delay does
+  not depend on how the server answered);
+- TTFT, TTFC, TPOT, TPS, ITL, E2E and tokens/s: successful requests only
+  (`error_kind` null).
+
+Percentiles are pandas' `Series.quantile` with linear interpolation between
+the two nearest samples (numpy's default "linear" method); NaN samples (a
+request with no content has no TTFC) are dropped first. Latencies are reported
+in milliseconds, in columns named `<metric>_<stat>_ms`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specreplay import metrics
+from specreplay.results import config_points
+
+STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99")
+QUANTILES: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+
+# Summary name -> per-request column (µs) of `metrics.add_derived`, or ITL sample column.
+LATENCIES: dict[str, str] = {
+    "ttft": "ttft_us",
+    "ttfc": "ttfc_us",
+    "tpot": "tpot_us",
+    "itl_chunk": "itl_chunk_us",
+    "itl_token": "itl_token_us",
+    "e2e": "e2e_us",
+    "send_lag": "send_lag_us",
+}
+
+OPEN_LOOP_MODES = frozenset({"rate", "speedup"})
+
+
+def describe(samples: pd.Series | np.ndarray, scale: float = 1.0) -> dict[str, float]:
+    """mean, p50, p90 and p99 of `samples` (NaN dropped) divided by `scale`; NaN if none."""
+    values = pd.Series(np.asarray(samples, dtype="float64")).dropna() / scale
+    if values.empty:
+        return {stat: math.nan for stat in STATS}
+    out = {"mean": float(values.mean())}
+    out.update({stat: float(values.quantile(q)) for stat, q in QUANTILES.items()})
+    return out
+
+
+def measured(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` without its warmup rows."""
+    warmup = df["warmup"].astype("boolean").fillna(False).astype(bool)
+    rows: pd.DataFrame = df[~warmup]
+    return rows
+
+
+def is_ok(df: pd.DataFrame) -> pd.Series:
+    """True for successful requests (`error_kind` null)."""
+    return df["error_kind"].isna()
+
+
+def point_mode(point: str, points: list[dict[str, Any]] | None) -> tuple[str | None, float | None]:
+    """(mode, value) of a sweep point: from the config's `points` when it lists
+    it, else parsed from a `mode=value` label; (None, None) when neither works."""
+    for entry in points or []:
+        if entry.get("point") == point:
+            value = entry.get("value")
+            return entry.get("mode"), float(value) if value is not None else None
+    mode, sep, value_text = point.partition("=")
+    if not sep:
+        return None, None
+    try:
+        return mode, float(value_text)
+    except ValueError:
+        return mode, None
+
+
+def _ordered_points(df: pd.DataFrame) -> list[str]:
+    # Run order: by point_index when present, else first appearance.
+    if "point_index" in df.columns and df["point_index"].notna().all():
+        order = df.groupby("point", sort=False)["point_index"].min().sort_values(kind="stable")
+        return [str(p) for p in order.index]
+    return [str(p) for p in pd.unique(df["point"])]
+
+
+def _span_s(start: pd.Series, end: pd.Series) -> float:
+    if start.dropna().empty or end.dropna().empty:
+        return math.nan
+    return float(end.max() - start.min()) / 1e6
+
+
+def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+    """One row per sweep point, in run order (see the module doc for which
+    requests count). `points` is the config's list of {point, mode, value};
+    when omitted it is read from `df.attrs` (set by `specreplay.load`), and
+    failing that the mode is parsed from the point label.
+
+    Columns: point, mode, target_rate_rps (rate points only), requests, ok,
+    failed, duration_s (last end - first send), achieved_rate_rps (ok requests /
+    duration), send_rate_rps (requests sent per second between first and last
+    send), `<latency>_<stat>_ms` for every latency in `LATENCIES` and stat in
+    `STATS`, tps_<stat> (per-request tokens/s), output_tok_s, reasoning_tok_s,
+    content_tok_s (tokens of ok requests / duration), chunks, multi_token_chunks
+    (share of chunks with a known count above 1).
+    """
+    if points is None:
+        points = config_points(df)
+    data = metrics.add_derived(measured(df))
+    ok_rows = data[is_ok(data)]
+    chunk_frame = metrics.chunks(ok_rows)
+    itl = {
+        "itl_chunk_us": metrics.itl_per_chunk(chunk_frame),
+        "itl_token_us": metrics.itl_per_token(chunk_frame),
+    }
+    rows = []
+    for point in _ordered_points(data):
+        rows.append(_summarize_point(point, data, chunk_frame, itl, points))
+    frame: pd.DataFrame = pd.DataFrame(rows)
+    return frame
+
+
+def _summarize_point(
+    point: str,
+    data: pd.DataFrame,
+    chunk_frame: pd.DataFrame,
+    itl: dict[str, pd.DataFrame],
+    points: list[dict[str, Any]] | None,
+) -> dict[str, Any]:
+    rows = data[data["point"] == point]
+    ok = rows[is_ok(rows)]
+    mode, value = point_mode(point, points)
+    sent = metrics.as_float(rows, "sent_us").dropna()
+    duration_s = _span_s(sent, metrics.as_float(rows, "end_us"))
+    send_span_s = _span_s(sent, sent)
+
+    row: dict[str, Any] = {
+        "point": point,
+        "mode": mode,
+        "target_rate_rps": value if mode == "rate" else math.nan,
+        "requests": len(rows),
+        "ok": len(ok),
+        "failed": len(rows) - len(ok),
+        "duration_s": duration_s,
+        "achieved_rate_rps": len(ok) / duration_s if duration_s > 0 else math.nan,
+        "send_rate_rps": (len(sent) - 1) / send_span_s if send_span_s > 0 else math.nan,
+    }
+    for name, column in LATENCIES.items():
+        if name == "send_lag":
+            samples = rows[column]
+        elif column in itl:
+            frame = itl[column]
+            samples = frame.loc[frame["point"] == point, column]
+        else:
+            samples = ok[column]
+        for stat, figure in describe(samples, scale=1000.0).items():
+            row[f"{name}_{stat}_ms"] = figure
+    for stat, figure in describe(ok["tps"]).items():
+        row[f"tps_{stat}"] = figure
+    for kind in ("output", "reasoning", "content"):
+        total = float(metrics.as_float(ok, f"{kind}_tokens").sum())
+        row[f"{kind}_tok_s"] = total / duration_s if duration_s > 0 else math.nan
+    tokens = chunk_frame.loc[chunk_frame["point"] == point, "tokens"].dropna()
+    row["chunks"] = int((chunk_frame["point"] == point).sum())
+    row["multi_token_chunks"] = float((tokens > 1).mean()) if len(tokens) else math.nan
+    return row
+
+
+PER_REQUEST_COLUMNS: tuple[str, ...] = (
+    "point",
+    "request_index",
+    "trace_id",
+    "reasoning_tokens",
+    "content_tokens",
+    "output_tokens",
+    "token_source",
+    "ttft_ms",
+    "ttfc_ms",
+    "tpot_ms",
+    "tps",
+    "e2e_ms",
+    "finish_reason",
+    "error",
+)
+
+
+def per_request(df: pd.DataFrame, include_warmup: bool = False) -> pd.DataFrame:
+    """One line per request (the `--per-request` listing), columns
+    `PER_REQUEST_COLUMNS`: token counts, TTFT/TTFC/TPOT/E2E in ms, TPS in
+    tokens/s, finish reason, and `error` = "<error_kind>: <error_message>"."""
+    data = metrics.add_derived(df if include_warmup else measured(df))
+    out = pd.DataFrame(index=data.index)
+    for column in ("point", "request_index", "trace_id", "reasoning_tokens", "content_tokens", "output_tokens", "token_source"):
+        out[column] = data[column]
+    for name in ("ttft", "ttfc", "tpot", "e2e"):
+        out[f"{name}_ms"] = data[f"{name}_us"] / 1000.0
+    out["tps"] = data["tps"]
+    out["finish_reason"] = data["finish_reason"]
+    kind, message = data["error_kind"], data["error_message"]
+    out["error"] = kind.where(message.isna(), kind + ": " + message)
+    listing: pd.DataFrame = out[list(PER_REQUEST_COLUMNS)].reset_index(drop=True)
+    return listing

@@ -1,0 +1,282 @@
+"""Validity checks: what makes a measurement misleading, found and said aloud.
+
+Each check has a stable `code` (scripts may match on it) and yields at most
+one `Finding` per sweep point. Level "error" means the figures do not measure
+what they claim; "warning" means they do, with a caveat to read. Warmup rows
+are left out of every check.
+
+The codes: reasoning_ate_budget, estimated_tokens, multi_token_chunks,
+client_saturated, error_rate, too_few_requests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+import pandas as pd
+
+from specreplay import metrics
+from specreplay.results import config_points, run_config
+from specreplay.summary import OPEN_LOOP_MODES, is_ok, measured, point_mode, summarize
+
+Level = Literal["warning", "error"]
+
+# Finish reasons meaning "the output hit the token limit", across dialects.
+LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
+ESTIMATED_SOURCES = frozenset({"chunks", "usage_split_estimated"})
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Limits of the checks. Defaults are deliberately strict for a client that
+    timestamps in µs: a millisecond of send lag is already visible in TTFT."""
+
+    send_lag_p99_ms: float = 1.0
+    """client_saturated: p99 send lag (sent − scheduled) above this."""
+    min_rate_ratio: float = 0.95
+    """client_saturated: send rate below this share of the target rate."""
+    max_error_rate: float = 0.01
+    """error_rate: share of failed requests above this."""
+    min_requests_p90: int = 10
+    """too_few_requests: ok requests needed before p90 means anything."""
+    min_requests_p99: int = 100
+    """too_few_requests: ok requests needed before p99 means anything."""
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Thresholds:
+        """Thresholds from a mapping such as the config's `thresholds`; an
+        unknown key is an error rather than a silently ignored typo."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"unknown thresholds: {', '.join(sorted(unknown))}")
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    level: Level
+    point: str
+    count: int
+    """How many requests the finding concerns (for client_saturated: requests sent)."""
+    message: str
+
+
+def to_json(findings: list[Finding]) -> str:
+    """The findings as the JSON list stored in `specreplay.validity`."""
+    return json.dumps([asdict(f) for f in findings], ensure_ascii=False)
+
+
+def from_json(text: str) -> list[Finding]:
+    """Inverse of `to_json`."""
+    items = json.loads(text)
+    if not isinstance(items, list):
+        raise ValueError("specreplay.validity is not a JSON list")
+    return [Finding(**item) for item in items]
+
+
+def is_fatal(findings: list[Finding], strict: bool) -> bool:
+    """Whether the run should exit non-zero: with `--strict`, any finding is.
+
+    Without it nothing is: the results file is still worth keeping, and the
+    findings are printed (errors as INVALID MEASUREMENT) and stored with it."""
+    return strict and bool(findings)
+
+
+def check(
+    df: pd.DataFrame,
+    thresholds: Thresholds | None = None,
+    *,
+    points: list[dict[str, Any]] | None = None,
+    max_tokens: int | None = None,
+) -> list[Finding]:
+    """Run every check on every sweep point of `df`; findings in point order,
+    errors first within a point. `points` and `max_tokens` default to the run
+    config in `df.attrs` (see `specreplay.load`); `max_tokens` only makes the
+    advice more precise."""
+    thresholds = thresholds or Thresholds()
+    if points is None:
+        points = config_points(df)
+    if max_tokens is None:
+        configured = run_config(df).get("max_tokens")
+        max_tokens = int(configured) if isinstance(configured, (int, float)) else None
+    data = measured(df)
+    summary = summarize(df, points=points)
+    findings: list[Finding] = []
+    for _, row in summary.iterrows():
+        point = str(row["point"])
+        rows = data[data["point"] == point]
+        found = [
+            _reasoning_ate_budget(point, rows, max_tokens),
+            _error_rate(point, rows, thresholds),
+            _client_saturated(point, rows, row, points, thresholds),
+            _estimated_tokens(point, rows),
+            _multi_token_chunks(point, rows, row),
+            _too_few_requests(point, int(row["ok"]), thresholds),
+        ]
+        point_findings = [f for f in found if f is not None]
+        findings += sorted(point_findings, key=lambda f: f.level != "error")
+    return findings
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.0f}%" if whole else "n/a"
+
+
+def _reasoning_ate_budget(point: str, rows: pd.DataFrame, max_tokens: int | None) -> Finding | None:
+    content = metrics.as_float(rows, "content_tokens")
+    hit = rows[rows["finish_reason"].isin(LENGTH_REASONS) & (content == 0)]
+    if hit.empty:
+        return None
+    spent = metrics.as_float(hit, "reasoning_tokens")
+    limit = f"max_tokens={max_tokens}" if max_tokens is not None else "max_tokens"
+    return Finding(
+        code="reasoning_ate_budget",
+        level="error",
+        point=point,
+        count=len(hit),
+        message=(
+            f"{len(hit)} of {len(rows)} requests ({_pct(len(hit), len(rows))}) hit {limit} "
+            f"with NO answer: all {int(spent.sum())} output tokens "
+            f"(mean {spent.mean():.0f} per request) went to reasoning. "
+            "Their TTFC is missing and their TPOT/TPS measure reasoning, not answers. "
+            "Raise --max-tokens until no request ends this way."
+        ),
+    )
+
+
+def _error_rate(point: str, rows: pd.DataFrame, thresholds: Thresholds) -> Finding | None:
+    failed = rows[~is_ok(rows)]
+    if rows.empty or len(failed) / len(rows) <= thresholds.max_error_rate:
+        return None
+    by_kind = failed["error_kind"].value_counts()
+    kinds = ", ".join(f"{kind}: {n}" for kind, n in by_kind.items())
+    return Finding(
+        code="error_rate",
+        level="error",
+        point=point,
+        count=len(failed),
+        message=(
+            f"{len(failed)} of {len(rows)} requests failed ({_pct(len(failed), len(rows))}, "
+            f"limit {thresholds.max_error_rate:.0%}) — {kinds}. "
+            "Latency figures cover the successful requests only."
+        ),
+    )
+
+
+def _client_saturated(
+    point: str,
+    rows: pd.DataFrame,
+    summary_row: pd.Series,
+    points: list[dict[str, Any]] | None,
+    thresholds: Thresholds,
+) -> Finding | None:
+    mode, _ = point_mode(point, points)
+    if mode not in OPEN_LOOP_MODES:
+        return None  # closed loop: sends wait for the server by design
+    problems: list[str] = []
+    level: Level = "warning"
+    lag_p99 = float(summary_row["send_lag_p99_ms"])
+    if lag_p99 > thresholds.send_lag_p99_ms:
+        problems.append(
+            f"send lag p99 is {lag_p99:.3f} ms (limit {thresholds.send_lag_p99_ms:g} ms): "
+            "requests left later than scheduled, so the offered load was lower and burstier than planned"
+        )
+    target = float(summary_row["target_rate_rps"])
+    rate = float(summary_row["send_rate_rps"])
+    # The send rate, not completions/duration: the tail of the last responses
+    # would otherwise count as client slowness.
+    if not math.isnan(target) and not math.isnan(rate) and rate < thresholds.min_rate_ratio * target:
+        level = "error"
+        problems.append(
+            f"requests were sent at {rate:.2f}/s against a target of {target:g}/s "
+            f"(below {thresholds.min_rate_ratio:.0%}): this point did not measure the load it names"
+        )
+    if not problems:
+        return None
+    return Finding(
+        code="client_saturated",
+        level=level,
+        point=point,
+        count=int(rows["sent_us"].notna().sum()),
+        message="The client could not keep up: " + "; ".join(problems) + ". Lower the load per client host, or check that it is not a debug build or a busy machine.",
+    )
+
+
+def _estimated_tokens(point: str, rows: pd.DataFrame) -> Finding | None:
+    source = rows["token_source"]
+    no_usage = int((source == "chunks").sum())
+    split = int((source == "usage_split_estimated").sum())
+    if no_usage + split == 0:
+        return None
+    parts = []
+    if no_usage:
+        parts.append(
+            f"{no_usage} requests had no usage from the server: every token count is one per chunk, "
+            "an estimate (enable stream_options.include_usage, or continuous usage stats)"
+        )
+    if split:
+        parts.append(f"{split} requests got a total from the server but the reasoning/content split is estimated")
+    return Finding(
+        code="estimated_tokens",
+        level="warning",
+        point=point,
+        count=no_usage + split,
+        message="Token counts are estimates: " + "; ".join(parts) + ". TPOT, TPS, per-token ITL and tokens/s inherit the error.",
+    )
+
+
+def _multi_token_chunks(point: str, rows: pd.DataFrame, summary_row: pd.Series) -> Finding | None:
+    ok = rows[is_ok(rows)]
+    frame = metrics.chunks(ok)
+    several = frame.loc[frame["tokens"] > 1, "request_index"].unique()
+    over = ok[metrics.as_float(ok, "output_tokens") > metrics.as_float(ok, "chunk_count")]
+    requests = set(several) | set(over["request_index"])
+    if not requests:
+        return None
+    share = float(summary_row["multi_token_chunks"])
+    share_text = f"{share:.0%} of chunks carry more than one token; " if not math.isnan(share) else ""
+    return Finding(
+        code="multi_token_chunks",
+        level="warning",
+        point=point,
+        count=len(requests),
+        message=(
+            f"{len(requests)} of {len(ok)} requests received several tokens per chunk "
+            f"(speculative decoding or server-side batching of the stream); {share_text}"
+            "'ITL/chunk' is the gap between chunks, 'ITL/token' divides each gap by its chunk's tokens. "
+            "Compare ITL/token (or TPOT) across servers, not ITL/chunk."
+            + _estimated_chunk_counts(ok[ok["request_index"].isin(requests)])
+        ),
+    )
+
+
+def _estimated_chunk_counts(ok: pd.DataFrame) -> str:
+    # Under `usage` the per-chunk counts are the total spread over the chunks.
+    estimated = int((ok["token_source"] != "continuous_usage").sum())
+    if not estimated:
+        return ""
+    return f" The per-chunk token counts of {estimated} requests are estimated (no continuous usage stats), so their ITL/token is approximate."
+
+
+def _too_few_requests(point: str, ok: int, thresholds: Thresholds) -> Finding | None:
+    if ok >= thresholds.min_requests_p99:
+        return None
+    if ok < thresholds.min_requests_p90:
+        unreliable, needed = "p90 and p99", f"{thresholds.min_requests_p90} for a p90, {thresholds.min_requests_p99} for a p99"
+    else:
+        unreliable, needed = "p99", f"{thresholds.min_requests_p99} for a p99"
+    return Finding(
+        code="too_few_requests",
+        level="warning",
+        point=point,
+        count=ok,
+        message=(
+            f"only {ok} successful requests (at least {needed}): "
+            f"the {unreliable} printed come from the top one or two samples, not a distribution."
+        ),
+    )

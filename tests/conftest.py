@@ -1,0 +1,106 @@
+"""Synthetic results tables with exactly the results schema.
+
+`make_results` builds a DataFrame the way `specreplay.load` returns one (an
+Arrow table with `results_schema()` converted by pyarrow's `to_pandas`) from a
+few dicts. A dict gives schema columns to override and, as a shorthand,
+`chunks`: a list of `(µs after sent_us, tokens, channel name)` from which the
+chunk lists, first/last timestamps and token counts are derived unless given.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from specreplay.schema import CHANNELS, COLUMNS, results_schema
+
+T0 = 1_750_000_000_000_000  # µs since epoch: a realistic magnitude
+DEFAULT_CHUNKS = [(100_000 + 10_000 * i, 1, "content") for i in range(11)]  # 11 tokens over 100 ms
+
+
+def result_row(index: int, spec: dict[str, Any]) -> dict[str, Any]:
+    spec = dict(spec)
+    chunks = spec.pop("chunks", DEFAULT_CHUNKS)
+    sent = spec.get("sent_us", T0 + 1_000_000 * index)
+    row: dict[str, Any] = {c.name: None for c in COLUMNS}
+    row.update(
+        run_id="run-1",
+        label="test",
+        point="rate=8",
+        point_index=0,
+        request_index=index,
+        trace_id=f"t{index}",
+        api="chat",
+        warmup=False,
+        scheduled_us=sent,
+        sent_us=sent,
+        http_status=200,
+        finish_reason="stop",
+        prompt_tokens=20,
+        token_source="continuous_usage",
+    )
+    if chunks is not None:
+        ts = [sent + offset for offset, _, _ in chunks]
+        channels = [CHANNELS.index(name) for _, _, name in chunks]
+        tokens = [k for _, k, _ in chunks]
+
+        def first(names: tuple[str, ...]) -> int | None:
+            return next((t for t, c in zip(ts, channels) if CHANNELS[c] in names), None)
+
+        reasoning = sum(k for k, c in zip(tokens, channels) if CHANNELS[c] == "reasoning")
+        row.update(
+            chunk_ts_us=ts,
+            chunk_tokens=tokens,
+            chunk_channel=channels,
+            chunk_count=len(chunks),
+            first_byte_us=ts[0] - 500 if ts else None,
+            first_token_us=ts[0] if ts else None,
+            first_reasoning_us=first(("reasoning",)),
+            first_content_us=first(("content",)),
+            last_token_us=ts[-1] if ts else None,
+            end_us=(ts[-1] if ts else sent) + 1_000,
+            reasoning_tokens=reasoning,
+            content_tokens=sum(tokens) - reasoning,
+            output_tokens=sum(tokens),
+        )
+    row.update(spec)
+    return row
+
+
+def results_frame(rows: list[dict[str, Any]], metadata: dict[str, str] | None = None) -> pd.DataFrame:
+    table = results_table(rows, metadata)
+    df: pd.DataFrame = table.to_pandas()
+    df.attrs = dict(metadata or {})
+    return df
+
+
+def results_table(rows: list[dict[str, Any]], metadata: dict[str, str] | None = None) -> pa.Table:
+    # request_index counts within each point, like the engine's schedule.
+    seen: dict[str, int] = {}
+    full = []
+    for spec in rows:
+        point = spec.get("point", "rate=8")
+        index = seen.get(point, 0)
+        seen[point] = index + 1
+        full.append(result_row(index, spec))
+    return pa.Table.from_pylist(full, schema=results_schema(metadata))
+
+
+def config_metadata(points: list[dict[str, Any]], max_tokens: int | None = None) -> dict[str, str]:
+    config: dict[str, Any] = {"points": points}
+    if max_tokens is not None:
+        config["max_tokens"] = max_tokens
+    return {"specreplay.version": "0.1.0", "specreplay.config": json.dumps(config)}
+
+
+MakeResults = Callable[..., pd.DataFrame]
+
+
+@pytest.fixture
+def make_results() -> MakeResults:
+    """`make_results([{...}, ...], metadata=None)` -> results DataFrame."""
+    return results_frame

@@ -1,0 +1,99 @@
+"""Request shaping: what replay changes in a recorded body, and nothing else."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specreplay.config import ReplayConfig
+from specreplay.errors import ConfigError
+from specreplay.shaping import auth_headers, base_url, prepare, redact_url, shape_body
+from specreplay.trace import TraceRecord
+
+
+def rec(api: str, body: dict[str, object]) -> TraceRecord:
+    return TraceRecord(id="x", api=api, body=body, arrival=1.0)
+
+
+def test_chat_body_streams_with_usage_and_keeps_the_rest() -> None:
+    cfg = ReplayConfig(trace="t", max_tokens=64, ignore_eos=True, extra_body={"temperature": 0})
+    body = shape_body(rec("chat", {"messages": [], "temperature": 0.7, "top_p": 0.9}), cfg, "m")
+    assert body == {
+        "messages": [],
+        "temperature": 0,
+        "top_p": 0.9,
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "max_tokens": 64,
+        "ignore_eos": True,
+    }
+
+
+def test_budget_goes_in_the_field_each_api_uses() -> None:
+    cfg = ReplayConfig(trace="t", max_tokens=10)
+    assert shape_body(rec("chat", {"messages": [], "max_completion_tokens": 5}), cfg, None)["max_completion_tokens"] == 10
+    assert shape_body(rec("responses", {"input": "x"}), cfg, None)["max_output_tokens"] == 10
+    anthropic = shape_body(rec("anthropic", {"messages": []}), cfg, None)
+    assert anthropic["max_tokens"] == 10
+    assert "stream_options" not in anthropic
+
+
+def test_no_continuous_usage() -> None:
+    cfg = ReplayConfig(trace="t", continuous_usage=False)
+    assert shape_body(rec("completions", {"prompt": "p"}), cfg, None)["stream_options"] == {"include_usage": True}
+
+
+def test_recorded_body_is_not_mutated() -> None:
+    original = {"messages": [{"role": "user", "content": "x"}]}
+    r = rec("chat", original)
+    shape_body(r, ReplayConfig(trace="t", extra_body={"messages": []}), "m")
+    assert original == {"messages": [{"role": "user", "content": "x"}]}
+
+
+def test_urls() -> None:
+    assert base_url("http://h:8000") == "http://h:8000/v1"
+    assert base_url("http://h:8000/v1/") == "http://h:8000/v1"
+    assert base_url("https://h/openai/v1") == "https://h/openai/v1"
+    assert redact_url("https://user:secret@h:443/v1?key=abc") == "https://h:443/v1"
+    reqs = prepare([rec("chat", {"messages": []}), rec("completions", {"prompt": "p"})], ReplayConfig(trace="t"), "http://h:1", "m")
+    assert [r.url for r in reqs] == ["http://h:1/v1/chat/completions", "http://h:1/v1/completions"]
+    assert json.loads(reqs[0].body)["model"] == "m"
+
+
+def test_api_key_becomes_headers_and_never_metadata() -> None:
+    cfg = ReplayConfig(trace="t", api_key="sk-secret", headers=[("X-Api-Key", "other-secret"), ("X-Trace", "1")])
+    headers = auth_headers(cfg, {"chat", "anthropic"})
+    assert ("Authorization", "Bearer sk-secret") in headers
+    assert ("anthropic-version", "2023-06-01") in headers
+    assert not any(k == "x-api-key" for k, _ in headers)  # the user's own X-Api-Key wins
+    meta = json.dumps(cfg.to_metadata())
+    assert "sk-secret" not in meta and "other-secret" not in meta
+    assert '"X-Trace", "1"' in meta
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"rates": [0.0]}, "--rate"),
+        ({"rates": [1.0], "concurrencies": [2]}, "only one of"),
+        ({"arrival": "weibull"}, "--arrival"),
+        ({"burstiness": -1.0}, "--burstiness"),
+        ({"num_requests": 0}, "--num-requests"),
+        ({"duration": 0.0}, "--duration"),
+        ({"url": "ftp://x"}, "--url"),
+    ],
+)
+def test_config_validation(kwargs: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        ReplayConfig(trace="t", **kwargs).validate()  # type: ignore[arg-type]
+
+
+def test_points() -> None:
+    assert [p.name for p in ReplayConfig(trace="t", concurrencies=[1, 8]).points(False)] == ["concurrency=1", "concurrency=8"]
+    assert [p.name for p in ReplayConfig(trace="t").points(True)] == ["speedup=1"]
+    with pytest.raises(ConfigError, match="no arrival times"):
+        ReplayConfig(trace="t").points(False)
+    with pytest.raises(ConfigError, match="has none"):
+        ReplayConfig(trace="t", speedups=[2.0]).points(False)

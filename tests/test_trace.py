@@ -1,0 +1,102 @@
+"""The trace reader: valid traces load, and every malformed one fails with
+file, line and field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specreplay.errors import TraceError
+from specreplay.trace import TraceRecord, load_trace, write_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def chat(i: int, arrival: float | None = 0.0, **extra: object) -> dict[str, object]:
+    rec: dict[str, object] = {"id": f"r{i}", "api": "chat", "body": {"messages": [{"role": "user", "content": "hi"}]}}
+    if arrival is not None:
+        rec["arrival"] = arrival
+    rec.update(extra)
+    return rec
+
+
+def write(tmp_path: Path, lines: list[object]) -> Path:
+    p = tmp_path / "t.jsonl"
+    p.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    return p
+
+
+@pytest.mark.parametrize("name", ["reasoning-prompts.jsonl", "poisson-200.jsonl"])
+def test_sample_traces_load(name: str) -> None:
+    trace = load_trace(ROOT / "traces" / name)
+    assert len(trace) >= 12
+    assert trace.has_arrivals
+    arrivals = [r.arrival for r in trace.records]
+    assert arrivals == sorted(arrivals)
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    recs = [
+        TraceRecord(id="a", api="chat", body={"messages": []}, arrival=0.0, session_id="s", expected_output_tokens=5),
+        TraceRecord(id="b", api="completions", body={"prompt": "x"}, arrival=1.5),
+    ]
+    p = tmp_path / "rt.jsonl"
+    write_trace(recs, p)
+    back = load_trace(p).records
+    assert [(r.id, r.api, r.body, r.arrival, r.session_id, r.expected_output_tokens) for r in back] == [
+        (r.id, r.api, r.body, r.arrival, r.session_id, r.expected_output_tokens) for r in recs
+    ]
+
+
+def test_comments_and_blank_lines_are_skipped_and_lines_counted(tmp_path: Path) -> None:
+    p = write(tmp_path, ["# a comment", "", chat(1), chat(2, arrival=1.0)])
+    trace = load_trace(p)
+    assert [r.line for r in trace.records] == [3, 4]
+
+
+@pytest.mark.parametrize(
+    ("lines", "line", "field", "fragment"),
+    [
+        ([chat(1), "{not json"], 2, None, "invalid JSON"),
+        ([chat(1), "[1, 2]"], 2, None, "expected a JSON object"),
+        ([chat(1, arrival=-1.0)], 1, "arrival", "must not be negative"),
+        ([chat(1, arrival="soon")], 1, "arrival", "must be a number"),
+        ([chat(1, arrival=2.0), chat(2, arrival=1.0)], 2, "arrival", "goes backwards"),
+        ([chat(1, arrival=0.0), chat(2, arrival=None)], 2, "arrival", "either every record"),
+        ([chat(1, api="grpc")], 1, "api", "unknown API"),
+        ([{"id": "x", "api": "chat"}], 1, "body", "missing"),
+        ([{"id": "x", "api": "completions", "body": {"messages": []}}], 1, "body.prompt", "missing"),
+        ([chat(1), chat(1)], 2, "id", "duplicate id"),
+        ([chat(1, arival=3)], 1, "arival", "unknown field"),
+        ([chat(1, expected_output_tokens=-3)], 1, "expected_output_tokens", "non-negative"),
+    ],
+)
+def test_malformed_traces_name_file_line_and_field(
+    tmp_path: Path, lines: list[object], line: int, field: str | None, fragment: str
+) -> None:
+    p = write(tmp_path, lines)
+    with pytest.raises(TraceError) as err:
+        load_trace(p)
+    assert err.value.line == line
+    assert err.value.field == field
+    assert fragment in str(err.value)
+    assert str(err.value).startswith(f"{p}:{line}: ")
+
+
+def test_empty_and_missing_files(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n# nothing\n")
+    with pytest.raises(TraceError, match="empty"):
+        load_trace(empty)
+    with pytest.raises(TraceError, match="no such file"):
+        load_trace(tmp_path / "nope.jsonl")
+
+
+def test_invalid_utf8_is_reported_with_its_line(tmp_path: Path) -> None:
+    p = tmp_path / "bad.jsonl"
+    p.write_bytes(json.dumps(chat(1)).encode() + b"\n" + b'{"id": "\xff"}\n')
+    with pytest.raises(TraceError) as err:
+        load_trace(p)
+    assert err.value.line == 2

@@ -1,0 +1,163 @@
+from typing import Any
+
+import pytest
+from conftest import T0, MakeResults, config_metadata
+
+from specreplay.validity import Finding, Thresholds, check, from_json, is_fatal, to_json
+
+# Thresholds that silence too_few_requests, so small tables test one check at a time.
+FEW = Thresholds(min_requests_p90=1, min_requests_p99=1)
+
+
+def codes(findings: list[Finding]) -> list[str]:
+    return [f.code for f in findings]
+
+
+def only(findings: list[Finding], code: str) -> Finding:
+    matching = [f for f in findings if f.code == code]
+    assert len(matching) == 1, findings
+    return matching[0]
+
+
+def budget_eaten(reasoning: int = 512) -> dict[str, Any]:
+    return {"chunks": [(1_000 * (i + 1), 1, "reasoning") for i in range(reasoning)], "finish_reason": "length"}
+
+
+def test_a_clean_point_has_no_findings(make_results: MakeResults) -> None:
+    rows = [{"sent_us": T0 + 125_000 * i} for i in range(100)]
+    assert check(make_results(rows), points=[{"point": "rate=8", "mode": "rate", "value": 8.0}]) == []
+
+
+def test_reasoning_ate_budget_five_of_eight(make_results: MakeResults) -> None:
+    rows = [budget_eaten() for _ in range(5)] + [{} for _ in range(3)]
+    finding = only(check(make_results(rows), FEW, max_tokens=512), "reasoning_ate_budget")
+    assert finding.level == "error"
+    assert finding.count == 5
+    assert finding.point == "rate=8"
+    assert "5 of 8" in finding.message
+    assert "2560" in finding.message  # 5 × 512 reasoning tokens spent
+    assert "max_tokens=512" in finding.message
+    assert "--max-tokens" in finding.message
+    assert "TPOT/TPS" in finding.message
+
+
+def test_reasoning_ate_budget_reads_max_tokens_from_the_config(make_results: MakeResults) -> None:
+    df = make_results([budget_eaten(64)], config_metadata([], max_tokens=64))
+    assert "max_tokens=64" in only(check(df, FEW), "reasoning_ate_budget").message
+
+
+def test_reasoning_ate_budget_across_dialects_and_not_for_truncated_answers(make_results: MakeResults) -> None:
+    rows = [
+        {**budget_eaten(8), "finish_reason": "max_tokens"},  # anthropic
+        {**budget_eaten(8), "finish_reason": "max_output_tokens"},  # responses
+        {"finish_reason": "length"},  # an answer was given, just cut short
+        {**budget_eaten(8), "finish_reason": "stop"},
+    ]
+    assert only(check(make_results(rows), FEW), "reasoning_ate_budget").count == 2
+
+
+def test_warmup_rows_are_left_out_of_checks(make_results: MakeResults) -> None:
+    rows = [{**budget_eaten(8), "warmup": True}, {"warmup": True, "error_kind": "connect", "chunks": None}, {}]
+    assert check(make_results(rows), FEW) == []
+
+
+def test_estimated_tokens(make_results: MakeResults) -> None:
+    rows = [{"token_source": "chunks"}, {"token_source": "usage_split_estimated"}, {"token_source": "usage"}, {}]
+    finding = only(check(make_results(rows), FEW), "estimated_tokens")
+    assert finding.level == "warning"
+    assert finding.count == 2
+    assert "no usage" in finding.message and "split" in finding.message
+
+
+def test_multi_token_chunks_from_chunk_counts_or_usage(make_results: MakeResults) -> None:
+    rows = [
+        {"chunks": [(1_000, 1, "content"), (2_000, 4, "content")]},
+        # usage says 20 tokens, but only 11 chunks came: several per chunk.
+        {"token_source": "usage", "output_tokens": 20, "content_tokens": 20},
+        {},
+    ]
+    finding = only(check(make_results(rows), FEW), "multi_token_chunks")
+    assert finding.level == "warning"
+    assert finding.count == 2
+    assert "ITL/chunk" in finding.message and "ITL/token" in finding.message
+    assert "per-chunk token counts of 1 requests are estimated" in finding.message
+
+
+def test_one_token_per_chunk_is_not_flagged(make_results: MakeResults) -> None:
+    assert "multi_token_chunks" not in codes(check(make_results([{}, {}]), FEW))
+
+
+def lagging(point: str, lag_us: int, n: int = 10, spacing_us: int = 125_000) -> list[dict[str, Any]]:
+    return [
+        {"point": point, "scheduled_us": T0 + spacing_us * i, "sent_us": T0 + spacing_us * i + lag_us}
+        for i in range(n)
+    ]
+
+
+def test_client_saturated_by_send_lag_on_open_loop_points_only(make_results: MakeResults) -> None:
+    df = make_results(lagging("rate=8", 2_000) + lagging("concurrency=8", 2_000))
+    finding = only(check(df, FEW), "client_saturated")
+    assert finding.point == "rate=8"
+    assert finding.level == "warning"
+    assert "2.000 ms" in finding.message
+
+
+def test_client_saturated_when_sending_below_the_target_rate(make_results: MakeResults) -> None:
+    # Target 8/s, sent 4/s: the point did not offer the load it names.
+    df = make_results(lagging("rate=8", 0, spacing_us=250_000))
+    finding = only(check(df, FEW), "client_saturated")
+    assert finding.level == "error"
+    assert "4.00/s" in finding.message
+
+
+def test_slow_responses_do_not_count_as_client_saturation(make_results: MakeResults) -> None:
+    slow = [(5_000_000 + 10_000 * i, 1, "content") for i in range(11)]
+    rows = [{**row, "chunks": slow} for row in lagging("rate=8", 0)]
+    assert "client_saturated" not in codes(check(make_results(rows), FEW))
+
+
+def test_error_rate_lists_counts_by_kind(make_results: MakeResults) -> None:
+    rows: list[dict[str, Any]] = [{} for _ in range(7)]
+    rows += [{"error_kind": "timeout", "chunks": None}] * 2 + [{"error_kind": "http", "chunks": None, "http_status": 503}]
+    finding = only(check(make_results(rows), FEW), "error_rate")
+    assert finding.level == "error"
+    assert finding.count == 3
+    assert "timeout: 2" in finding.message and "http: 1" in finding.message
+    assert "error_rate" not in codes(check(make_results(rows), Thresholds(max_error_rate=0.5, min_requests_p90=1, min_requests_p99=1)))
+
+
+def test_too_few_requests_for_p99_and_p90(make_results: MakeResults) -> None:
+    eight = only(check(make_results([{} for _ in range(8)])), "too_few_requests")
+    assert eight.count == 8
+    assert "p90 and p99" in eight.message
+    fifty = only(check(make_results([{} for _ in range(50)])), "too_few_requests")
+    assert "the p99 printed" in fifty.message
+    assert "at least 100 for a p99" in fifty.message
+    assert fifty.level == "warning"
+
+
+def test_errors_come_first_within_a_point(make_results: MakeResults) -> None:
+    rows = [{**budget_eaten(4), "token_source": "chunks"}]
+    assert codes(check(make_results(rows))) == ["reasoning_ate_budget", "estimated_tokens", "too_few_requests"]
+
+
+def test_findings_round_trip_through_json() -> None:
+    findings = [
+        Finding("reasoning_ate_budget", "error", "rate=8", 5, "5 of 8 — «no answer»"),
+        Finding("too_few_requests", "warning", "rate=8", 8, "only 8"),
+    ]
+    assert from_json(to_json(findings)) == findings
+    assert to_json([]) == "[]"
+
+
+def test_is_fatal_only_when_strict() -> None:
+    warning = Finding("too_few_requests", "warning", "rate=8", 8, "only 8")
+    assert is_fatal([warning], strict=True)
+    assert not is_fatal([warning], strict=False)
+    assert not is_fatal([], strict=True)
+
+
+def test_thresholds_from_config() -> None:
+    assert Thresholds.from_dict({"send_lag_p99_ms": 5.0}).send_lag_p99_ms == 5.0
+    with pytest.raises(ValueError, match="send_lag_ms"):
+        Thresholds.from_dict({"send_lag_ms": 5.0})
