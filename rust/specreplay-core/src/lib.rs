@@ -5,5 +5,6 @@
 
 pub mod clock;
 pub mod error;
+pub mod sim;
 
 pub use error::CoreError;
