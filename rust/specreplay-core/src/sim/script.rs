@@ -133,9 +133,8 @@ impl Script {
             natural_reasoning = 0;
         }
         let natural = natural_reasoning + natural_content;
-        let (total, finish) = if req.ignore_eos {
-            (budget, Finish::Length)
-        } else if natural.max(req.min_tokens) > budget {
+        // `ignore_eos` runs to the budget; so does an answer longer than the budget.
+        let (total, finish) = if req.ignore_eos || natural.max(req.min_tokens) > budget {
             (budget, Finish::Length)
         } else {
             // `min_tokens` suppresses the end of the answer until it is reached.
