@@ -5,12 +5,14 @@ use pyo3::prelude::*;
 
 mod errors;
 mod runtime;
+mod sim;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(now_us, m)?)?;
     errors::register(m)?;
+    m.add_class::<sim::SimServer>()?;
     Ok(())
 }
 
