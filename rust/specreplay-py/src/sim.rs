@@ -31,7 +31,11 @@ fn config_from_dict(py: Python<'_>, dict: &Bound<'_, PyDict>) -> PyResult<SimCon
     for (key, value) in dict.iter() {
         let key: String = key
             .cast::<PyString>()
-            .map_err(|_| ConfigError::new_err(format!("invalid configuration: key {key:?} is not a string")))?
+            .map_err(|_| {
+                ConfigError::new_err(format!(
+                    "invalid configuration: key {key:?} is not a string"
+                ))
+            })?
             .to_string();
         let text: String = json
             .call_method("dumps", (value,), Some(&kwargs))
@@ -48,23 +52,37 @@ fn resolve(host: &str, port: u16) -> PyResult<SocketAddr> {
     let mut addrs = (host, port)
         .to_socket_addrs()
         .map_err(|e| Error::from(CoreError::io(format!("cannot resolve host {host:?}"), e)))?;
-    addrs.next().ok_or_else(|| ConfigError::new_err(format!("invalid configuration: host: {host:?} has no address")))
+    addrs.next().ok_or_else(|| {
+        ConfigError::new_err(format!(
+            "invalid configuration: host: {host:?} has no address"
+        ))
+    })
 }
 
 #[pymethods]
 impl SimServer {
     #[new]
     #[pyo3(signature = (host = "127.0.0.1", port = 0, config = None))]
-    fn new(py: Python<'_>, host: &str, port: u16, config: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        host: &str,
+        port: u16,
+        config: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
         let config = match config {
             Some(dict) => config_from_dict(py, dict)?,
             None => SimConfig::default(),
         };
         let server = py.detach(|| {
             let addr = resolve(host, port)?;
-            RUNTIME.block_on(CoreSimServer::start(config, addr)).map_err(|e| PyErr::from(Error::from(e)))
+            RUNTIME
+                .block_on(CoreSimServer::start(config, addr))
+                .map_err(|e| PyErr::from(Error::from(e)))
         })?;
-        Ok(SimServer { addr: server.local_addr(), inner: Mutex::new(Some(server)) })
+        Ok(SimServer {
+            addr: server.local_addr(),
+            inner: Mutex::new(Some(server)),
+        })
     }
 
     /// The IP address the server is bound to.
