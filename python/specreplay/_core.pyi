@@ -1,13 +1,14 @@
 """Type stubs of the Rust extension `specreplay._core` (checked by mypy stubtest)."""
 
-__version__: str
-
+from types import TracebackType
 from typing import final
 
 from specreplay.errors import ConfigError as ConfigError
 from specreplay.errors import EngineError as EngineError
 from specreplay.errors import SpecreplayError as SpecreplayError
 from specreplay.errors import StreamFormatError as StreamFormatError
+
+__version__: str
 
 def now_us() -> int: ...
 
@@ -31,3 +32,27 @@ class EngineRun:
     def started_us(self) -> int: ...
 
 def start_point(spec_json: str, requests: list[tuple[str, str, str, bytes, float]]) -> EngineRun: ...
+
+@final
+class SimServer:
+    """The simulated reasoning-model server, serving in the background."""
+
+    def __new__(
+        cls, host: str = "127.0.0.1", port: int = 0, config: dict[str, object] | None = None
+    ) -> SimServer: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def running(self) -> bool: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> SimServer: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...

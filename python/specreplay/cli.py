@@ -11,6 +11,7 @@ import click
 
 from specreplay import __version__
 from specreplay.commands.replay import replay
+from specreplay.commands.serve import serve
 
 #: Options that take a list of numbers: `--rate 1 2 4` is read as
 #: `--rate 1 --rate 2 --rate 4` (click options take one value each).
@@ -53,6 +54,7 @@ def cli() -> None:
 
 
 cli.add_command(replay)
+cli.add_command(serve)
 
 
 def main(**kwargs: Any) -> None:

@@ -8,5 +8,6 @@ pub mod decode;
 pub mod engine;
 pub mod error;
 pub mod sse;
+pub mod sim;
 
 pub use error::CoreError;

@@ -7,6 +7,7 @@ mod arrow_export;
 mod errors;
 mod replay;
 mod runtime;
+mod sim;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -16,6 +17,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<replay::EngineRun>()?;
     m.add_class::<arrow_export::ArrowBatch>()?;
     errors::register(m)?;
+    m.add_class::<sim::SimServer>()?;
     Ok(())
 }
 

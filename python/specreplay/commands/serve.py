@@ -1,0 +1,104 @@
+"""`specreplay serve`: run the simulated reasoning-model server in the foreground.
+
+The configuration comes from an optional TOML file of `SimConfig` keys (see
+docs/simulator.md), overridden by the flags. The server runs on the Rust
+engine's runtime; this command only waits for Ctrl-C (or SIGTERM) and then
+stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from specreplay._core import SimServer
+from specreplay.errors import ConfigError
+from specreplay.tomlfile import read_toml
+
+REASONING_FIELDS = ("reasoning_content", "reasoning", "none")
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Reads a TOML file of `SimConfig` keys; errors name the file."""
+    try:
+        return read_toml(str(path))
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def build_config(file_config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, object]:
+    """The file's keys, then every flag that was given."""
+    config: dict[str, object] = dict(file_config)
+    config.update({k: v for k, v in overrides.items() if v is not None})
+    return config
+
+
+def _config_error_source(message: str, file_keys: set[str], path: Path | None) -> str:
+    """Which input a ConfigError came from: the file (named) or the flags."""
+    if path is not None and any(message.startswith(f"invalid configuration: {k}:") for k in file_keys):
+        return str(path)
+    return "command line"
+
+
+def wait_for_interrupt() -> None:
+    """Sleeps in short steps until Ctrl-C or SIGTERM."""
+    stop = False
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        nonlocal stop
+        stop = True
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        while not stop:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port (0 = any free port).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML file of simulator keys (flags override it).",
+)
+@click.option("--model", help="Served model name.")
+@click.option("--seed", type=int, help="Base seed of the per-request draws.")
+@click.option("--ttft-ms", type=float, help="Fixed part of the time to first token (ms).")
+@click.option("--prefill-us-per-token", type=float, help="Prefill cost per prompt token (µs).")
+@click.option("--tpot-ms", type=float, help="Time of one decode step (ms).")
+@click.option("--reasoning-tokens", nargs=2, type=int, metavar="MIN MAX", help="Range of reasoning lengths.")
+@click.option("--content-tokens", nargs=2, type=int, metavar="MIN MAX", help="Range of answer lengths.")
+@click.option("--reasoning-field", type=click.Choice(REASONING_FIELDS), help="Where reasoning text goes in chat deltas.")
+@click.option("--spec-draft-len", type=int, help="Draft tokens per decode step (0 = no speculation).")
+@click.option("--spec-acceptance", type=float, help="Acceptance probability of each draft token.")
+@click.option("--spec-step-cost", type=float, help="Extra step cost per draft token, as a fraction of tpot.")
+@click.option("--send-timestamps/--no-send-timestamps", default=None, help="Add sim_sent_us to every chunk.")
+def serve(host: str, port: int, config_path: Path | None, **flags: Any) -> None:
+    """Serve the simulated reasoning model (OpenAI-compatible) until Ctrl-C."""
+    file_config = load_config_file(config_path) if config_path is not None else {}
+    overrides = {k: (list(v) if isinstance(v, tuple) else v) for k, v in flags.items()}
+    # click gives an empty tuple for an unused nargs=2 option.
+    overrides = {k: v for k, v in overrides.items() if v != []}
+    config = build_config(file_config, overrides)
+    file_keys = {k for k in file_config if overrides.get(k) is None}
+    try:
+        server = SimServer(host=host, port=port, config=config)
+    except ConfigError as e:
+        raise click.ClickException(f"{_config_error_source(str(e), file_keys, config_path)}: {e}") from None
+    except OSError as e:
+        raise click.ClickException(f"cannot serve on {host}:{port}: {e}") from None
+    with server:
+        click.echo(f"specreplay simulator serving {server.url} (Ctrl-C to stop)")
+        wait_for_interrupt()
+    click.echo("specreplay simulator stopped", err=True)

@@ -1,0 +1,282 @@
+//! `SimConfig`: what the simulated reasoning model looks like, with defaults
+//! and a `validate()` whose errors name the offending key.
+
+use serde::Deserialize;
+
+use crate::error::CoreError;
+
+/// How reasoning tokens reach the client in a chat completion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningField {
+    /// `delta.reasoning_content` (vLLM before the rename, SGLang, DeepSeek).
+    #[default]
+    ReasoningContent,
+    /// `delta.reasoning` (current vLLM, Ollama, OpenRouter).
+    Reasoning,
+    /// No reasoning parser: the reasoning is streamed as `content`, opened by
+    /// `<think>` and closed by `</think>` glued to its first and last words.
+    None,
+}
+
+impl ReasoningField {
+    /// The JSON key of the reasoning text, or `None` when it goes to `content`.
+    pub fn key(self) -> Option<&'static str> {
+        match self {
+            ReasoningField::ReasoningContent => Some("reasoning_content"),
+            ReasoningField::Reasoning => Some("reasoning"),
+            ReasoningField::None => None,
+        }
+    }
+}
+
+/// The simulated server's behaviour. Every key has a default, so `{}` is a
+/// valid configuration; unknown keys are rejected.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimConfig {
+    /// Served model name (`/v1/models`, `model` of every response).
+    pub model: String,
+    /// Base seed; each request's lengths come from `seed` + a hash of its prompt.
+    pub seed: u64,
+    /// Fixed part of the time to first token, milliseconds.
+    pub ttft_ms: f64,
+    /// Prefill cost per prompt token, microseconds (added to `ttft_ms`).
+    pub prefill_us_per_token: f64,
+    /// Time of one decode step, milliseconds.
+    pub tpot_ms: f64,
+    /// Natural reasoning length, `[min, max]` tokens (inclusive, uniform).
+    pub reasoning_tokens: [u32; 2],
+    /// Natural answer length, `[min, max]` tokens (inclusive, uniform).
+    pub content_tokens: [u32; 2],
+    /// Where the reasoning text goes in chat deltas.
+    pub reasoning_field: ReasoningField,
+    /// Draft tokens proposed per decode step; 0 turns speculation off.
+    pub spec_draft_len: u32,
+    /// Probability that each draft token is accepted (the run stops at the first rejection).
+    pub spec_acceptance: f64,
+    /// Extra cost of each draft token, as a fraction of `tpot_ms`.
+    pub spec_step_cost: f64,
+    /// Add `"sim_sent_us"` (anchored clock, µs) to every streamed chunk.
+    pub send_timestamps: bool,
+    /// Context length: the default output budget is `max_model_len - prompt_tokens`.
+    pub max_model_len: u32,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            model: "specreplay-sim".to_string(),
+            seed: 0,
+            ttft_ms: 100.0,
+            prefill_us_per_token: 50.0,
+            tpot_ms: 16.0,
+            reasoning_tokens: [256, 1024],
+            content_tokens: [64, 256],
+            reasoning_field: ReasoningField::ReasoningContent,
+            spec_draft_len: 0,
+            spec_acceptance: 0.7,
+            spec_step_cost: 0.1,
+            send_timestamps: false,
+            max_model_len: 32768,
+        }
+    }
+}
+
+/// Largest accepted `spec_draft_len` (real drafters propose a handful).
+pub const MAX_DRAFT_LEN: u32 = 64;
+
+impl SimConfig {
+    /// Parses a JSON object, naming the first key that is unknown or has a
+    /// bad value, then validates the result.
+    pub fn from_json(text: &str) -> Result<SimConfig, CoreError> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| CoreError::config("config", e.to_string()))?;
+        let serde_json::Value::Object(map) = value else {
+            return Err(CoreError::config("config", "expected a JSON object"));
+        };
+        // Each key on its own (the others defaulted): an error then belongs to that key.
+        for (key, v) in &map {
+            let mut one = serde_json::Map::new();
+            one.insert(key.clone(), v.clone());
+            serde_json::from_value::<SimConfig>(serde_json::Value::Object(one))
+                .map_err(|e| CoreError::config(key.as_str(), e.to_string()))?;
+        }
+        let config: SimConfig = serde_json::from_value(serde_json::Value::Object(map))
+            .map_err(|e| CoreError::config("config", e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks ranges and finiteness; the error names the field.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        if self.model.trim().is_empty() {
+            return Err(CoreError::config("model", "must not be empty"));
+        }
+        for (field, v) in [
+            ("ttft_ms", self.ttft_ms),
+            ("prefill_us_per_token", self.prefill_us_per_token),
+            ("tpot_ms", self.tpot_ms),
+            ("spec_step_cost", self.spec_step_cost),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(CoreError::config(
+                    field,
+                    format!("must be a finite number >= 0, got {v}"),
+                ));
+            }
+        }
+        // An hour per token or per request is a typo, and would overflow nothing
+        // but make every deadline meaningless.
+        for (field, v) in [("ttft_ms", self.ttft_ms), ("tpot_ms", self.tpot_ms)] {
+            if v > 3_600_000.0 {
+                return Err(CoreError::config(
+                    field,
+                    format!("must be at most 3600000 (one hour), got {v}"),
+                ));
+            }
+        }
+        for (field, [lo, hi]) in [
+            ("reasoning_tokens", self.reasoning_tokens),
+            ("content_tokens", self.content_tokens),
+        ] {
+            if lo > hi {
+                return Err(CoreError::config(
+                    field,
+                    format!("min {lo} is larger than max {hi}"),
+                ));
+            }
+            if hi > 1_000_000 {
+                return Err(CoreError::config(
+                    field,
+                    format!("max must be at most 1000000, got {hi}"),
+                ));
+            }
+        }
+        if self.spec_draft_len > MAX_DRAFT_LEN {
+            return Err(CoreError::config(
+                "spec_draft_len",
+                format!(
+                    "must be at most {MAX_DRAFT_LEN}, got {}",
+                    self.spec_draft_len
+                ),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.spec_acceptance) {
+            return Err(CoreError::config(
+                "spec_acceptance",
+                format!(
+                    "must be a probability in [0, 1], got {}",
+                    self.spec_acceptance
+                ),
+            ));
+        }
+        if self.max_model_len == 0 {
+            return Err(CoreError::config("max_model_len", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// Duration of one decode step in µs: `tpot × (1 + spec_step_cost × k)`.
+    pub fn step_us(&self) -> u64 {
+        let factor = 1.0 + self.spec_step_cost * f64::from(self.spec_draft_len);
+        (self.tpot_ms * 1000.0 * factor).round() as u64
+    }
+
+    /// Time to the first token for a prompt of `prompt_tokens`, in µs.
+    pub fn prefill_us(&self, prompt_tokens: u32) -> u64 {
+        (self.ttft_ms * 1000.0 + self.prefill_us_per_token * f64::from(prompt_tokens)).round()
+            as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(e: CoreError) -> String {
+        match e {
+            CoreError::Config { field, .. } => field,
+            other => panic!("not a config error: {other}"),
+        }
+    }
+
+    #[test]
+    fn empty_object_is_the_default() {
+        assert_eq!(SimConfig::from_json("{}").unwrap(), SimConfig::default());
+        SimConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn keys_are_read() {
+        let c = SimConfig::from_json(
+            r#"{"model":"m","seed":7,"tpot_ms":5,"reasoning_tokens":[1,2],"reasoning_field":"none","spec_draft_len":3}"#,
+        )
+        .unwrap();
+        assert_eq!(c.model, "m");
+        assert_eq!(c.seed, 7);
+        assert_eq!(c.tpot_ms, 5.0);
+        assert_eq!(c.reasoning_tokens, [1, 2]);
+        assert_eq!(c.reasoning_field, ReasoningField::None);
+        assert_eq!(c.spec_draft_len, 3);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = SimConfig::from_json(r#"{"tpot_ms": 5, "tpot": 3}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{e}");
+        assert_eq!(field_of(e), "tpot");
+    }
+
+    #[test]
+    fn bad_type_is_named() {
+        assert_eq!(
+            field_of(SimConfig::from_json(r#"{"ttft_ms": "fast"}"#).unwrap_err()),
+            "ttft_ms"
+        );
+        assert_eq!(
+            field_of(SimConfig::from_json(r#"{"reasoning_field": "thoughts"}"#).unwrap_err()),
+            "reasoning_field"
+        );
+        assert_eq!(
+            field_of(SimConfig::from_json(r#"{"seed": -1}"#).unwrap_err()),
+            "seed"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        for (json, field) in [
+            (r#"{"tpot_ms": -1}"#, "tpot_ms"),
+            (r#"{"reasoning_tokens": [5, 1]}"#, "reasoning_tokens"),
+            (r#"{"content_tokens": [0, 2000000]}"#, "content_tokens"),
+            (r#"{"spec_acceptance": 1.5}"#, "spec_acceptance"),
+            (r#"{"spec_draft_len": 1000}"#, "spec_draft_len"),
+            (r#"{"model": " "}"#, "model"),
+            (r#"{"max_model_len": 0}"#, "max_model_len"),
+        ] {
+            assert_eq!(
+                field_of(SimConfig::from_json(json).unwrap_err()),
+                field,
+                "{json}"
+            );
+        }
+        assert_eq!(field_of(SimConfig::from_json("[1]").unwrap_err()), "config");
+    }
+
+    #[test]
+    fn step_cost_scales_with_draft_len() {
+        let c = SimConfig {
+            tpot_ms: 10.0,
+            spec_draft_len: 4,
+            spec_step_cost: 0.25,
+            ..SimConfig::default()
+        };
+        assert_eq!(c.step_us(), 20_000);
+        let off = SimConfig {
+            spec_draft_len: 0,
+            ..c
+        };
+        assert_eq!(off.step_us(), 10_000);
+    }
+}
