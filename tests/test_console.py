@@ -65,7 +65,7 @@ def test_warnings_only_do_not_say_invalid() -> None:
 def test_no_findings_says_so() -> None:
     out = recording()
     render.print_findings(out, [])
-    assert "no findings" in out.export_text()
+    assert "no errors or warnings" in out.export_text()
 
 
 def test_data_text_is_not_parsed_as_markup() -> None:

@@ -128,19 +128,20 @@ def _int(value: Any) -> str:
 
 def print_findings(console: Console, findings: list[Finding]) -> None:
     """The validity findings under a header no one can miss: errors in bold red
-    under "INVALID MEASUREMENT", warnings in yellow."""
+    under "INVALID MEASUREMENT", warnings in yellow, notes in cyan."""
     errors = [f for f in findings if f.level == "error"]
-    warnings = [f for f in findings if f.level != "error"]
-    if not findings:
-        console.print(Text("validity: no findings", style="green"))
-        return
+    warnings = [f for f in findings if f.level == "warning"]
+    notes = [f for f in findings if f.level == "note"]
     if errors:
         header = f"INVALID MEASUREMENT: {len(errors)} error(s), {len(warnings)} warning(s) — read before using any figure"
         console.print(Text(header, style="bold white on red"))
-    else:
+    elif warnings:
         console.print(Text(f"MEASUREMENT WARNINGS: {len(warnings)} warning(s)", style="bold yellow"))
-    for finding in errors + warnings:
-        style = "bold red" if finding.level == "error" else "yellow"
-        line = Text(f"{finding.level.upper():7} {finding.point}  {finding.code}: ", style=style)
-        line.append(finding.message, style="red" if finding.level == "error" else "")
+    else:
+        console.print(Text("validity: no errors or warnings", style="green"))
+    styles = {"error": ("bold red", "red"), "warning": ("yellow", ""), "note": ("cyan", "")}
+    for finding in errors + warnings + notes:
+        head, body = styles[finding.level]
+        line = Text(f"{finding.level.upper():7} {finding.point}  {finding.code}: ", style=head)
+        line.append(finding.message, style=body)
         console.print(line)

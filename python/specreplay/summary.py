@@ -137,6 +137,8 @@ def _summarize_point(
     sent = metrics.as_float(rows, "sent_us").dropna()
     duration_s = _span_s(sent, metrics.as_float(rows, "end_us"))
     send_span_s = _span_s(sent, sent)
+    scheduled = metrics.as_float(rows, "scheduled_us")[metrics.as_float(rows, "sent_us").notna()]
+    scheduled_span_s = _span_s(scheduled, scheduled)
 
     row: dict[str, Any] = {
         "point": point,
@@ -148,6 +150,7 @@ def _summarize_point(
         "duration_s": duration_s,
         "achieved_rate_rps": len(ok) / duration_s if duration_s > 0 else math.nan,
         "send_rate_rps": (len(sent) - 1) / send_span_s if send_span_s > 0 else math.nan,
+        "scheduled_rate_rps": (len(scheduled) - 1) / scheduled_span_s if scheduled_span_s > 0 else math.nan,
     }
     for name, column in LATENCIES.items():
         if name == "send_lag":
