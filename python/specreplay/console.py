@@ -99,16 +99,20 @@ def _latency_table(row: pd.Series) -> Table:
 
 def print_per_request(console: Console, df: pd.DataFrame) -> None:
     """The `--per-request` listing of a results frame (warmup rows left out)."""
-    lines = per_request(df)
-    table = Table(title="per request", title_justify="left")
-    for name in ("point", "#", "trace", "tokens reas/cont", "TTFT ms", "TTFC ms", "TPOT ms", "TPS", "finish", "error"):
+    lines = per_request(df).sort_values(["point", "request_index"], kind="stable")
+    # One point (as after each sweep point): name it once, not on every line.
+    single = lines["point"].nunique() == 1
+    title = f"per request · {lines['point'].iloc[0]}" if single else "per request"
+    table = Table(title=title, title_justify="left")
+    names = ("#", "trace", "tokens reas/cont", "TTFT ms", "TTFC ms", "TPOT ms", "TPS", "finish", "error")
+    for name in names if single else ("point", *names):
         justify: JustifyMethod = "right" if name in {"#", "TTFT ms", "TTFC ms", "TPOT ms", "TPS"} else "left"
         table.add_column(name, justify=justify)
     for _, line in lines.iterrows():
         tokens = f"{_int(line['reasoning_tokens'])}/{_int(line['content_tokens'])}"
         error = line["error"]
         table.add_row(
-            Text(str(line["point"])),
+            *([] if single else [Text(str(line["point"]))]),
             str(_int(line["request_index"])),
             Text(str(line["trace_id"])),
             tokens,

@@ -197,3 +197,18 @@ def _run_point(
     rows = table.filter(pc.equal(table["point_index"], index))
     hooks.point_finished(point, progress(), rows)
     return not interrupted
+
+
+def replay(trace: str, **options: Any) -> pa.Table:
+    """`specreplay replay` from Python: the same run, returned as a pyarrow
+    Table (one row per request, run metadata in the schema). Options are the
+    fields of `ReplayConfig` (`rates=[8]`, `concurrencies=[1, 8]`, `url=…`).
+    Without `output` the results file is a temporary one, removed afterwards."""
+    import tempfile
+
+    config = ReplayConfig(trace=str(trace), **options)
+    if config.output is not None:
+        return run_replay(config).table()
+    with tempfile.TemporaryDirectory(prefix="specreplay-") as tmp:
+        config.output = str(Path(tmp) / "run.arrow")
+        return run_replay(config).table()

@@ -64,7 +64,7 @@ def start_embedded(seed: int, sim_config: dict[str, Any]) -> Target:
 
     config = {"seed": seed, **sim_config}
     server = SimServer("127.0.0.1", 0, config)
-    return Target(url=server.url, model=None, embedded=server)
+    return Target(url=server.url, model=str(config.get("model", "specreplay-sim")), embedded=server)
 
 
 def preflight(url: str, model: str | None, headers: list[tuple[str, str]], trace_has_models: bool) -> Target:

@@ -63,7 +63,10 @@ mod tests {
         let a = now_us();
         let b = now_us();
         assert!(b >= a);
-        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as i64;
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as i64;
         // Anchored a moment ago in this process: within a second of the wall clock.
         assert!((wall - b).abs() < 1_000_000, "anchored {b} vs wall {wall}");
     }

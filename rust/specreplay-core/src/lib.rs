@@ -7,7 +7,7 @@ pub mod clock;
 pub mod decode;
 pub mod engine;
 pub mod error;
-pub mod sse;
 pub mod sim;
+pub mod sse;
 
 pub use error::CoreError;

@@ -35,8 +35,8 @@ impl ArrowBatch {
         // We produce exactly one schema; a consumer asking for another casts itself.
         let _ = requested_schema;
         let data = StructArray::from(self.batch.clone()).into_data();
-        let (array, schema) =
-            to_ffi(&data).map_err(|e| PyRuntimeError::new_err(format!("arrow export failed: {e}")))?;
+        let (array, schema) = to_ffi(&data)
+            .map_err(|e| PyRuntimeError::new_err(format!("arrow export failed: {e}")))?;
         let schema_capsule = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
         let array_capsule = PyCapsule::new_with_value(py, array, c"arrow_array")?;
         Ok((schema_capsule, array_capsule))
@@ -47,6 +47,10 @@ impl ArrowBatch {
     }
 
     fn __repr__(&self) -> String {
-        format!("ArrowBatch(num_rows={}, num_columns={})", self.batch.num_rows(), self.batch.num_columns())
+        format!(
+            "ArrowBatch(num_rows={}, num_columns={})",
+            self.batch.num_rows(),
+            self.batch.num_columns()
+        )
     }
 }

@@ -16,7 +16,12 @@ pyo3::import_exception!(specreplay.errors, EngineError);
 /// import the extension.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let errors = m.py().import("specreplay.errors")?;
-    for name in ["SpecreplayError", "ConfigError", "StreamFormatError", "EngineError"] {
+    for name in [
+        "SpecreplayError",
+        "ConfigError",
+        "StreamFormatError",
+        "EngineError",
+    ] {
         m.add(name, errors.getattr(name)?)?;
     }
     Ok(())
@@ -37,7 +42,9 @@ impl From<Error> for PyErr {
         let msg = e.to_string();
         match e {
             CoreError::Config { .. } => ConfigError::new_err(msg),
-            CoreError::Io { source, .. } => PyOSError::new_err((source.raw_os_error().unwrap_or(0), msg)),
+            CoreError::Io { source, .. } => {
+                PyOSError::new_err((source.raw_os_error().unwrap_or(0), msg))
+            }
             CoreError::Sse(_) | CoreError::Decode(_) => StreamFormatError::new_err(msg),
         }
     }

@@ -47,7 +47,12 @@ impl EngineRun {
     /// Waits up to `wait_s` for finished requests; returns a batch (maybe
     /// empty), or None once every request of the point has been returned.
     #[pyo3(signature = (max_rows = 4096, wait_s = 0.25))]
-    fn next_batch(&self, py: Python<'_>, max_rows: usize, wait_s: f64) -> PyResult<Option<ArrowBatch>> {
+    fn next_batch(
+        &self,
+        py: Python<'_>,
+        max_rows: usize,
+        wait_s: f64,
+    ) -> PyResult<Option<ArrowBatch>> {
         let wait = Duration::from_secs_f64(wait_s.max(0.0));
         let records = py.detach(|| {
             let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -58,7 +63,8 @@ impl EngineRun {
         });
         match records {
             Some(records) => {
-                let batch = to_record_batch(&records).map_err(|e| engine_error(format!("building a results batch: {e}")))?;
+                let batch = to_record_batch(&records)
+                    .map_err(|e| engine_error(format!("building a results batch: {e}")))?;
                 Ok(Some(ArrowBatch::new(batch)))
             }
             None => Ok(None),

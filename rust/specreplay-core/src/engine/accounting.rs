@@ -88,7 +88,11 @@ impl StreamAccount {
             Channel::Reasoning => self.first_reasoning_us.get_or_insert(ts_us),
             Channel::Content | Channel::Tool => self.first_answer_us.get_or_insert(ts_us),
         };
-        self.chunks.push(Chunk { ts_us, tokens, channel });
+        self.chunks.push(Chunk {
+            ts_us,
+            tokens,
+            channel,
+        });
     }
 
     /// Writes timestamps and token counts into the request's record.
@@ -116,9 +120,17 @@ impl StreamAccount {
             (false, Some(c), None) if answer_chunks == 0 => (TokenSource::Usage, c, c),
             (false, Some(c), None) => {
                 let share = reasoning_chunks as f64 / (reasoning_chunks + answer_chunks) as f64;
-                (TokenSource::UsageSplitEstimated, (c as f64 * share).round() as i64, c)
+                (
+                    TokenSource::UsageSplitEstimated,
+                    (c as f64 * share).round() as i64,
+                    c,
+                )
             }
-            (false, None, _) => (TokenSource::Chunks, reasoning_chunks, reasoning_chunks + answer_chunks),
+            (false, None, _) => (
+                TokenSource::Chunks,
+                reasoning_chunks,
+                reasoning_chunks + answer_chunks,
+            ),
         };
         let reasoning = reasoning.clamp(0, output.max(0));
         rec.reasoning_tokens = Some(reasoning);
@@ -147,7 +159,10 @@ mod tests {
     use super::*;
 
     fn text(channel: Channel, s: &str) -> Record {
-        Record::Text { channel, text: s.to_string() }
+        Record::Text {
+            channel,
+            text: s.to_string(),
+        }
     }
 
     fn usage(completion: u64, reasoning: Option<u64>) -> Record {
@@ -171,15 +186,30 @@ mod tests {
         acc.on_event(10, &[text(Channel::Reasoning, " a b")]);
         acc.on_event(20, &[text(Channel::Reasoning, " c")]);
         acc.on_event(30, &[text(Channel::Content, " d")]);
-        acc.on_event(40, &[Record::Finish { reason: "stop".into() }]);
+        acc.on_event(
+            40,
+            &[Record::Finish {
+                reason: "stop".into(),
+            }],
+        );
         acc.on_event(41, &[usage(9, Some(6))]);
         acc.on_event(42, &[Record::Done]);
         assert!(acc.done);
         let rec = finish(acc);
         assert_eq!(rec.token_source, Some(TokenSource::Usage));
-        assert_eq!((rec.reasoning_tokens, rec.content_tokens, rec.output_tokens), (Some(6), Some(3), Some(9)));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens, rec.output_tokens),
+            (Some(6), Some(3), Some(9))
+        );
         assert_eq!(rec.prompt_tokens, Some(7));
-        assert_eq!((rec.first_token_us, rec.first_reasoning_us, rec.first_content_us), (Some(10), Some(10), Some(30)));
+        assert_eq!(
+            (
+                rec.first_token_us,
+                rec.first_reasoning_us,
+                rec.first_content_us
+            ),
+            (Some(10), Some(10), Some(30))
+        );
         assert_eq!(rec.last_token_us, Some(30));
         assert_eq!(rec.chunks.len(), 3);
         assert_eq!(rec.finish_reason.as_deref(), Some("stop"));
@@ -191,7 +221,14 @@ mod tests {
         acc.on_event(1, &[usage(0, None)]); // role-only first chunk
         acc.on_event(10, &[text(Channel::Reasoning, "x"), usage(3, None)]);
         acc.on_event(20, &[text(Channel::Reasoning, "y"), usage(4, None)]);
-        acc.on_event(30, &[text(Channel::Reasoning, "z"), text(Channel::Content, "w"), usage(8, None)]);
+        acc.on_event(
+            30,
+            &[
+                text(Channel::Reasoning, "z"),
+                text(Channel::Content, "w"),
+                usage(8, None),
+            ],
+        );
         let rec = finish(acc);
         assert_eq!(rec.token_source, Some(TokenSource::ContinuousUsage));
         let tokens: Vec<i32> = rec.chunks.iter().map(|c| c.tokens).collect();
@@ -211,7 +248,10 @@ mod tests {
         acc.on_event(6, &[usage(8, None)]);
         let rec = finish(acc);
         assert_eq!(rec.token_source, Some(TokenSource::UsageSplitEstimated));
-        assert_eq!((rec.reasoning_tokens, rec.content_tokens), (Some(6), Some(2)));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens),
+            (Some(6), Some(2))
+        );
     }
 
     #[test]
@@ -219,10 +259,21 @@ mod tests {
         // The seed's trap: the budget went to reasoning, no answer came.
         let mut acc = StreamAccount::default();
         acc.on_event(1, &[text(Channel::Reasoning, "r")]);
-        acc.on_event(2, &[Record::Finish { reason: "length".into() }, usage(16, None)]);
+        acc.on_event(
+            2,
+            &[
+                Record::Finish {
+                    reason: "length".into(),
+                },
+                usage(16, None),
+            ],
+        );
         let rec = finish(acc);
         assert_eq!(rec.token_source, Some(TokenSource::Usage));
-        assert_eq!((rec.reasoning_tokens, rec.content_tokens, rec.output_tokens), (Some(16), Some(0), Some(16)));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens, rec.output_tokens),
+            (Some(16), Some(0), Some(16))
+        );
         assert_eq!(rec.first_content_us, None);
     }
 
@@ -234,7 +285,10 @@ mod tests {
         acc.on_event(3, &[text(Channel::Content, "")]); // empty text is no chunk
         let rec = finish(acc);
         assert_eq!(rec.token_source, Some(TokenSource::Chunks));
-        assert_eq!((rec.reasoning_tokens, rec.content_tokens), (Some(0), Some(2)));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens),
+            (Some(0), Some(2))
+        );
         assert_eq!(rec.chunks.len(), 2);
         assert_eq!(rec.prompt_tokens, None);
     }
@@ -242,7 +296,13 @@ mod tests {
     #[test]
     fn stream_error_keeps_message_and_code() {
         let mut acc = StreamAccount::default();
-        acc.on_event(1, &[Record::Error { message: "overloaded".into(), code: Some("503".into()) }]);
+        acc.on_event(
+            1,
+            &[Record::Error {
+                message: "overloaded".into(),
+                code: Some("503".into()),
+            }],
+        );
         assert_eq!(acc.stream_error.as_deref(), Some("overloaded [503]"));
     }
 }

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, Int8Builder, ListBuilder, StringBuilder,
+    BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, Int8Builder, ListBuilder,
+    StringBuilder,
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::ArrowError;
@@ -65,15 +66,24 @@ pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowEr
         ("last_token_us", i64_col(&|r| r.last_token_us)),
         ("end_us", i64_col(&|r| r.end_us)),
         ("http_status", Arc::new(http_status.finish())),
-        ("error_kind", str_col(&|r| r.error.as_ref().map(|(k, _)| k.as_str()))),
-        ("error_message", str_col(&|r| r.error.as_ref().map(|(_, m)| m.as_str()))),
+        (
+            "error_kind",
+            str_col(&|r| r.error.as_ref().map(|(k, _)| k.as_str())),
+        ),
+        (
+            "error_message",
+            str_col(&|r| r.error.as_ref().map(|(_, m)| m.as_str())),
+        ),
         ("finish_reason", str_col(&|r| r.finish_reason.as_deref())),
         ("prompt_tokens", i64_col(&|r| r.prompt_tokens)),
         ("cached_tokens", i64_col(&|r| r.cached_tokens)),
         ("reasoning_tokens", i64_col(&|r| r.reasoning_tokens)),
         ("content_tokens", i64_col(&|r| r.content_tokens)),
         ("output_tokens", i64_col(&|r| r.output_tokens)),
-        ("token_source", str_col(&|r| r.token_source.map(|s| s.as_str()))),
+        (
+            "token_source",
+            str_col(&|r| r.token_source.map(|s| s.as_str())),
+        ),
         ("chunk_count", Arc::new(chunk_count.finish())),
         ("chunk_ts_us", Arc::new(chunk_ts.finish())),
         ("chunk_tokens", Arc::new(chunk_tokens.finish())),
@@ -83,7 +93,9 @@ pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowEr
     ];
     // Every field nullable, whatever this batch holds: batches of one run
     // must share one schema.
-    RecordBatch::try_from_iter_with_nullable(columns.into_iter().map(|(name, array)| (name, array, true)))
+    RecordBatch::try_from_iter_with_nullable(
+        columns.into_iter().map(|(name, array)| (name, array, true)),
+    )
 }
 
 #[cfg(test)]
@@ -103,8 +115,16 @@ mod tests {
             output_tokens: Some(3),
             token_source: Some(TokenSource::Usage),
             chunks: vec![
-                Chunk { ts_us: 10, tokens: 1, channel: Channel::Reasoning },
-                Chunk { ts_us: 20, tokens: 2, channel: Channel::Content },
+                Chunk {
+                    ts_us: 10,
+                    tokens: 1,
+                    channel: Channel::Reasoning,
+                },
+                Chunk {
+                    ts_us: 20,
+                    tokens: 2,
+                    channel: Channel::Content,
+                },
             ],
             ..Default::default()
         };
@@ -119,7 +139,10 @@ mod tests {
         assert_eq!(batch.num_rows(), 2);
         assert_eq!(batch.num_columns(), 28);
         let ts = batch.column_by_name("chunk_ts_us").unwrap();
-        let list = ts.as_any().downcast_ref::<arrow_array::ListArray>().unwrap();
+        let list = ts
+            .as_any()
+            .downcast_ref::<arrow_array::ListArray>()
+            .unwrap();
         assert_eq!(list.value_offsets(), &[0, 2, 2]);
         let kind = batch.column_by_name("error_kind").unwrap();
         assert!(kind.is_null(0));

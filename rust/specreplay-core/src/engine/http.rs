@@ -22,7 +22,11 @@ pub fn build_client(max_idle_per_host: usize) -> HttpClient {
     // The system's roots when there are any, so internal CAs work; the
     // bundled Mozilla roots otherwise, so a bare container still works.
     let https = match builder.with_native_roots() {
-        Ok(b) => b.https_or_http().enable_http1().enable_http2().wrap_connector(http),
+        Ok(b) => b
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http),
         Err(_) => HttpsConnectorBuilder::new()
             .with_webpki_roots()
             .https_or_http()

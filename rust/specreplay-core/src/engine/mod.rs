@@ -145,11 +145,16 @@ impl EngineRun {
 fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, CoreError> {
     let mut map = HeaderMap::new();
     for (name, value) in headers {
-        let n = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| CoreError::config("header", format!("{name:?} is not a valid header name")))?;
+        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            CoreError::config("header", format!("{name:?} is not a valid header name"))
+        })?;
         // The value may be a secret: the message names the header only.
-        let mut v = HeaderValue::from_str(value)
-            .map_err(|_| CoreError::config("header", format!("the value of {name:?} is not a valid header value")))?;
+        let mut v = HeaderValue::from_str(value).map_err(|_| {
+            CoreError::config(
+                "header",
+                format!("the value of {name:?} is not a valid header value"),
+            )
+        })?;
         if is_secret_header(&n) {
             v.set_sensitive(true);
         }
@@ -159,18 +164,29 @@ fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, CoreError> {
 }
 
 pub fn is_secret_header(name: &HeaderName) -> bool {
-    matches!(name.as_str(), "authorization" | "api-key" | "x-api-key" | "cookie" | "proxy-authorization")
+    matches!(
+        name.as_str(),
+        "authorization" | "api-key" | "x-api-key" | "cookie" | "proxy-authorization"
+    )
 }
 
 /// Starts one point on `runtime`. Returns at once; drain the results with
 /// [`EngineRun::next_records`].
-pub fn start(spec: RunSpec, requests: Vec<PreparedRequest>, runtime: &Handle) -> Result<EngineRun, CoreError> {
+pub fn start(
+    spec: RunSpec,
+    requests: Vec<PreparedRequest>,
+    runtime: &Handle,
+) -> Result<EngineRun, CoreError> {
     spec.validate()?;
     if requests.is_empty() {
         return Err(CoreError::config("trace", "no requests to send"));
     }
     let headers = header_map(&spec.headers)?;
-    let limit = spec.num_requests.or(if spec.duration_s.is_some() { None } else { Some(requests.len() as u64) });
+    let limit = spec.num_requests.or(if spec.duration_s.is_some() {
+        None
+    } else {
+        Some(requests.len() as u64)
+    });
     let arrivals: Vec<f64> = requests.iter().map(|r| r.arrival_s).collect();
     let cancel = CancellationToken::new();
     let progress = Arc::new(Progress::default());
@@ -189,7 +205,11 @@ pub fn start(spec: RunSpec, requests: Vec<PreparedRequest>, runtime: &Handle) ->
         },
         requests,
         warmup: spec.warmup,
-        permits: if open_loop { spec.max_concurrency.map(Semaphore::new) } else { None },
+        permits: if open_loop {
+            spec.max_concurrency.map(Semaphore::new)
+        } else {
+            None
+        },
         progress: progress.clone(),
         results: tx,
     });
@@ -212,7 +232,12 @@ pub fn start(spec: RunSpec, requests: Vec<PreparedRequest>, runtime: &Handle) ->
             }
         }
     }
-    Ok(EngineRun { results: rx, progress, cancel, started_us })
+    Ok(EngineRun {
+        results: rx,
+        progress,
+        cancel,
+        started_us,
+    })
 }
 
 /// Open loop: every request goes out at its scheduled time, whatever is in
@@ -260,7 +285,12 @@ async fn closed_loop_worker(
         }
         let (template, lap) = slot_template(index, templates);
         shared.progress.scheduled.fetch_add(1, Ordering::Relaxed);
-        let slot = Slot { index, template, lap, offset_us: 0 };
+        let slot = Slot {
+            index,
+            template,
+            lap,
+            offset_us: 0,
+        };
         run_slot(shared.clone(), slot, now_us()).await;
     }
 }
@@ -269,7 +299,11 @@ async fn run_slot(shared: Arc<Shared>, slot: Slot, scheduled_us: i64) {
     let req = &shared.requests[slot.template];
     let mut rec = RequestRecord {
         request_index: slot.index as i64,
-        trace_id: if slot.lap == 0 { req.trace_id.clone() } else { format!("{}#{}", req.trace_id, slot.lap) },
+        trace_id: if slot.lap == 0 {
+            req.trace_id.clone()
+        } else {
+            format!("{}#{}", req.trace_id, slot.lap)
+        },
         api: req.dialect.as_str(),
         warmup: slot.index < shared.warmup,
         scheduled_us,
@@ -284,7 +318,10 @@ async fn run_slot(shared: Arc<Shared>, slot: Slot, scheduled_us: i64) {
     };
     if shared.ctx.cancel.is_cancelled() {
         rec.end_us = Some(now_us());
-        rec.error = Some((record::ErrorKind::Cancelled, "run cancelled before the request was sent".into()));
+        rec.error = Some((
+            record::ErrorKind::Cancelled,
+            "run cancelled before the request was sent".into(),
+        ));
     } else {
         shared.progress.sent.fetch_add(1, Ordering::Relaxed);
         execute(&shared.ctx, req, &mut rec).await;
@@ -294,7 +331,10 @@ async fn run_slot(shared: Arc<Shared>, slot: Slot, scheduled_us: i64) {
     if rec.error.is_some() {
         progress.failed.fetch_add(1, Ordering::Relaxed);
     }
-    progress.output_tokens.fetch_add(rec.output_tokens.unwrap_or(0).max(0) as u64, Ordering::Relaxed);
+    progress.output_tokens.fetch_add(
+        rec.output_tokens.unwrap_or(0).max(0) as u64,
+        Ordering::Relaxed,
+    );
     // The receiver only goes away when the run is dropped; nothing to report to then.
     let _ = shared.results.send(rec);
 }

@@ -79,12 +79,19 @@ async fn exchange(
     for (name, value) in &ctx.headers {
         builder = builder.header(name, value);
     }
-    let request = builder
-        .body(Full::new(req.body.clone()))
-        .map_err(|e| (ErrorKind::Connect, format!("could not build the request: {e}")))?;
+    let request = builder.body(Full::new(req.body.clone())).map_err(|e| {
+        (
+            ErrorKind::Connect,
+            format!("could not build the request: {e}"),
+        )
+    })?;
 
     rec.sent_us = Some(now_us());
-    let response = ctx.client.request(request).await.map_err(|e| (ErrorKind::Connect, error_chain(&e)))?;
+    let response = ctx
+        .client
+        .request(request)
+        .await
+        .map_err(|e| (ErrorKind::Connect, error_chain(&e)))?;
     rec.first_byte_us = Some(now_us());
     let status = response.status();
     rec.http_status = Some(i32::from(status.as_u16()));
@@ -98,7 +105,13 @@ async fn exchange(
 
     if !status.is_success() {
         let snippet = read_limited(&mut body, ERROR_BODY_LIMIT).await;
-        return Err((ErrorKind::Http, format!("HTTP {status}: {}", String::from_utf8_lossy(&snippet).trim())));
+        return Err((
+            ErrorKind::Http,
+            format!(
+                "HTTP {status}: {}",
+                String::from_utf8_lossy(&snippet).trim()
+            ),
+        ));
     }
     if content_type.starts_with("application/json") {
         let bytes = read_limited(&mut body, JSON_BODY_LIMIT).await;

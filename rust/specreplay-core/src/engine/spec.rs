@@ -89,9 +89,9 @@ impl PreparedRequest {
         let dialect: Dialect = api
             .parse()
             .map_err(|e| CoreError::config(format!("request {trace_id}: api"), format!("{e}")))?;
-        let uri: http::Uri = url
-            .parse()
-            .map_err(|e| CoreError::config(format!("request {trace_id}: url"), format!("{url:?}: {e}")))?;
+        let uri: http::Uri = url.parse().map_err(|e| {
+            CoreError::config(format!("request {trace_id}: url"), format!("{url:?}: {e}"))
+        })?;
         match uri.scheme_str() {
             Some("http") | Some("https") => {}
             _ => {
@@ -101,14 +101,20 @@ impl PreparedRequest {
                 ))
             }
         }
-        Ok(PreparedRequest { trace_id, dialect, uri, body: Bytes::from(body), arrival_s })
+        Ok(PreparedRequest {
+            trace_id,
+            dialect,
+            uri,
+            body: Bytes::from(body),
+            arrival_s,
+        })
     }
 }
 
 impl RunSpec {
     pub fn from_json(json: &str) -> Result<Self, CoreError> {
-        let spec: RunSpec = serde_json::from_str(json)
-            .map_err(|e| CoreError::config("run spec", e.to_string()))?;
+        let spec: RunSpec =
+            serde_json::from_str(json).map_err(|e| CoreError::config("run spec", e.to_string()))?;
         spec.validate()?;
         Ok(spec)
     }
@@ -118,11 +124,16 @@ impl RunSpec {
             if v.is_finite() && v > 0.0 {
                 Ok(())
             } else {
-                Err(CoreError::config(field, format!("must be a positive number, got {v}")))
+                Err(CoreError::config(
+                    field,
+                    format!("must be a positive number, got {v}"),
+                ))
             }
         };
         match self.load {
-            LoadMode::Rate { rate, burstiness, .. } => {
+            LoadMode::Rate {
+                rate, burstiness, ..
+            } => {
                 positive(rate, "rate")?;
                 positive(burstiness, "burstiness")?;
             }
