@@ -1,0 +1,218 @@
+//! The engine against the simulator, in Rust alone: every scheduled request
+//! comes back as one record, counts add up, and failures become rows.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use specreplay_core::engine::{
+    self, record::ErrorKind, LoadMode, PreparedRequest, RequestRecord, RunSpec,
+};
+use specreplay_core::sim::{SimConfig, SimServer};
+
+fn sim_config() -> SimConfig {
+    SimConfig {
+        ttft_ms: 10.0,
+        prefill_us_per_token: 0.0,
+        tpot_ms: 1.0,
+        reasoning_tokens: [10, 20],
+        content_tokens: [3, 6],
+        ..SimConfig::default()
+    }
+}
+
+fn requests(url: &str, n: usize, max_tokens: Option<u32>) -> Vec<PreparedRequest> {
+    (0..n)
+        .map(|i| {
+            let mut body = serde_json::json!({
+                "model": "m",
+                "stream": true,
+                "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+                "messages": [{"role": "user", "content": format!("question {i}")}],
+            });
+            if let Some(m) = max_tokens {
+                body["max_tokens"] = m.into();
+            }
+            PreparedRequest::new(
+                format!("r{i}"),
+                "chat",
+                url,
+                body.to_string().into_bytes(),
+                i as f64,
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+fn spec(load: LoadMode, num_requests: Option<u64>) -> RunSpec {
+    RunSpec {
+        headers: vec![],
+        load,
+        num_requests,
+        duration_s: None,
+        max_concurrency: None,
+        warmup: 0,
+        timeout_s: Some(30.0),
+        seed: 1,
+    }
+}
+
+async fn drain(mut run: engine::EngineRun) -> Vec<RequestRecord> {
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while let Some(batch) = run.next_records(64, Duration::from_millis(100)).await {
+        out.extend(batch);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run did not end"
+        );
+    }
+    out
+}
+
+async fn start_sim() -> SimServer {
+    SimServer::start(sim_config(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_loop_returns_every_request_with_consistent_counts() {
+    let sim = start_sim().await;
+    let url = format!("http://{}/v1/chat/completions", sim.local_addr());
+    let run = engine::start(
+        spec(LoadMode::Concurrency { concurrency: 4 }, Some(20)),
+        requests(&url, 8, None),
+        &tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let records = drain(run).await;
+    assert_eq!(records.len(), 20);
+    let mut indices: Vec<i64> = records.iter().map(|r| r.request_index).collect();
+    indices.sort();
+    assert_eq!(indices, (0..20).collect::<Vec<_>>());
+    for r in &records {
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!(r.http_status, Some(200));
+        let (reasoning, content, output) = (
+            r.reasoning_tokens.unwrap(),
+            r.content_tokens.unwrap(),
+            r.output_tokens.unwrap(),
+        );
+        assert_eq!(reasoning + content, output);
+        assert!((10..=20).contains(&reasoning), "{reasoning}");
+        assert!((3..=6).contains(&content), "{content}");
+        assert_eq!(
+            r.chunks.iter().map(|c| i64::from(c.tokens)).sum::<i64>(),
+            output
+        );
+        assert!(r.sent_us.unwrap() <= r.first_byte_us.unwrap());
+        assert!(r.first_token_us.unwrap() <= r.last_token_us.unwrap());
+        assert!(r.last_token_us.unwrap() <= r.end_us.unwrap());
+    }
+    // Looping over an 8-request trace names the laps.
+    assert!(records.iter().any(|r| r.trace_id == "r3#2"));
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_sends_on_schedule_and_budget_trap_has_no_content() {
+    let sim = start_sim().await;
+    let url = format!("http://{}/v1/chat/completions", sim.local_addr());
+    let load = LoadMode::Rate {
+        rate: 200.0,
+        arrival: engine::Arrival::Constant,
+        burstiness: 1.0,
+    };
+    let run = engine::start(
+        spec(load, Some(10)),
+        requests(&url, 10, Some(5)),
+        &tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let mut records = drain(run).await;
+    records.sort_by_key(|r| r.request_index);
+    assert_eq!(records.len(), 10);
+    for (i, r) in records.iter().enumerate() {
+        // Constant 200/s: one request every 5 ms.
+        assert_eq!(r.scheduled_us - records[0].scheduled_us, 5_000 * i as i64);
+        assert!(r.sent_us.unwrap() >= r.scheduled_us);
+        assert_eq!(r.finish_reason.as_deref(), Some("length"));
+        assert_eq!((r.reasoning_tokens, r.content_tokens), (Some(5), Some(0)));
+        assert_eq!(r.first_content_us, None);
+    }
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_and_http_errors_become_rows() {
+    // A port with no listener: every request a `connect` error row.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = listener.local_addr().unwrap();
+    drop(listener);
+    let url = format!("http://{dead}/v1/chat/completions");
+    let run = engine::start(
+        spec(LoadMode::Concurrency { concurrency: 2 }, Some(4)),
+        requests(&url, 2, None),
+        &tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let records = drain(run).await;
+    assert_eq!(records.len(), 4);
+    assert!(records
+        .iter()
+        .all(|r| matches!(r.error, Some((ErrorKind::Connect, _))) && r.http_status.is_none()));
+
+    // A wrong path on a live server: `http` error rows with the status.
+    let sim = start_sim().await;
+    let url = format!("http://{}/v1/nope", sim.local_addr());
+    let run = engine::start(
+        spec(LoadMode::Concurrency { concurrency: 2 }, Some(2)),
+        requests(&url, 2, None),
+        &tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let records = drain(run).await;
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert_eq!(r.http_status, Some(404));
+        let (kind, message) = r.error.as_ref().unwrap();
+        assert_eq!(*kind, ErrorKind::Http);
+        assert!(message.starts_with("HTTP 404"), "{message}");
+    }
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_turns_in_flight_requests_into_cancelled_rows() {
+    let sim = SimServer::start(
+        SimConfig {
+            tpot_ms: 50.0,
+            ..sim_config()
+        },
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+    )
+    .await
+    .unwrap();
+    let url = format!("http://{}/v1/chat/completions", sim.local_addr());
+    let mut run = engine::start(
+        spec(LoadMode::Concurrency { concurrency: 3 }, Some(30)),
+        requests(&url, 3, None),
+        &tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    run.cancel();
+    let mut records = Vec::new();
+    while let Some(batch) = run.next_records(64, Duration::from_millis(100)).await {
+        records.extend(batch);
+    }
+    // The three in flight came back cancelled, with what they had received.
+    assert_eq!(records.len(), 3);
+    for r in &records {
+        assert!(matches!(r.error, Some((ErrorKind::Cancelled, _))));
+        assert!(r.first_token_us.is_some());
+        assert!(!r.chunks.is_empty());
+    }
+    sim.shutdown().await;
+}
