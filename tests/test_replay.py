@@ -158,3 +158,52 @@ def test_replay_against_a_url(tmp_path: Path) -> None:
     raw = (tmp_path / "run.arrow").read_bytes()
     assert b"sk-test-secret" not in raw
     assert df.attrs["specreplay.model"] == "served-model"  # the trace names none: preflight picks the served one
+
+
+def test_continuous_usage_is_dropped_where_the_server_refuses_it(tmp_path: Path) -> None:
+    """A strict OpenAI-style server that answers 400 to unknown stream options."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from specreplay._core import SimServer
+
+    with SimServer(config=FAST_SIM) as sim:
+        upstream = sim.url
+
+        class Strict(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None: ...
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"data": [{"id": "strict"}]}')
+
+            def do_POST(self) -> None:
+                import urllib.request
+
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                if "continuous_usage_stats" in body.get("stream_options", {}):
+                    self.send_response(400)
+                    self.send_header("content-type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(b'{"error": {"message": "unknown option"}}')
+                    return
+                req = urllib.request.Request(upstream + "/chat/completions", data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+                with urllib.request.urlopen(req) as resp:
+                    data = resp.read()
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Strict)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            df = run(tmp_path, url=f"http://127.0.0.1:{server.server_port}/v1", concurrencies=[2])
+        finally:
+            server.shutdown()
+    assert df["error_kind"].isna().all(), df["error_message"].dropna().tolist()
+    assert (df["token_source"] == "usage").all()
+    assert json.loads(df.attrs["specreplay.config"])["continuous_usage"] is False

@@ -23,9 +23,9 @@ import pyarrow.compute as pc
 from specreplay import _core
 from specreplay.config import Point, ReplayConfig
 from specreplay.results import ResultsWriter, read_table
-from specreplay.shaping import auth_headers, prepare, redact_url
-from specreplay.target import Target, preflight, start_embedded
-from specreplay.trace import Trace, load_trace
+from specreplay.shaping import auth_headers, base_url, prepare, redact_url
+from specreplay.target import Target, accepts_continuous_usage, preflight, start_embedded
+from specreplay.trace import APIS, Trace, load_trace
 
 #: How long one drain waits for finished requests before reporting progress.
 POLL_S = 0.25
@@ -66,6 +66,7 @@ class Hooks:
     progress display; the Python API stays quiet)."""
 
     def target(self, target: Target, description: str) -> None: ...
+    def note(self, message: str) -> None: ...
     def point_started(self, point: Point, index: int, total: int) -> None: ...
     def progress(self, progress: Progress) -> None: ...
     def point_finished(self, point: Point, progress: Progress, rows: pa.Table) -> None: ...
@@ -95,6 +96,22 @@ def _resolve_target(config: ReplayConfig, trace: Trace, headers: list[tuple[str,
         return start_embedded(config.seed, config.sim_config)
     trace_has_models = all("model" in r.body for r in trace.records)
     return preflight(config.url, config.model, headers, trace_has_models)
+
+
+def _probe_continuous_usage(config: ReplayConfig, trace: Trace, target: Target, headers: list[tuple[str, str]], hooks: Hooks) -> None:
+    first = next((r for r in trace.records if r.api in ("chat", "completions")), None)
+    if first is None:
+        return
+    url = base_url(target.url) + APIS[first.api][0]
+    body = dict(first.body)
+    if target.model or config.model:
+        body["model"] = config.model or target.model
+    if not accepts_continuous_usage(url, body, headers):
+        config.continuous_usage = False
+        hooks.note(
+            "the server refused stream_options.continuous_usage_stats: tokens per chunk will be estimated "
+            "(totals still come from its final usage report)"
+        )
 
 
 def _base_metadata(config: ReplayConfig, target: Target, run_id: str, points: list[Point]) -> dict[str, str]:
@@ -139,6 +156,8 @@ def run_replay(
             else f"target {redact_url(target.url)}" + (f", model {target.model}" if target.model else "")
         )
         hooks.target(target, desc)
+        if config.url is not None and config.continuous_usage:
+            _probe_continuous_usage(config, trace, target, headers, hooks)
         requests = [r.as_tuple() for r in prepare(trace.records, config, target.url, target.model or config.model)]
         metadata = _base_metadata(config, target, run_id, points)
         writer = ResultsWriter(output, metadata)

@@ -78,3 +78,27 @@ def preflight(url: str, model: str | None, headers: list[tuple[str, str]], trace
     if not models:
         raise ConfigError(f"{redact_url(url)} lists no models and the trace names none: give --model")
     return Target(url=url, model=models[0])
+
+
+def accepts_continuous_usage(url: str, body: dict[str, Any], headers: list[tuple[str, str]]) -> bool:
+    """Whether the server takes `stream_options.continuous_usage_stats` (vLLM,
+    SGLang and our simulator do; some OpenAI-compatible APIs answer 400 to an
+    unknown option). Probed with one 1-token request before the run."""
+    probe = dict(body)
+    probe.update({"stream": True, "max_tokens": 1, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    probe.pop("max_completion_tokens", None)
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(probe).encode(),
+        headers={**dict(headers), "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=PREFLIGHT_TIMEOUT_S) as resp:
+            resp.read()
+        return True
+    except urllib.error.HTTPError as e:
+        # 400/422: the server validates request fields and refused this one.
+        return e.code not in (400, 422)
+    except (urllib.error.URLError, OSError):
+        return True  # not the option's fault: the run itself will report it

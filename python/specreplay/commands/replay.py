@@ -69,6 +69,9 @@ class ConsoleHooks(Hooks):
     def target(self, target: Target, description: str) -> None:
         self.err.print(description, highlight=False)
 
+    def note(self, message: str) -> None:
+        self.err.print(f"note: {message}", highlight=False)
+
     def point_started(self, point: Point, index: int, total: int) -> None:
         self.points.append(point.to_dict())
         self.err.print(f"[bold]point {index + 1}/{total}: {point.name}[/bold]")
