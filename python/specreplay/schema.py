@@ -19,7 +19,7 @@ CHANNELS: tuple[str, ...] = ("reasoning", "content", "tool")
 # How a request's token counts were obtained (`token_source`).
 TOKEN_SOURCES: dict[str, str] = {
     "continuous_usage": "the server reported cumulative usage on every chunk: totals and per-chunk counts are exact",
-    "usage": "the server's final usage report gave the totals and the reasoning/content split; per-chunk counts are estimated (one token per chunk, scaled to the total)",
+    "usage": "the server's final usage report gave the totals and the reasoning/content split (or only one of the two was streamed); per-chunk counts are estimated (one token per chunk)",
     "usage_split_estimated": "the server's usage gave the total only; the reasoning/content split was estimated from the chunks",
     "chunks": "the server reported no usage: every count is an estimate of one token per chunk",
 }
@@ -51,10 +51,10 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("warmup", pa.bool_(), "", "true for the first `--warmup` requests: kept in the file, left out of summaries"),
     Column("scheduled_us", pa.int64(), _US, "when the schedule said the request should be sent"),
     Column("sent_us", pa.int64(), _US, "when the engine started sending it"),
-    Column("first_byte_us", pa.int64(), _US, "first response body bytes read from the socket"),
+    Column("first_byte_us", pa.int64(), _US, "response status line and headers read from the socket (time to first byte)"),
     Column("first_token_us", pa.int64(), _US, "first chunk carrying output text of any channel (reasoning, content or tool)"),
     Column("first_reasoning_us", pa.int64(), _US, "first chunk carrying reasoning text"),
-    Column("first_content_us", pa.int64(), _US, "first chunk carrying content (answer) text"),
+    Column("first_content_us", pa.int64(), _US, "first chunk carrying the answer: content or tool-call text"),
     Column("last_token_us", pa.int64(), _US, "last chunk carrying output text"),
     Column("end_us", pa.int64(), _US, "response complete, failed or cancelled"),
     Column("http_status", pa.int32(), "", "HTTP status code; null if no response headers arrived"),
@@ -69,7 +69,7 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("token_source", pa.string(), "", "how the counts were obtained: " + ", ".join(TOKEN_SOURCES)),
     Column("chunk_count", pa.int32(), "chunks", "number of streamed chunks that carried output text"),
     Column("chunk_ts_us", pa.list_(pa.int64()), _US, "per text-carrying chunk: when the socket read that completed it returned"),
-    Column("chunk_tokens", pa.list_(pa.int32()), "tokens", "per text-carrying chunk: tokens it carried (exact only with token_source = continuous_usage)"),
+    Column("chunk_tokens", pa.list_(pa.int32()), "tokens", "per text-carrying chunk: tokens it carried; exact with token_source = continuous_usage, otherwise 1 per chunk (an estimate)"),
     Column("chunk_channel", pa.list_(pa.int8()), "", "per text-carrying chunk: 0 = reasoning, 1 = content, 2 = tool"),
     Column("server_predicted_n", pa.int64(), "tokens", "llama.cpp `timings.predicted_n`, when the server sends it"),
     Column("server_predicted_ms", pa.float64(), "ms", "llama.cpp `timings.predicted_ms`, when the server sends it"),
