@@ -25,7 +25,7 @@ FAST_SIM: dict[str, Any] = {"ttft_ms": 20, "prefill_us_per_token": 0, "tpot_ms":
 
 
 def run(tmp_path: Path, **options: Any) -> pd.DataFrame:
-    options.setdefault("sim_config", FAST_SIM)
+    options.setdefault("sim", FAST_SIM)
     options.setdefault("output", str(tmp_path / "run.arrow"))
     options.setdefault("trace", REASONING)
     result = run_replay(ReplayConfig(**options))
@@ -34,7 +34,7 @@ def run(tmp_path: Path, **options: Any) -> pd.DataFrame:
 
 
 def test_rate_replay_gives_one_consistent_row_per_request(tmp_path: Path) -> None:
-    df = run(tmp_path, rates=[50.0], seed=3)
+    df = run(tmp_path, rate=[50.0], seed=3)
     assert len(df) == 12
     assert sorted(df["trace_id"]) == sorted(json.loads(line)["id"] for line in open(REASONING))
     assert df["request_index"].tolist() == sorted(df["request_index"].tolist()) or set(df["request_index"]) == set(range(12))
@@ -59,7 +59,7 @@ def test_rate_replay_gives_one_consistent_row_per_request(tmp_path: Path) -> Non
 
 def test_figures_match_the_simulator_configuration(tmp_path: Path) -> None:
     sim = {"ttft_ms": 50, "prefill_us_per_token": 0, "tpot_ms": 10, "reasoning_tokens": [30, 30], "content_tokens": [10, 10]}
-    df = run(tmp_path, concurrencies=[4], sim_config=sim)
+    df = run(tmp_path, concurrency=[4], sim=sim)
     ttft_ms = (df["first_token_us"] - df["sent_us"]) / 1000
     tpot_ms = (df["last_token_us"] - df["first_token_us"]) / (df["output_tokens"] - 1) / 1000
     # Tolerances: the simulator's timer has 1 ms granularity and this machine is shared.
@@ -69,7 +69,7 @@ def test_figures_match_the_simulator_configuration(tmp_path: Path) -> None:
 
 
 def test_concurrency_sweep_makes_labelled_points(tmp_path: Path) -> None:
-    df = run(tmp_path, concurrencies=[1, 8], label="baseline")
+    df = run(tmp_path, concurrency=[1, 8], label="baseline")
     assert df.groupby("point").size().to_dict() == {"concurrency=1": 12, "concurrency=8": 12}
     assert set(df["label"]) == {"baseline"}
     assert df.groupby("point")["point_index"].first().to_dict() == {"concurrency=1": 0, "concurrency=8": 1}
@@ -83,7 +83,7 @@ def test_concurrency_sweep_makes_labelled_points(tmp_path: Path) -> None:
 def test_reasoning_budget_trap_is_flagged(tmp_path: Path) -> None:
     from specreplay.validity import check
 
-    df = run(tmp_path, concurrencies=[4], max_tokens=10)
+    df = run(tmp_path, concurrency=[4], max_tokens=10)
     assert (df["finish_reason"] == "length").all()
     assert (df["content_tokens"] == 0).all()
     assert (df["reasoning_tokens"] == 10).all()
@@ -94,7 +94,7 @@ def test_reasoning_budget_trap_is_flagged(tmp_path: Path) -> None:
 
 
 def test_num_requests_loops_the_trace_and_warmup_is_flagged(tmp_path: Path) -> None:
-    df = run(tmp_path, concurrencies=[8], num_requests=30, warmup=5)
+    df = run(tmp_path, concurrency=[8], num_requests=30, warmup=5)
     assert len(df) == 30
     assert sorted(df["request_index"]) == list(range(30))
     assert df["warmup"].sum() == 5
@@ -104,7 +104,7 @@ def test_num_requests_loops_the_trace_and_warmup_is_flagged(tmp_path: Path) -> N
 
 def test_speedup_replays_the_trace_timing(tmp_path: Path) -> None:
     # The trace's requests are 0.5 s apart; at speedup 5 they go 100 ms apart.
-    df = run(tmp_path, speedups=[5.0])
+    df = run(tmp_path, speedup=[5.0])
     sched = df.sort_values("request_index")["scheduled_us"].to_numpy()
     gaps_ms = (sched[1:] - sched[:-1]) / 1000
     assert gaps_ms == pytest.approx([100.0] * 11, abs=0.01)
@@ -114,7 +114,7 @@ def test_speedup_replays_the_trace_timing(tmp_path: Path) -> None:
 
 def test_rate_schedule_repeats_under_a_seed(tmp_path: Path) -> None:
     def gaps(seed: int, name: str) -> list[int]:
-        df = run(tmp_path, rates=[100.0], seed=seed, output=str(tmp_path / name))
+        df = run(tmp_path, rate=[100.0], seed=seed, output=str(tmp_path / name))
         s = df.sort_values("request_index")["scheduled_us"].to_numpy()
         return (s[1:] - s[:-1]).tolist()
 
@@ -123,13 +123,13 @@ def test_rate_schedule_repeats_under_a_seed(tmp_path: Path) -> None:
 
 
 def test_duration_stops_scheduling(tmp_path: Path) -> None:
-    df = run(tmp_path, rates=[20.0], arrival="constant", duration=0.5, num_requests=1000)
+    df = run(tmp_path, rate=[20.0], arrival="constant", duration=0.5, num_requests=1000)
     # Constant 20/s for 0.5 s: requests at 0, 50, …, 450 ms.
     assert len(df) == 10
 
 
 def test_python_api_returns_a_table(tmp_path: Path) -> None:
-    table = specreplay.replay(REASONING, concurrencies=[4], sim_config=FAST_SIM)
+    table = specreplay.replay(REASONING, concurrency=[4], sim=FAST_SIM)
     assert isinstance(table, pa.Table)
     assert table.num_rows == 12
     meta = table.schema.metadata
@@ -145,7 +145,7 @@ def test_unreachable_url_fails_before_the_run(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(specreplay.ConfigError, match="cannot reach"):
-        run_replay(ReplayConfig(trace=REASONING, url=f"http://127.0.0.1:{port}/v1", concurrencies=[1], output=str(tmp_path / "x.arrow")))
+        run_replay(ReplayConfig(trace=REASONING, url=f"http://127.0.0.1:{port}/v1", concurrency=[1], output=str(tmp_path / "x.arrow")))
     assert not (tmp_path / "x.arrow").exists()
 
 
@@ -153,7 +153,7 @@ def test_replay_against_a_url(tmp_path: Path) -> None:
     from specreplay._core import SimServer
 
     with SimServer(config={**FAST_SIM, "model": "served-model"}) as srv:
-        df = run(tmp_path, url=srv.url, concurrencies=[2], api_key="sk-test-secret")
+        df = run(tmp_path, url=srv.url, concurrency=[2], api_key="sk-test-secret")
     assert len(df) == 12 and df["error_kind"].isna().all()
     raw = (tmp_path / "run.arrow").read_bytes()
     assert b"sk-test-secret" not in raw
@@ -201,7 +201,7 @@ def test_continuous_usage_is_dropped_where_the_server_refuses_it(tmp_path: Path)
         server = ThreadingHTTPServer(("127.0.0.1", 0), Strict)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
-            df = run(tmp_path, url=f"http://127.0.0.1:{server.server_port}/v1", concurrencies=[2])
+            df = run(tmp_path, url=f"http://127.0.0.1:{server.server_port}/v1", concurrency=[2])
         finally:
             server.shutdown()
     assert df["error_kind"].isna().all(), df["error_message"].dropna().tolist()

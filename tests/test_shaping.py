@@ -63,26 +63,26 @@ def test_urls() -> None:
 
 
 def test_api_key_becomes_headers_and_never_metadata() -> None:
-    cfg = ReplayConfig(trace="t", api_key="sk-secret", headers=[("X-Api-Key", "other-secret"), ("X-Trace", "1")])
+    cfg = ReplayConfig(trace="t", api_key="sk-secret", headers={"X-Api-Key": "other-secret", "X-Trace": "1"})
     headers = auth_headers(cfg, {"chat", "anthropic"})
     assert ("Authorization", "Bearer sk-secret") in headers
     assert ("anthropic-version", "2023-06-01") in headers
     assert not any(k == "x-api-key" for k, _ in headers)  # the user's own X-Api-Key wins
     meta = json.dumps(cfg.to_metadata())
     assert "sk-secret" not in meta and "other-secret" not in meta
-    assert '"X-Trace", "1"' in meta
+    assert '"X-Trace": "1"' in meta
 
 
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
-        ({"rates": [0.0]}, "--rate"),
-        ({"rates": [1.0], "concurrencies": [2]}, "only one of"),
-        ({"arrival": "weibull"}, "--arrival"),
-        ({"burstiness": -1.0}, "--burstiness"),
-        ({"num_requests": 0}, "--num-requests"),
-        ({"duration": 0.0}, "--duration"),
-        ({"url": "ftp://x"}, "--url"),
+        ({"rate": [0.0]}, "rate: must be positive"),
+        ({"rate": [1.0], "concurrency": [2]}, "only one of"),
+        ({"arrival": "weibull"}, "arrival: expected one of"),
+        ({"burstiness": -1.0}, "burstiness: must be positive"),
+        ({"num_requests": 0}, "num_requests: must be at least 1"),
+        ({"duration": 0.0}, "duration: must be positive"),
+        ({"url": "ftp://x"}, "url: expected an http"),
     ],
 )
 def test_config_validation(kwargs: dict[str, object], fragment: str) -> None:
@@ -91,9 +91,9 @@ def test_config_validation(kwargs: dict[str, object], fragment: str) -> None:
 
 
 def test_points() -> None:
-    assert [p.name for p in ReplayConfig(trace="t", concurrencies=[1, 8]).points(False)] == ["concurrency=1", "concurrency=8"]
+    assert [p.name for p in ReplayConfig(trace="t", concurrency=[1, 8]).points(False)] == ["concurrency=1", "concurrency=8"]
     assert [p.name for p in ReplayConfig(trace="t").points(True)] == ["speedup=1"]
     with pytest.raises(ConfigError, match="no arrival times"):
         ReplayConfig(trace="t").points(False)
     with pytest.raises(ConfigError, match="has none"):
-        ReplayConfig(trace="t", speedups=[2.0]).points(False)
+        ReplayConfig(trace="t", speedup=[2.0]).points(False)

@@ -10,7 +10,10 @@ from typing import Any
 import click
 
 from specreplay import __version__
+from specreplay.commands.config import config_group
+from specreplay.commands.init import init
 from specreplay.commands.replay import replay
+from specreplay.commands.rerun import rerun
 from specreplay.commands.serve import serve
 
 #: Options that take a list of numbers: `--rate 1 2 4` is read as
@@ -54,6 +57,9 @@ def cli() -> None:
 
 
 cli.add_command(replay)
+cli.add_command(rerun)
+cli.add_command(config_group)
+cli.add_command(init)
 cli.add_command(serve)
 
 

@@ -1,18 +1,25 @@
-"""The replay configuration: one typed model shared by the CLI and the Python
-API, so the two cannot drift. Secrets (the API key) live here only in memory:
-`to_metadata()` is what gets written, and it leaves them out.
+"""The replay configuration: one typed model shared by the CLI, config files
+and the Python API, so the three cannot drift. Every field is declared once,
+with its type and check; `from_mapping` validates any source against it.
+
+Secrets never live here in a form that gets written: the API key is read from
+the environment variable named by `api_key_env`, and `to_metadata()` (what
+results files store) leaves it out.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import difflib
 import math
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from specreplay.errors import ConfigError
 
 ARRIVALS = ("poisson", "constant", "gamma")
+LOAD_MODES = ("rate", "speedup", "concurrency")
 
 
 @dataclass(frozen=True)
@@ -33,12 +40,15 @@ class Point:
 
 @dataclass
 class ReplayConfig:
-    trace: str
+    """Everything a replay needs. Field names are the config-file keys and,
+    with `-` for `_`, the command-line flags (`max_tokens` ↔ `--max-tokens`)."""
+
+    trace: str = ""
     url: str | None = None
     model: str | None = None
-    rates: list[float] = field(default_factory=list)
-    speedups: list[float] = field(default_factory=list)
-    concurrencies: list[int] = field(default_factory=list)
+    rate: list[float] = field(default_factory=list)
+    speedup: list[float] = field(default_factory=list)
+    concurrency: list[int] = field(default_factory=list)
     arrival: str = "poisson"
     burstiness: float = 1.0
     seed: int = 0
@@ -50,62 +60,180 @@ class ReplayConfig:
     max_tokens: int | None = None
     ignore_eos: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    api_key: str | None = field(default=None, repr=False)
+    headers: dict[str, str] = field(default_factory=dict)
+    api_key_env: str = "OPENAI_API_KEY"
     label: str = "run"
     output: str | None = None
     continuous_usage: bool = True
-    sim_config: dict[str, Any] = field(default_factory=dict)
+    sim: dict[str, Any] = field(default_factory=dict)
+    thresholds: dict[str, float] = field(default_factory=dict)
+    # Set from the environment only (never from a file, never written).
+    api_key: str | None = field(default=None, repr=False, compare=False)
 
     def validate(self) -> None:
-        def positive(name: str, values: list[float] | list[int]) -> None:
-            for v in values:
-                if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                    raise ConfigError(f"--{name}: must be positive, got {v}")
+        """Checks the combination of fields (each field's own type and range
+        is checked by `from_mapping`)."""
+        for name in FIELDS:
+            FIELDS[name].check(name, getattr(self, name))
+        if not self.trace:
+            raise ConfigError("trace: missing (the trace file to replay)")
+        if sum(bool(x) for x in (self.rate, self.speedup, self.concurrency)) > 1:
+            raise ConfigError("give only one of rate, speedup and concurrency (each may list several values)")
+        from specreplay.validity import Thresholds
 
-        positive("rate", self.rates)
-        positive("speedup", self.speedups)
-        positive("concurrency", self.concurrencies)
-        if sum(bool(x) for x in (self.rates, self.speedups, self.concurrencies)) > 1:
-            raise ConfigError("give only one of --rate, --speedup and --concurrency (each may list several values)")
-        if self.arrival not in ARRIVALS:
-            raise ConfigError(f"--arrival: expected one of {', '.join(ARRIVALS)}, got {self.arrival!r}")
-        if not (self.burstiness > 0 and math.isfinite(self.burstiness)):
-            raise ConfigError(f"--burstiness: must be positive, got {self.burstiness}")
-        for name in ("max_concurrency", "num_requests", "max_tokens"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ConfigError(f"--{name.replace('_', '-')}: must be at least 1, got {v}")
-        for name in ("duration", "timeout"):
-            v = getattr(self, name)
-            if v is not None and not v > 0:
-                raise ConfigError(f"--{name}: must be positive, got {v}")
-        if self.warmup < 0:
-            raise ConfigError(f"--warmup: must not be negative, got {self.warmup}")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ConfigError(f"--url: expected an http:// or https:// URL, got {self.url!r}")
+        try:
+            Thresholds.from_dict(self.thresholds)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"thresholds: {e}") from None
 
     def points(self, trace_has_arrivals: bool) -> list[Point]:
-        if self.rates:
-            return [Point("rate", float(r)) for r in self.rates]
-        if self.speedups:
+        if self.rate:
+            return [Point("rate", float(r)) for r in self.rate]
+        if self.speedup:
             if not trace_has_arrivals:
                 raise ConfigError("--speedup replays the trace's own arrival times, but this trace has none: use --rate")
-            return [Point("speedup", float(s)) for s in self.speedups]
-        if self.concurrencies:
-            return [Point("concurrency", float(c)) for c in self.concurrencies]
+            return [Point("speedup", float(s)) for s in self.speedup]
+        if self.concurrency:
+            return [Point("concurrency", float(c)) for c in self.concurrency]
         if trace_has_arrivals:
             return [Point("speedup", 1.0)]
         raise ConfigError("this trace has no arrival times: give --rate R or --concurrency N")
 
+    def resolve_api_key(self, environ: Mapping[str, str] | None = None) -> None:
+        """Reads the API key from the environment variable `api_key_env`."""
+        env = os.environ if environ is None else environ
+        self.api_key = env.get(self.api_key_env) or None
+
     def to_metadata(self) -> dict[str, Any]:
-        """The resolved configuration as written into results files: no secrets."""
-        out = dataclasses.asdict(self)
-        out.pop("api_key")
-        out["headers"] = [[k, "<redacted>" if is_secret_header(k) else v] for k, v in self.headers]
-        out["api_key_set"] = self.api_key is not None
+        """The resolved configuration as written into results files: every
+        field but the key itself, with secret-looking headers redacted."""
+        out = {name: getattr(self, name) for name in FIELDS}
+        out["headers"] = {k: "<redacted>" if is_secret_header(k) else v for k, v in self.headers.items()}
         return out
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], where: Callable[[str], str] = lambda key: key) -> ReplayConfig:
+        """Builds a config from a mapping (a config file's table, metadata, or
+        keyword arguments), checking every key and value. `where(key)` says
+        where a key came from, for messages (e.g. `bench.toml:12: max_tokens`)."""
+        config = cls()
+        for key, value in values.items():
+            if key == "api_key":
+                raise ConfigError(
+                    f"{where(key)}: secrets are never read from a file or an option list: "
+                    "put the key in an environment variable and name it with api_key_env (default OPENAI_API_KEY)"
+                )
+            spec = FIELDS.get(key)
+            if spec is None:
+                close = difflib.get_close_matches(key, list(FIELDS), n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(FIELDS)})"
+                raise ConfigError(f"{where(key)}: unknown key{hint}")
+            setattr(config, key, spec.convert(where(key), value))
+        return config
 
 
 def is_secret_header(name: str) -> bool:
     return name.strip().lower() in {"authorization", "api-key", "x-api-key", "cookie", "proxy-authorization"}
+
+
+# --- field specifications ----------------------------------------------------
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a table"}.get(
+        type(value), type(value).__name__
+    )
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    kind: str  # str | url | int | float | bool | list[float] | list[int] | table | str_table
+    optional: bool = False
+    minimum: float | None = None  # inclusive lower bound
+    positive: bool = False
+    choices: tuple[str, ...] = ()
+
+    def convert(self, where: str, value: Any) -> Any:
+        """`value` as this field's type, or a ConfigError saying what is wrong."""
+        if value is None:
+            if self.optional:
+                return None
+            raise ConfigError(f"{where}: must not be empty")
+        kind = self.kind
+        if kind.startswith("list["):
+            items = value if isinstance(value, list) else [value]
+            item = FieldSpec(kind[5:-1], minimum=self.minimum, positive=self.positive)
+            return [item.convert(where, v) for v in items]
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: expected true or false, got {_type_name(value)} ({value!r})")
+            return value
+        if kind in ("int", "float"):
+            ok = isinstance(value, int) if kind == "int" else isinstance(value, (int, float))
+            if isinstance(value, bool) or not ok:
+                raise ConfigError(f"{where}: expected {'an integer' if kind == 'int' else 'a number'}, got {_type_name(value)} ({value!r})")
+            number = int(value) if kind == "int" else float(value)
+            self.check(where, number)
+            return number
+        if kind in ("str", "url"):
+            if not isinstance(value, str):
+                raise ConfigError(f"{where}: expected a string, got {_type_name(value)} ({value!r})")
+            self.check(where, value)
+            return value
+        if kind in ("table", "str_table"):
+            if isinstance(value, list) and kind == "str_table":  # [["Name", "value"], …]
+                value = dict(value)
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: expected a table, got {_type_name(value)} ({value!r})")
+            if kind == "str_table" and not all(isinstance(v, str) for v in value.values()):
+                raise ConfigError(f"{where}: every value must be a string")
+            return dict(value)
+        raise AssertionError(kind)
+
+    def check(self, where: str, value: Any) -> None:
+        """Range and choice checks on an already-typed value."""
+        if value is None:
+            return
+        if isinstance(value, list):
+            for v in value:
+                self.check(where, v)
+            return
+        if self.choices and value not in self.choices:
+            raise ConfigError(f"{where}: expected one of {', '.join(self.choices)}, got {value!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(f"{where}: must be a finite number, got {value}")
+            if self.positive and value <= 0:
+                raise ConfigError(f"{where}: must be positive, got {value:g}")
+            if self.minimum is not None and value < self.minimum:
+                raise ConfigError(f"{where}: must be at least {self.minimum:g}, got {value:g}")
+        if self.kind == "url" and not str(value).startswith(("http://", "https://")):
+            raise ConfigError(f"{where}: expected an http:// or https:// URL, got {value!r}")
+
+
+FIELDS: dict[str, FieldSpec] = {
+    "trace": FieldSpec("str"),
+    "url": FieldSpec("url", optional=True),
+    "model": FieldSpec("str", optional=True),
+    "rate": FieldSpec("list[float]", positive=True),
+    "speedup": FieldSpec("list[float]", positive=True),
+    "concurrency": FieldSpec("list[int]", minimum=1),
+    "arrival": FieldSpec("str", choices=ARRIVALS),
+    "burstiness": FieldSpec("float", positive=True),
+    "seed": FieldSpec("int", minimum=0),
+    "max_concurrency": FieldSpec("int", optional=True, minimum=1),
+    "num_requests": FieldSpec("int", optional=True, minimum=1),
+    "duration": FieldSpec("float", optional=True, positive=True),
+    "warmup": FieldSpec("int", minimum=0),
+    "timeout": FieldSpec("float", optional=True, positive=True),
+    "max_tokens": FieldSpec("int", optional=True, minimum=1),
+    "ignore_eos": FieldSpec("bool"),
+    "extra_body": FieldSpec("table"),
+    "headers": FieldSpec("str_table"),
+    "api_key_env": FieldSpec("str"),
+    "label": FieldSpec("str"),
+    "output": FieldSpec("str", optional=True),
+    "continuous_usage": FieldSpec("bool"),
+    "sim": FieldSpec("table"),
+    "thresholds": FieldSpec("table"),
+}

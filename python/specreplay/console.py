@@ -74,8 +74,11 @@ def print_summary(console: Console, summary: pd.DataFrame) -> None:
 
 
 def _point_heading(row: pd.Series) -> str:
+    name = str(row["point"])
+    if "label" in row.index and not _missing(row["label"]):
+        name = f"{row['label']} · {name}"
     parts = [
-        str(row["point"]),
+        name,
         f"{int(row['requests'])} requests: {int(row['ok'])} ok, {int(row['failed'])} failed",
         MISSING if _missing(row["duration_s"]) else f"{float(row['duration_s']):.1f} s",
     ]

@@ -9,6 +9,7 @@ measurement path.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import platform
 import uuid
@@ -22,6 +23,7 @@ import pyarrow.compute as pc
 
 from specreplay import _core
 from specreplay.config import Point, ReplayConfig
+from specreplay.errors import ConfigError
 from specreplay.results import ResultsWriter, read_table
 from specreplay.shaping import auth_headers, base_url, prepare, redact_url
 from specreplay.target import Target, accepts_continuous_usage, preflight, start_embedded
@@ -67,7 +69,7 @@ class Hooks:
 
     def target(self, target: Target, description: str) -> None: ...
     def note(self, message: str) -> None: ...
-    def point_started(self, point: Point, index: int, total: int) -> None: ...
+    def point_started(self, point: Point, index: int, total: int, label: str) -> None: ...
     def progress(self, progress: Progress) -> None: ...
     def point_finished(self, point: Point, progress: Progress, rows: pa.Table) -> None: ...
 
@@ -93,7 +95,7 @@ def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]
 
 def _resolve_target(config: ReplayConfig, trace: Trace, headers: list[tuple[str, str]]) -> Target:
     if config.url is None:
-        return start_embedded(config.seed, config.sim_config)
+        return start_embedded(config.seed, config.sim)
     trace_has_models = all("model" in r.body for r in trace.records)
     return preflight(config.url, config.model, headers, trace_has_models)
 
@@ -114,69 +116,117 @@ def _probe_continuous_usage(config: ReplayConfig, trace: Trace, target: Target, 
         )
 
 
-def _base_metadata(config: ReplayConfig, target: Target, run_id: str, points: list[Point]) -> dict[str, str]:
-    resolved = config.to_metadata()
-    resolved["url"] = redact_url(target.url)
-    resolved["points"] = [p.to_dict() for p in points]
-    resolved["embedded_simulator"] = target.embedded is not None
+@dataclass
+class _Run:
+    """One run of a benchmark (a config file may hold several), resolved."""
+
+    config: ReplayConfig
+    trace: Trace
+    points: list[Point]
+    headers: list[tuple[str, str]]
+    trace_sha256: str
+    target: Target | None = None
+
+    def metadata(self) -> dict[str, Any]:
+        """The run's resolved configuration as stored in results files."""
+        out = self.config.to_metadata()
+        if self.config.url is not None:
+            out["url"] = redact_url(self.config.url)
+        out["points"] = [p.to_dict() for p in self.points]
+        out["trace_sha256"] = self.trace_sha256
+        if self.target is not None:
+            out["target"] = redact_url(self.target.url)
+            out["embedded_simulator"] = self.target.embedded is not None
+            out["served_model"] = self.target.model
+        return out
+
+
+def _prepare_run(config: ReplayConfig) -> _Run:
+    config.validate()
+    trace = load_trace(config.trace)
+    digest = hashlib.sha256(Path(config.trace).read_bytes()).hexdigest()
+    headers = auth_headers(config, {r.api for r in trace.records})
+    return _Run(config, trace, config.points(trace.has_arrivals), headers, digest)
+
+
+def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:
+    first = runs[0]
+    target = first.target.url if first.target is not None else ""
     return {
         "specreplay.version": _core.__version__,
         "specreplay.run_id": run_id,
-        "specreplay.config": json.dumps(resolved),
-        "specreplay.target": redact_url(target.url),
-        "specreplay.model": target.model or "",
+        # The first run's configuration (the only one, unless a config file named several).
+        "specreplay.config": json.dumps(first.metadata()),
+        "specreplay.runs": json.dumps([r.metadata() for r in runs]),
+        "specreplay.target": redact_url(target),
+        "specreplay.model": (first.target.model if first.target is not None else None) or "",
         "specreplay.started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "specreplay.host": platform.node(),
     }
 
 
 def run_replay(
-    config: ReplayConfig,
+    config: ReplayConfig | list[ReplayConfig],
     hooks: Hooks | None = None,
     finalize: Callable[[pa.Table], dict[str, str]] | None = None,
 ) -> RunResult:
-    """Runs every sweep point of `config` into `config.output` and returns the
-    result. `finalize(table)` may return extra metadata (validity findings)
-    written into the final file. Ctrl-C cancels what is in flight, keeps what
-    finished, and returns with `interrupted=True`."""
-    config.validate()
+    """Runs every sweep point of `config` (or of each config in a list — the
+    named runs of a config file, labelled) into one results file, and returns
+    the result. `finalize(table)` may return extra metadata (validity
+    findings) written into the final file. Ctrl-C cancels what is in flight,
+    keeps what finished, and returns with `interrupted=True`."""
+    configs = config if isinstance(config, list) else [config]
+    if not configs:
+        raise ConfigError("nothing to run")
     hooks = hooks or Hooks()
-    trace = load_trace(config.trace)
-    points = config.points(trace.has_arrivals)
-    apis = {r.api for r in trace.records}
-    headers = auth_headers(config, apis)
+    # Every run checked, every target reached, before the first request goes
+    # out: a typo in the last run must not cost the time of the first.
+    runs = [_prepare_run(c) for c in configs]
     run_id = uuid.uuid4().hex[:12]
-    output = Path(config.output or f"specreplay-{run_id}.arrow")
-
-    target = _resolve_target(config, trace, headers)
+    output = Path(configs[0].output or f"specreplay-{run_id}.arrow")
     try:
-        desc = (
-            f"no --url given: replaying against the embedded simulated server at {target.url}"
-            if target.embedded is not None
-            else f"target {redact_url(target.url)}" + (f", model {target.model}" if target.model else "")
-        )
-        hooks.target(target, desc)
-        if config.url is not None and config.continuous_usage:
-            _probe_continuous_usage(config, trace, target, headers, hooks)
-        requests = [r.as_tuple() for r in prepare(trace.records, config, target.url, target.model or config.model)]
-        metadata = _base_metadata(config, target, run_id, points)
+        for run in runs:
+            run.target = _resolve_target(run.config, run.trace, run.headers)
+        for run in runs:
+            assert run.target is not None
+            desc = (
+                f"no --url given: replaying against the embedded simulated server at {run.target.url}"
+                if run.target.embedded is not None
+                else f"target {redact_url(run.target.url)}" + (f", model {run.target.model}" if run.target.model else "")
+            )
+            hooks.target(run.target, (f"{run.config.label}: " if len(runs) > 1 else "") + desc)
+            if run.config.url is not None and run.config.continuous_usage:
+                _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
+        metadata = _file_metadata(runs, run_id)
         writer = ResultsWriter(output, metadata)
+        first_target = runs[0].target
+        assert first_target is not None
         result = RunResult(
-            path=output, run_id=run_id, points=points, target=redact_url(target.url),
-            embedded=target.embedded is not None, model=target.model, metadata=metadata,
+            path=output, run_id=run_id, points=[p for r in runs for p in r.points], target=redact_url(first_target.url),
+            embedded=first_target.embedded is not None, model=first_target.model, metadata=metadata,
         )
         try:
-            for index, point in enumerate(points):
-                hooks.point_started(point, index, len(points))
-                spec = json.dumps(_run_spec(config, point, headers))
-                if not _run_point(spec, requests, writer, run_id, config.label, point, index, hooks):
-                    result.interrupted = True
+            index = 0
+            for run in runs:
+                assert run.target is not None
+                model = run.target.model or run.config.model
+                requests = [r.as_tuple() for r in prepare(run.trace.records, run.config, run.target.url, model)]
+                for point in run.points:
+                    hooks.point_started(point, index, len(result.points), run.config.label)
+                    spec = json.dumps(_run_spec(run.config, point, run.headers))
+                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks):
+                        result.interrupted = True
+                        break
+                    index += 1
+                if result.interrupted:
                     break
         finally:
             writer.close({"specreplay.interrupted": json.dumps(result.interrupted)}, finalize)
         return result
     finally:
-        target.close()
+        for run in runs:
+            if run.target is not None:
+                run.target.close()
 
 
 def _run_point(
@@ -218,14 +268,19 @@ def _run_point(
     return not interrupted
 
 
-def replay(trace: str, **options: Any) -> pa.Table:
+def replay(trace: str, api_key: str | None = None, **options: Any) -> pa.Table:
     """`specreplay replay` from Python: the same run, returned as a pyarrow
     Table (one row per request, run metadata in the schema). Options are the
-    fields of `ReplayConfig` (`rates=[8]`, `concurrencies=[1, 8]`, `url=…`).
+    fields of `ReplayConfig`, checked the same way as a config file's keys
+    (`rate=[8]`, `concurrency=[1, 8]`, `url=…`, `max_tokens=4096`). The API
+    key is `api_key`, else the environment variable `api_key_env` names.
     Without `output` the results file is a temporary one, removed afterwards."""
     import tempfile
 
-    config = ReplayConfig(trace=str(trace), **options)
+    config = ReplayConfig.from_mapping({"trace": str(trace), **options})
+    config.resolve_api_key()
+    if api_key is not None:
+        config.api_key = api_key
     if config.output is not None:
         return run_replay(config).table()
     with tempfile.TemporaryDirectory(prefix="specreplay-") as tmp:

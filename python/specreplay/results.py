@@ -117,6 +117,7 @@ def read_table(path: str | os.PathLike[str]) -> pa.Table:
 
 CONFIG_KEY = "specreplay.config"
 VALIDITY_KEY = "specreplay.validity"
+RUNS_KEY = "specreplay.runs"
 
 
 def to_frame(table: pa.Table) -> pd.DataFrame:
@@ -148,7 +149,22 @@ def run_config(df: pd.DataFrame) -> dict[str, Any]:
     return config
 
 
+def run_configs(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Every run's resolved config (a config file may name several runs)."""
+    text = df.attrs.get(RUNS_KEY)
+    if text:
+        runs = json.loads(text)
+        if isinstance(runs, list):
+            return [r for r in runs if isinstance(r, dict)]
+    config = run_config(df)
+    return [config] if config else []
+
+
 def config_points(df: pd.DataFrame) -> list[dict[str, Any]] | None:
-    """The config's `points` list (point, mode, value), or None when unknown."""
-    points = run_config(df).get("points")
-    return list(points) if isinstance(points, list) else None
+    """The `points` (point, mode, value) of every run, or None when unknown."""
+    points: dict[str, dict[str, Any]] = {}
+    for run in run_configs(df):
+        for p in run.get("points") or []:
+            if isinstance(p, dict) and "point" in p:
+                points.setdefault(str(p["point"]), p)
+    return list(points.values()) or None

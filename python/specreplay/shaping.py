@@ -93,7 +93,7 @@ def prepare(records: list[TraceRecord], config: ReplayConfig, url: str, model: s
 
 
 def auth_headers(config: ReplayConfig, apis: set[str]) -> list[tuple[str, str]]:
-    headers = list(config.headers)
+    headers = list(config.headers.items())
     names = {k.lower() for k, _ in headers}
     if config.api_key:
         if "authorization" not in names:

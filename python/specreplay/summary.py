@@ -80,6 +80,12 @@ def point_mode(point: str, points: list[dict[str, Any]] | None) -> tuple[str | N
         return mode, None
 
 
+def by_label(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The rows of each run (label), in run order."""
+    order = df.groupby("label", sort=False)["point_index"].min().sort_values(kind="stable")
+    return [(str(label), df[df["label"] == label]) for label in order.index]
+
+
 def _ordered_points(df: pd.DataFrame) -> list[str]:
     # Run order: by point_index when present, else first appearance.
     if "point_index" in df.columns and df["point_index"].notna().all():
@@ -110,6 +116,12 @@ def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> p
     """
     if points is None:
         points = config_points(df)
+    if "label" in df.columns and df["label"].nunique() > 1:
+        # Several runs in one file (a config file's named runs): each is summarized
+        # on its own, since their point names repeat.
+        parts = [summarize(group, points).assign(label=label) for label, group in by_label(df)]
+        combined: pd.DataFrame = pd.concat(parts, ignore_index=True)
+        return combined
     data = metrics.add_derived(measured(df))
     ok_rows = data[is_ok(data)]
     chunk_frame = metrics.chunks(ok_rows)

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 import pandas as pd
 
 from specreplay import metrics
-from specreplay.results import config_points, run_config
-from specreplay.summary import OPEN_LOOP_MODES, is_ok, measured, point_mode, summarize
+from specreplay.results import config_points, run_config, run_configs
+from specreplay.summary import OPEN_LOOP_MODES, by_label, is_ok, measured, point_mode, summarize
 
 Level = Literal["note", "warning", "error"]
 #: Levels that `--strict` turns into a failed run.
@@ -105,6 +105,12 @@ def check(
     thresholds = thresholds or Thresholds()
     if points is None:
         points = config_points(df)
+    if "label" in df.columns and df["label"].nunique() > 1:
+        return [
+            replace(f, point=f"{label}: {f.point}")
+            for label, group in by_label(df)
+            for f in check(group, thresholds, points=points, max_tokens=max_tokens or _configured_max_tokens(df, label))
+        ]
     if max_tokens is None:
         configured = run_config(df).get("max_tokens")
         max_tokens = int(configured) if isinstance(configured, (int, float)) else None
@@ -125,6 +131,13 @@ def check(
         point_findings = [f for f in found if f is not None]
         findings += sorted(point_findings, key=lambda f: ("error", "warning", "note").index(f.level))
     return findings
+
+
+def _configured_max_tokens(df: pd.DataFrame, label: str) -> int | None:
+    for run in run_configs(df):
+        if run.get("label") == label and isinstance(run.get("max_tokens"), (int, float)):
+            return int(run["max_tokens"])
+    return None
 
 
 def _pct(part: float, whole: float) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
 import click
+from click.core import ParameterSource
 import pyarrow as pa
 from rich.console import Console
 from rich.live import Live
@@ -15,6 +17,7 @@ from rich.text import Text
 from specreplay import summary as summary_mod
 from specreplay import validity
 from specreplay.config import ARRIVALS, Point, ReplayConfig
+from specreplay.config_file import apply_overrides, env_overrides, load_config_file
 from specreplay.console import print_findings, print_per_request, print_summary
 from specreplay.errors import ConfigError
 from specreplay.replay import Hooks, Progress, run_replay
@@ -72,9 +75,9 @@ class ConsoleHooks(Hooks):
     def note(self, message: str) -> None:
         self.err.print(f"note: {message}", highlight=False)
 
-    def point_started(self, point: Point, index: int, total: int) -> None:
+    def point_started(self, point: Point, index: int, total: int, label: str) -> None:
         self.points.append(point.to_dict())
-        self.err.print(f"[bold]point {index + 1}/{total}: {point.name}[/bold]")
+        self.err.print(f"[bold]point {index + 1}/{total}: {label} · {point.name}[/bold]")
         if self.err.is_terminal:
             self.live = Live(Text(""), console=self.err, refresh_per_second=4, transient=True)
             self.live.start()
@@ -100,7 +103,7 @@ class ConsoleHooks(Hooks):
         print_summary(self.out, summary_mod.summarize(df, points=self.points))
 
 
-def _split_lists(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[float]:
+def _split_lists(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[float] | None:
     out = []
     for v in values:
         for part in v.replace(",", " ").split():
@@ -108,16 +111,65 @@ def _split_lists(ctx: click.Context, param: click.Parameter, values: tuple[str, 
                 out.append(float(part))
             except ValueError:
                 raise click.BadParameter(f"not a number: {part!r}", ctx=ctx, param=param) from None
-    return out
+    return out or None
+
+
+def _flag_values(ctx: click.Context, opts: dict[str, Any]) -> dict[str, Any]:
+    """The config fields the user set on the command line (and only those:
+    an option left at its default must not override the file or the env)."""
+    given = {
+        name: value
+        for name, value in opts.items()
+        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE and name not in CLI_ONLY
+    }
+    flags: dict[str, Any] = {}
+    for name, value in given.items():
+        if name == "headers":
+            flags["headers"] = dict(parse_header(h) for h in value)
+        elif name == "extra_body":
+            flags["extra_body"] = parse_extra_body(value)
+        elif name == "sim_config":
+            flags["sim"] = load_sim_config(value)
+        elif name == "concurrency":
+            flags["concurrency"] = [int(c) for c in value] if all(float(c).is_integer() for c in value) else value
+        else:
+            flags[name] = value
+    return flags
+
+
+#: Options that steer this command rather than describe the benchmark.
+CLI_ONLY = frozenset({"config_path", "per_request", "strict", "api_key"})
+
+
+def resolve_configs(ctx: click.Context, opts: dict[str, Any]) -> list[ReplayConfig]:
+    """file < SPECREPLAY_* environment < flags, for each run the file names."""
+    try:
+        flags = ReplayConfig.from_mapping(_flag_values(ctx, opts), lambda key: f"--{key.replace('_', '-')}")
+        flag_values = {k: getattr(flags, k) for k in _flag_values(ctx, opts)}
+        if opts["config_path"] is not None:
+            configs = load_config_file(opts["config_path"], os.environ, flag_values)
+            if len(configs) > 1 and "label" in flag_values:
+                raise ConfigError("--label: the config file names several runs, each labelled by its name")
+        else:
+            configs = [apply_overrides(ReplayConfig(), {**env_overrides(os.environ), **flag_values})]
+        for config in configs:
+            config.resolve_api_key()
+            if opts["api_key"]:
+                config.api_key = opts["api_key"]
+            config.validate()
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+    return configs
 
 
 @click.command()
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", required=False)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML benchmark config (see examples/); flags override it.")
 @click.option("--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1. Without it: the embedded simulator.")
 @click.option("--model", help="Model name to send (replaces the trace's). Default: the trace's, else the server's first.")
-@click.option("--rate", "rates", multiple=True, callback=_split_lists, help="Open loop at R requests/s. Several values make a sweep: --rate 1 2 4 8")
-@click.option("--speedup", "speedups", multiple=True, callback=_split_lists, help="Open loop at the trace's own arrival times, X times faster.")
-@click.option("--concurrency", "concurrencies", multiple=True, callback=_split_lists, help="Closed loop with N requests in flight. Several values make a sweep.")
+@click.option("--rate", multiple=True, callback=_split_lists, help="Open loop at R requests/s. Several values make a sweep: --rate 1 2 4 8")
+@click.option("--speedup", multiple=True, callback=_split_lists, help="Open loop at the trace's own arrival times, X times faster.")
+@click.option("--concurrency", multiple=True, callback=_split_lists, help="Closed loop with N requests in flight. Several values make a sweep.")
 @click.option("--arrival", type=click.Choice(ARRIVALS), default="poisson", show_default=True, help="Arrival process for --rate.")
 @click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape for --arrival gamma (1 = Poisson, <1 burstier).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the arrivals and the embedded simulator.")
@@ -127,65 +179,50 @@ def _split_lists(ctx: click.Context, param: click.Parameter, values: tuple[str, 
 @click.option("--warmup", type=int, default=0, show_default=True, help="First N requests kept in the file but left out of the summary.")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request timeout, seconds.")
 @click.option("--max-tokens", type=int, help="Output budget, set in the field each API uses.")
-@click.option("--ignore-eos", is_flag=True, help="Ask the server to generate up to the budget (vLLM, SGLang).")
+@click.option("--ignore-eos", is_flag=True, default=None, help="Ask the server to generate up to the budget (vLLM, SGLang).")
 @click.option("--extra-body", help="JSON object merged into every request body.")
 @click.option("--header", "headers", multiple=True, help="Extra request header 'Name: value' (repeatable).")
-@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Sent as a Bearer token; never written anywhere.")
+@click.option("--api-key", help="Sent as a Bearer token; never written anywhere. Default: $OPENAI_API_KEY (or the variable api_key_env names).")
 @click.option("--label", default="run", show_default=True, help="Label stored with every row.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Results file (Arrow). Default: specreplay-<run id>.arrow")
 @click.option("--per-request", is_flag=True, help="Print one line per request.")
-@click.option("--strict", is_flag=True, help="Exit non-zero when a validity check finds a problem.")
+@click.option("--strict", is_flag=True, help="Exit non-zero when a validity check finds an error or warning.")
 @click.option("--continuous-usage/--no-continuous-usage", default=True, show_default=True, help="Ask for usage on every chunk (exact tokens per chunk).")
 @click.option("--sim-config", type=click.Path(dir_okay=False), help="TOML settings for the embedded simulator (see `specreplay serve --help`).")
-def replay(**opts: Any) -> None:
+@click.pass_context
+def replay(ctx: click.Context, /, **opts: Any) -> None:
     """Replay TRACE against a server (or the embedded simulator) and measure it.
 
-    Results go to an Arrow file with one row per request; a summary and the
-    validity checks are printed after each sweep point.
+    Options can also come from a --config file (several named runs in one
+    file run in turn into one results file) and SPECREPLAY_<OPTION>
+    environment variables; flags win over both. Results go to an Arrow file
+    with one row per request; a summary and the validity checks are printed
+    after each sweep point.
     """
-    config = ReplayConfig(
-        trace=opts["trace"],
-        url=opts["url"],
-        model=opts["model"],
-        rates=opts["rates"],
-        speedups=opts["speedups"],
-        concurrencies=[int(c) for c in opts["concurrencies"]],
-        arrival=opts["arrival"],
-        burstiness=opts["burstiness"],
-        seed=opts["seed"],
-        max_concurrency=opts["max_concurrency"],
-        num_requests=opts["num_requests"],
-        duration=opts["duration"],
-        warmup=opts["warmup"],
-        timeout=opts["timeout"],
-        max_tokens=opts["max_tokens"],
-        ignore_eos=opts["ignore_eos"],
-        extra_body=parse_extra_body(opts["extra_body"]),
-        headers=[parse_header(h) for h in opts["headers"]],
-        api_key=opts["api_key"] or None,
-        label=opts["label"],
-        output=opts["output"],
-        continuous_usage=opts["continuous_usage"],
-        sim_config=load_sim_config(opts["sim_config"]),
-    )
+    configs = resolve_configs(ctx, opts)
+    run_and_report(configs, per_request=opts["per_request"], strict=opts["strict"])
+
+
+def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bool) -> None:
+    """Runs, prints, and exits with the status the findings call for."""
     out = Console()
     err = Console(stderr=True)
-    hooks = ConsoleHooks(out, err, opts["per_request"])
+    hooks = ConsoleHooks(out, err, per_request)
     found: list[validity.Finding] = []
 
     def finalize(table: pa.Table) -> dict[str, str]:
         df = to_frame(table)
-        found.extend(validity.check(df))
+        found.extend(validity.check(df, validity.Thresholds.from_dict(configs[0].thresholds)))
         return {"specreplay.validity": validity.to_json(found)}
 
     try:
-        result = run_replay(config, hooks, finalize)
+        result = run_replay(configs, hooks, finalize)
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
     print_findings(out, found)
     err.print(f"results: {result.path}  ({'interrupted, ' if result.interrupted else ''}run id {result.run_id})", highlight=False)
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)
-    if validity.is_fatal(found, opts["strict"]):
+    if validity.is_fatal(found, strict):
         err.print("[bold red]--strict: the validity checks failed[/bold red]")
         sys.exit(EXIT_INVALID)

@@ -1,0 +1,74 @@
+"""`specreplay init`: a commented starter config for the user's server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from specreplay.errors import ConfigError
+from specreplay.shaping import base_url
+from specreplay.target import list_models
+
+TEMPLATE = """\
+# specreplay benchmark config: `specreplay replay --config {name}`.
+# Every `specreplay replay` option can be set here (flags override it, and
+# SPECREPLAY_<OPTION> environment variables sit in between). See examples/.
+
+trace = "traces/reasoning-prompts.jsonl"   # JSON Lines, docs/trace-format.md
+{target}
+# The API key is never written in this file: it is read from the
+# environment variable named here.
+api_key_env = "OPENAI_API_KEY"
+
+# Load: one of rate (open loop, req/s), speedup (the trace's own timing),
+# concurrency (closed loop). Several values make a sweep.
+concurrency = [1, 8]
+# rate = [1, 2, 4, 8]
+# arrival = "poisson"            # poisson | constant | gamma (with burstiness)
+seed = 0
+
+# A reasoning model spends its budget on reasoning first: set it generously,
+# or every answer comes back empty (the run says so, loudly).
+max_tokens = 4096
+# ignore_eos = true              # vLLM/SGLang: generate up to the budget
+# num_requests = 100             # loops over a shorter trace
+# warmup = 2                     # kept in the file, left out of summaries
+timeout = 600.0
+output = "results.arrow"
+
+# [extra_body]                   # merged into every request body
+# temperature = 0.6
+
+# [thresholds]                   # validity checks (docs/results.md)
+# send_lag_p99_ms = 1.0
+# max_error_rate = 0.01
+
+# Several named runs go into one results file, each labelled by its name and
+# stating only what differs, e.g. speculative decoding on and off:
+# [run.baseline]
+# [run.ngram]
+# url = "http://127.0.0.1:8001/v1"
+"""
+
+
+@click.command()
+@click.option("--url", help="Your server's base URL; its /v1/models gives the model name.")
+@click.option("-o", "--output", "path", default="specreplay.toml", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init(url: str | None, path: str, force: bool) -> None:
+    """Write a commented starter config."""
+    if Path(path).exists() and not force:
+        raise click.ClickException(f"{path} exists (use --force to overwrite it)")
+    if url is None:
+        target = "# url = \"http://127.0.0.1:8000/v1\"   # without a url: the embedded simulator\n# [sim]                            # its settings: docs/simulator.md\n# tpot_ms = 16"
+    else:
+        try:
+            models = list_models(url, [])
+        except ConfigError as e:
+            raise click.ClickException(str(e)) from None
+        model = f'model = "{models[0]}"' if models else '# model = "…"                     # the server lists none: name it'
+        others = f"   # also served: {', '.join(models[1:])}" if len(models) > 1 else ""
+        target = f'url = "{base_url(url)}"\n{model}{others}'
+    Path(path).write_text(TEMPLATE.format(name=path, target=target), encoding="utf-8")
+    click.echo(f"wrote {path}")
