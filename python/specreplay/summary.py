@@ -119,7 +119,7 @@ def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> p
     if "label" in df.columns and df["label"].nunique() > 1:
         # Several runs in one file (a config file's named runs): each is summarized
         # on its own, since their point names repeat.
-        parts = [summarize(group, points).assign(label=label) for label, group in by_label(df)]
+        parts = [summarize(group, points) for _, group in by_label(df)]
         combined: pd.DataFrame = pd.concat(parts, ignore_index=True)
         return combined
     data = metrics.add_derived(measured(df))
@@ -153,6 +153,7 @@ def _summarize_point(
     scheduled_span_s = _span_s(scheduled, scheduled)
 
     row: dict[str, Any] = {
+        "label": str(rows["label"].iloc[0]) if "label" in rows.columns and len(rows) else None,
         "point": point,
         "mode": mode,
         "target_rate_rps": value if mode == "rate" else math.nan,
