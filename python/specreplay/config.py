@@ -57,6 +57,8 @@ class ReplayConfig:
     duration: float | None = None
     warmup: int = 0
     timeout: float | None = 600.0
+    stall_timeout: float | None = None
+    retries: int = 0
     max_tokens: int | None = None
     ignore_eos: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
@@ -226,6 +228,8 @@ FIELDS: dict[str, FieldSpec] = {
     "duration": FieldSpec("float", optional=True, positive=True),
     "warmup": FieldSpec("int", minimum=0),
     "timeout": FieldSpec("float", optional=True, positive=True),
+    "stall_timeout": FieldSpec("float", optional=True, positive=True),
+    "retries": FieldSpec("int", minimum=0),
     "max_tokens": FieldSpec("int", optional=True, minimum=1),
     "ignore_eos": FieldSpec("bool"),
     "extra_body": FieldSpec("table"),

@@ -89,6 +89,8 @@ def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]
         "max_concurrency": config.max_concurrency,
         "warmup": config.warmup,
         "timeout_s": config.timeout,
+        "stall_timeout_s": config.stall_timeout,
+        "retries": config.retries,
         "seed": config.seed,
     }
 

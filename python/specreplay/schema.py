@@ -58,7 +58,7 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("last_token_us", pa.int64(), _US, "last chunk carrying output text"),
     Column("end_us", pa.int64(), _US, "response complete, failed or cancelled"),
     Column("http_status", pa.int32(), "", "HTTP status code; null if no response headers arrived"),
-    Column("error_kind", pa.string(), "", "null for a successful request, else a class such as `http`, `connect`, `timeout`, `stream_error`, `decode`, `truncated`, `cancelled`"),
+    Column("error_kind", pa.string(), "", "null for a successful request, else one of `connect`, `http`, `stream`, `stream_error`, `decode`, `truncated`, `timeout`, `stall`, `cancelled` (docs/reliability.md)"),
     Column("error_message", pa.string(), "", "human-readable error detail (never contains credentials)"),
     Column("finish_reason", pa.string(), "", "the server's finish reason (stop, length, max_tokens, end_turn, …)"),
     Column("prompt_tokens", pa.int64(), "tokens", "prompt tokens as reported by the server's usage"),
@@ -73,6 +73,7 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("chunk_channel", pa.list_(pa.int8()), "", "per text-carrying chunk: 0 = reasoning, 1 = content, 2 = tool"),
     Column("server_predicted_n", pa.int64(), "tokens", "llama.cpp `timings.predicted_n`, when the server sends it"),
     Column("server_predicted_ms", pa.float64(), "ms", "llama.cpp `timings.predicted_ms`, when the server sends it"),
+    Column("attempts", pa.int32(), "", "attempts made: 1, or more with `--retries` (then `sent_us` is the first attempt's)"),
 )
 
 COLUMNS: tuple[Column, ...] = RUN_COLUMNS + ENGINE_COLUMNS

@@ -53,6 +53,8 @@ fn spec(load: LoadMode, num_requests: Option<u64>) -> RunSpec {
         max_concurrency: None,
         warmup: 0,
         timeout_s: Some(30.0),
+        stall_timeout_s: None,
+        retries: 0,
         seed: 1,
     }
 }

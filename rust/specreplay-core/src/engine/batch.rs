@@ -38,6 +38,7 @@ pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowEr
     let mut http_status = Int32Builder::with_capacity(n);
     let mut chunk_count = Int32Builder::with_capacity(n);
     let mut predicted_ms = Float64Builder::with_capacity(n);
+    let mut attempts = Int32Builder::with_capacity(n);
     for r in records {
         for c in &r.chunks {
             chunk_ts.values().append_value(c.ts_us);
@@ -51,6 +52,7 @@ pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowEr
         http_status.append_option(r.http_status);
         chunk_count.append_value(r.chunks.len() as i32);
         predicted_ms.append_option(r.server_predicted_ms);
+        attempts.append_value(r.attempts);
     }
     let columns: Vec<(&str, ArrayRef)> = vec![
         ("request_index", i64_col(&|r| Some(r.request_index))),
@@ -90,6 +92,7 @@ pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowEr
         ("chunk_channel", Arc::new(chunk_channel.finish())),
         ("server_predicted_n", i64_col(&|r| r.server_predicted_n)),
         ("server_predicted_ms", Arc::new(predicted_ms.finish())),
+        ("attempts", Arc::new(attempts.finish())),
     ];
     // Every field nullable, whatever this batch holds: batches of one run
     // must share one schema.
@@ -137,7 +140,7 @@ mod tests {
         };
         let batch = to_record_batch(&[ok, failed]).unwrap();
         assert_eq!(batch.num_rows(), 2);
-        assert_eq!(batch.num_columns(), 28);
+        assert_eq!(batch.num_columns(), 29);
         let ts = batch.column_by_name("chunk_ts_us").unwrap();
         let list = ts
             .as_any()

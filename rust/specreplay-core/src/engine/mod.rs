@@ -163,6 +163,24 @@ fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, CoreError> {
     Ok(map)
 }
 
+/// The values of secret headers, and the token of `Bearer <token>`, to scrub
+/// from anything recorded.
+fn secret_values(headers: &HeaderMap) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, value) in headers {
+        if !is_secret_header(name) {
+            continue;
+        }
+        if let Ok(v) = value.to_str() {
+            out.push(v.to_string());
+            if let Some((_, token)) = v.split_once(' ') {
+                out.push(token.trim().to_string());
+            }
+        }
+    }
+    out
+}
+
 pub fn is_secret_header(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
@@ -199,8 +217,11 @@ pub fn start(
     let shared = Arc::new(Shared {
         ctx: RequestContext {
             client: http::build_client(concurrency),
+            secrets: secret_values(&headers),
             headers,
             timeout: spec.timeout_s.map(Duration::from_secs_f64),
+            stall_timeout: spec.stall_timeout_s.map(Duration::from_secs_f64),
+            retries: spec.retries,
             cancel: cancel.clone(),
         },
         requests,

@@ -20,6 +20,8 @@ pub enum ErrorKind {
     Truncated,
     /// The whole-request timeout expired.
     Timeout,
+    /// No bytes arrived for longer than the stall timeout.
+    Stall,
     /// The run was cancelled (Ctrl-C) while the request was in flight.
     Cancelled,
 }
@@ -34,6 +36,7 @@ impl ErrorKind {
             ErrorKind::Decode => "decode",
             ErrorKind::Truncated => "truncated",
             ErrorKind::Timeout => "timeout",
+            ErrorKind::Stall => "stall",
             ErrorKind::Cancelled => "cancelled",
         }
     }
@@ -102,4 +105,6 @@ pub struct RequestRecord {
     pub chunks: Vec<Chunk>,
     pub server_predicted_n: Option<i64>,
     pub server_predicted_ms: Option<f64>,
+    /// Attempts made (1 without retries).
+    pub attempts: i32,
 }

@@ -26,31 +26,87 @@ const JSON_BODY_LIMIT: usize = 64 << 20;
 pub struct RequestContext {
     pub client: HttpClient,
     pub headers: HeaderMap,
+    /// Whole-request limit, retries included.
     pub timeout: Option<Duration>,
+    /// Longest wait for the next bytes (response head or body).
+    pub stall_timeout: Option<Duration>,
+    /// Extra attempts after a connection failure, a 429 or a 5xx before any body.
+    pub retries: u32,
+    /// Header values that must never appear in a recorded message.
+    pub secrets: Vec<String>,
     pub cancel: CancellationToken,
 }
 
 type Failure = (ErrorKind, String);
 
-/// Runs `req` to completion, timeout or cancellation, filling `rec`.
+/// First retry after half a second, doubling; a server's Retry-After wins up to this cap.
+const RETRY_BASE: Duration = Duration::from_millis(500);
+const RETRY_AFTER_CAP: Duration = Duration::from_secs(60);
+
+/// What one attempt left behind, beyond the record's fields.
+#[derive(Default)]
+struct Attempt {
+    account: StreamAccount,
+    decode_error: Option<String>,
+    retry_after: Option<Duration>,
+}
+
+/// Runs `req` to completion, timeout or cancellation, filling `rec`. With
+/// retries, `sent_us` is the first attempt's send (latencies then include the
+/// failed attempts, as a user would wait through them) and `attempts` says
+/// how many were made.
 pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut RequestRecord) {
-    let mut account = StreamAccount::default();
-    let mut decode_error: Option<String> = None;
-    let outcome = {
-        let exchange = exchange(ctx, req, rec, &mut account, &mut decode_error);
-        let timeout = async {
-            match ctx.timeout {
-                Some(t) => tokio::time::sleep(t).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            out = exchange => out,
-            _ = timeout => Err((ErrorKind::Timeout, format!("no complete response within {:.1} s", ctx.timeout.unwrap_or_default().as_secs_f64()))),
-            _ = ctx.cancel.cancelled() => Err((ErrorKind::Cancelled, "run cancelled".to_string())),
+    let deadline = ctx.timeout.map(|t| tokio::time::Instant::now() + t);
+    let expired = || async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
         }
     };
+    let timeout_message = || {
+        format!(
+            "no complete response within {:.1} s",
+            ctx.timeout.unwrap_or_default().as_secs_f64()
+        )
+    };
+    let mut attempts = 0;
+    let (outcome, attempt) = loop {
+        attempts += 1;
+        let mut attempt = Attempt::default();
+        let outcome = tokio::select! {
+            out = exchange(ctx, req, rec, &mut attempt) => out,
+            _ = expired() => Err((ErrorKind::Timeout, timeout_message())),
+            _ = ctx.cancel.cancelled() => Err((ErrorKind::Cancelled, "run cancelled".to_string())),
+        };
+        let retriable = match &outcome {
+            Err((ErrorKind::Connect, _)) => true,
+            Err((ErrorKind::Http, _)) => {
+                matches!(rec.http_status, Some(429 | 500 | 502 | 503 | 504))
+            }
+            _ => false,
+        };
+        if !retriable || attempts > ctx.retries {
+            break (outcome, attempt);
+        }
+        let backoff = attempt
+            .retry_after
+            .unwrap_or(RETRY_BASE * 2u32.saturating_pow(attempts - 1))
+            .min(RETRY_AFTER_CAP);
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = expired() => break (Err((ErrorKind::Timeout, timeout_message())), attempt),
+            _ = ctx.cancel.cancelled() => break (Err((ErrorKind::Cancelled, "run cancelled".to_string())), attempt),
+        }
+        rec.first_byte_us = None;
+        rec.http_status = None;
+    };
     rec.end_us = Some(now_us());
+    rec.attempts = attempts as i32;
+    let Attempt {
+        mut account,
+        decode_error,
+        ..
+    } = attempt;
     let done = account.done;
     let stream_error = account.stream_error.take();
     account.finish_into(rec);
@@ -64,15 +120,48 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
         )),
         (Ok(()), None, None) => None,
     };
+    if let Some((_, message)) = &mut rec.error {
+        scrub(message, &ctx.secrets);
+    }
+}
+
+/// Servers echo credentials in error bodies ("invalid key sk-…"): a recorded
+/// message never carries one.
+fn scrub(message: &mut String, secrets: &[String]) {
+    for secret in secrets.iter().filter(|s| s.len() >= 4) {
+        if message.contains(secret.as_str()) {
+            *message = message.replace(secret.as_str(), "<redacted>");
+        }
+    }
+}
+
+/// `fut`, or a `stall` failure if it takes longer than the stall timeout.
+async fn unless_stalled<T>(
+    stall: Option<Duration>,
+    fut: impl std::future::Future<Output = T>,
+) -> Result<T, Failure> {
+    match stall {
+        None => Ok(fut.await),
+        Some(limit) => tokio::time::timeout(limit, fut).await.map_err(|_| {
+            (
+                ErrorKind::Stall,
+                format!("no bytes from the server for {:.1} s", limit.as_secs_f64()),
+            )
+        }),
+    }
 }
 
 async fn exchange(
     ctx: &RequestContext,
     req: &PreparedRequest,
     rec: &mut RequestRecord,
-    account: &mut StreamAccount,
-    decode_error: &mut Option<String>,
+    attempt: &mut Attempt,
 ) -> Result<(), Failure> {
+    let Attempt {
+        account,
+        decode_error,
+        retry_after,
+    } = attempt;
     let mut builder = http::Request::post(req.uri.clone())
         .header(CONTENT_TYPE, "application/json")
         .header(ACCEPT, "text/event-stream, application/json");
@@ -101,6 +190,13 @@ async fn exchange(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
+    *retry_after = response
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64);
     let mut body = response.into_body();
 
     if !status.is_success() {
@@ -152,7 +248,7 @@ async fn exchange(
         }
     };
     loop {
-        match body.frame().await {
+        match unless_stalled(ctx.stall_timeout, body.frame()).await? {
             Some(Ok(frame)) => {
                 let ts = now_us();
                 if let Some(data) = frame.data_ref() {

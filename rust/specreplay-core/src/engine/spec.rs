@@ -28,9 +28,16 @@ pub struct RunSpec {
     /// The first `warmup` requests are flagged so summaries leave them out.
     #[serde(default)]
     pub warmup: u64,
-    /// Whole-request timeout.
+    /// Whole-request timeout (retries included).
     #[serde(default)]
     pub timeout_s: Option<f64>,
+    /// Fail a request when no bytes arrive for this long.
+    #[serde(default)]
+    pub stall_timeout_s: Option<f64>,
+    /// Extra attempts after a connection failure, a 429 or a 5xx (0: none —
+    /// a retry changes the load the server sees).
+    #[serde(default)]
+    pub retries: u32,
     /// Seeds the arrival process.
     #[serde(default)]
     pub seed: u64,
@@ -149,6 +156,9 @@ impl RunSpec {
         }
         if let Some(t) = self.timeout_s {
             positive(t, "timeout")?;
+        }
+        if let Some(t) = self.stall_timeout_s {
+            positive(t, "stall_timeout")?;
         }
         if self.max_concurrency == Some(0) {
             return Err(CoreError::config("max_concurrency", "must be at least 1"));
