@@ -122,3 +122,13 @@ def test_ctrl_c_keeps_finished_requests_and_exits_non_zero(tmp_path: Path, sim_t
     # Whatever was in flight is a row too, marked cancelled, never lost.
     assert set(df["error_kind"].dropna()) <= {"cancelled"}
     assert not Path(f"{out}.partial").exists()
+
+
+def test_debug_shows_the_traceback_of_a_user_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "api": "grpc", "body": {}}\n')
+    result = CliRunner().invoke(cli, ["--debug", "replay", str(bad), "--rate", "1"])
+    assert result.exit_code == 1
+    assert isinstance(result.exception, specreplay.TraceError)  # raised, not turned into one line
+    code, text = invoke("replay", str(bad), "--rate", "1")
+    assert code == 1 and "Traceback" not in text and "field 'api'" in text

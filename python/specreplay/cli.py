@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from specreplay import __version__
+from specreplay.errors import SpecreplayError
 from specreplay.commands.config import config_group
 from specreplay.commands.init import init
 from specreplay.commands.replay import replay
@@ -46,14 +47,27 @@ class SpecreplayGroup(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, expand_list_options(args))
 
+    def invoke(self, ctx: click.Context) -> Any:
+        # A user's mistake (a bad trace, config or URL) is one line, not a
+        # traceback; --debug shows the traceback.
+        try:
+            return super().invoke(ctx)
+        except (SpecreplayError, OSError) as e:
+            if ctx.meta.get("specreplay.debug"):
+                raise
+            raise click.ClickException(str(e)) from None
+
 
 @click.group(cls=SpecreplayGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="specreplay")
-def cli() -> None:
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
     """Replay LLM request traces against inference servers, measured in Rust.
 
     Start with: specreplay replay traces/reasoning-prompts.jsonl --rate 8
     """
+    ctx.meta["specreplay.debug"] = debug
 
 
 cli.add_command(replay)

@@ -79,7 +79,8 @@ def _point_heading(row: pd.Series) -> str:
         name = f"{row['label']} · {name}"
     parts = [
         name,
-        f"{int(row['requests'])} requests: {int(row['ok'])} ok, {int(row['failed'])} failed",
+        f"{int(row['requests'])} requests: {int(row['ok'])} ok, {int(row['failed'])} failed"
+        + (f" ({row['errors_by_kind']})" if row.get("errors_by_kind") else ""),
         MISSING if _missing(row["duration_s"]) else f"{float(row['duration_s']):.1f} s",
     ]
     if not _missing(row["target_rate_rps"]):

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from specreplay import _core
 from specreplay.config import Point, ReplayConfig
 from specreplay.errors import ConfigError
+from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
 from specreplay.shaping import auth_headers, base_url, prepare, redact_url
 from specreplay.target import Target, accepts_continuous_usage, preflight, start_embedded
@@ -214,6 +215,8 @@ def run_replay(
                 model = run.target.model or run.config.model
                 requests = [r.as_tuple() for r in prepare(run.trace.records, run.config, run.target.url, model)]
                 for point in run.points:
+                    streams = peak_streams(point.mode, point.value, run.config.max_concurrency, run.config.num_requests or len(requests))
+                    ensure_open_files(streams, run.target.embedded is not None)
                     hooks.point_started(point, index, len(result.points), run.config.label)
                     spec = json.dumps(_run_spec(run.config, point, run.headers))
                     if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks):

@@ -160,6 +160,8 @@ def _summarize_point(
         "requests": len(rows),
         "ok": len(ok),
         "failed": len(rows) - len(ok),
+        # e.g. "http: 3, stall: 1": failures counted by error_kind, most first.
+        "errors_by_kind": ", ".join(f"{kind}: {n}" for kind, n in rows["error_kind"].dropna().value_counts().items()),
         "duration_s": duration_s,
         "achieved_rate_rps": len(ok) / duration_s if duration_s > 0 else math.nan,
         "send_rate_rps": (len(sent) - 1) / send_span_s if send_span_s > 0 else math.nan,

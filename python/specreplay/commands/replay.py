@@ -217,10 +217,7 @@ def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bo
         found.extend(validity.check(df, validity.Thresholds.from_dict(configs[0].thresholds)))
         return {"specreplay.validity": validity.to_json(found)}
 
-    try:
-        result = run_replay(configs, hooks, finalize)
-    except ConfigError as e:
-        raise click.ClickException(str(e)) from None
+    result = run_replay(configs, hooks, finalize)
     print_findings(out, found)
     err.print(f"results: {result.path}  ({'interrupted, ' if result.interrupted else ''}run id {result.run_id})", highlight=False)
     if result.interrupted:
