@@ -175,11 +175,9 @@ async fn exchange(
         )
     })?;
 
-    rec.sent_us = Some(now_us());
-    let response = ctx
-        .client
-        .request(request)
-        .await
+    rec.sent_us.get_or_insert_with(now_us);
+    let response = unless_stalled(ctx.stall_timeout, ctx.client.request(request))
+        .await?
         .map_err(|e| (ErrorKind::Connect, error_chain(&e)))?;
     rec.first_byte_us = Some(now_us());
     let status = response.status();
