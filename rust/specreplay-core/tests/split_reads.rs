@@ -118,6 +118,17 @@ proptest! {
         prop_assert_eq!(run(&reads, dialect), run(&[&bytes], dialect));
     }
 
+}
+
+/// The never-panic properties double as the fuzz run: `SPECREPLAY_FUZZ_CASES`
+/// sets how many inputs each tries (CI runs 20,000; `make test` sets it).
+fn fuzz_cases() -> u32 {
+    std::env::var("SPECREPLAY_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(fuzz_cases()))]
+
     #[test]
     fn arbitrary_bytes_never_panic(
         bytes in prop::collection::vec(any::<u8>(), 0..2048),
