@@ -186,6 +186,7 @@ pub fn start(spec: RunSpec, requests: Vec<PreparedRequest>, runtime: &Handle) ->
             headers,
             timeout: spec.timeout_s.map(Duration::from_secs_f64),
             cancel: cancel.clone(),
+            server_stamps: spec.server_stamps,
         },
         requests,
         warmup: spec.warmup,
