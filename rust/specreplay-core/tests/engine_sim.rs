@@ -56,6 +56,7 @@ fn spec(load: LoadMode, num_requests: Option<u64>) -> RunSpec {
         stall_timeout_s: None,
         retries: 0,
         seed: 1,
+        server_stamps: false,
     }
 }
 

@@ -123,7 +123,10 @@ proptest! {
 /// The never-panic properties double as the fuzz run: `SPECREPLAY_FUZZ_CASES`
 /// sets how many inputs each tries (CI runs 20,000; `make test` sets it).
 fn fuzz_cases() -> u32 {
-    std::env::var("SPECREPLAY_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512)
+    std::env::var("SPECREPLAY_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512)
 }
 
 proptest! {

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use specreplay_core::engine::{self, batch::to_record_batch, PreparedRequest, Progress, RunSpec};
+use specreplay_core::engine::batch::{to_record_batch, to_record_batch_with_server_stamps};
+use specreplay_core::engine::{self, PreparedRequest, Progress, RunSpec};
 use tokio_util::sync::CancellationToken;
 
 use crate::arrow_export::ArrowBatch;
@@ -22,6 +23,8 @@ pub struct EngineRun {
     progress: Arc<Progress>,
     cancel: CancellationToken,
     started_us: i64,
+    /// `RunSpec::server_stamps`: batches carry `chunk_server_ts_us` too.
+    server_stamps: bool,
 }
 
 /// Starts a point: `spec_json` is a `RunSpec` (see rust/specreplay-core/src/engine/spec.rs).
@@ -33,8 +36,10 @@ pub fn start_point(spec_json: &str, requests: Vec<RequestTuple>) -> PyResult<Eng
         .map(|(id, api, url, body, arrival)| PreparedRequest::new(id, &api, &url, body, arrival))
         .collect::<Result<Vec<_>, _>>()
         .map_err(Error::from)?;
+    let server_stamps = spec.server_stamps;
     let run = engine::start(spec, prepared, RUNTIME.handle()).map_err(Error::from)?;
     Ok(EngineRun {
+        server_stamps,
         progress: run.progress_handle(),
         cancel: run.cancel_token(),
         started_us: run.started_us(),
@@ -63,8 +68,13 @@ impl EngineRun {
         });
         match records {
             Some(records) => {
-                let batch = to_record_batch(&records)
-                    .map_err(|e| engine_error(format!("building a results batch: {e}")))?;
+                let batch = if self.server_stamps {
+                    to_record_batch_with_server_stamps(&records)
+                } else {
+                    to_record_batch(&records)
+                };
+                let batch =
+                    batch.map_err(|e| engine_error(format!("building a results batch: {e}")))?;
                 Ok(Some(ArrowBatch::new(batch)))
             }
             None => Ok(None),

@@ -1,7 +1,8 @@
 //! `SimServer`: the simulated reasoning-model server, run in the background on
-//! the shared tokio runtime. Construction validates the config and returns
-//! once the server listens; `stop()` (or leaving the `with` block, or
-//! dropping the object) shuts it down.
+//! its own one-thread tokio runtime (not the engine's: see `SIM_RUNTIME`).
+//! Construction validates the config and returns once the server listens;
+//! `stop()` (or leaving the `with` block, or dropping the object) shuts it
+//! down.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Mutex;
@@ -12,7 +13,7 @@ use specreplay_core::sim::{SimConfig, SimServer as CoreSimServer};
 use specreplay_core::CoreError;
 
 use crate::errors::{ConfigError, Error};
-use crate::runtime::RUNTIME;
+use crate::runtime::SIM_RUNTIME;
 
 #[pyclass(module = "specreplay._core", name = "SimServer", frozen)]
 pub struct SimServer {
@@ -75,7 +76,7 @@ impl SimServer {
         };
         let server = py.detach(|| {
             let addr = resolve(host, port)?;
-            RUNTIME
+            SIM_RUNTIME
                 .block_on(CoreSimServer::start(config, addr))
                 .map_err(|e| PyErr::from(Error::from(e)))
         })?;
@@ -114,7 +115,7 @@ impl SimServer {
     fn stop(&self, py: Python<'_>) {
         let server = self.inner.lock().ok().and_then(|mut g| g.take());
         if let Some(server) = server {
-            py.detach(|| RUNTIME.block_on(server.shutdown()));
+            py.detach(|| SIM_RUNTIME.block_on(server.shutdown()));
         }
     }
 

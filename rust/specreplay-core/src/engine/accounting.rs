@@ -13,6 +13,8 @@ use super::record::{Chunk, RequestRecord, TokenSource};
 #[derive(Debug, Default)]
 pub struct StreamAccount {
     chunks: Vec<Chunk>,
+    /// Parallel to `chunks`, filled only by `stamp_new_chunks`.
+    server_stamps: Vec<Option<i64>>,
     first_token_us: Option<i64>,
     first_reasoning_us: Option<i64>,
     first_answer_us: Option<i64>,
@@ -80,6 +82,12 @@ impl StreamAccount {
             };
             self.push_chunk(ts_us, tokens as i32, *channel);
         }
+    }
+
+    /// Gives every chunk pushed since the last call the server's send stamp
+    /// `server_ts_us` (only used with `RunSpec::server_stamps`).
+    pub fn stamp_new_chunks(&mut self, server_ts_us: Option<i64>) {
+        self.server_stamps.resize(self.chunks.len(), server_ts_us);
     }
 
     fn push_chunk(&mut self, ts_us: i64, tokens: i32, channel: Channel) {
@@ -151,6 +159,7 @@ impl StreamAccount {
         rec.last_token_us = self.chunks.last().map(|c| c.ts_us);
         rec.finish_reason = self.finish_reason;
         rec.chunks = self.chunks;
+        rec.server_stamps = self.server_stamps;
     }
 }
 
@@ -291,6 +300,23 @@ mod tests {
         );
         assert_eq!(rec.chunks.len(), 2);
         assert_eq!(rec.prompt_tokens, None);
+    }
+
+    #[test]
+    fn server_stamps_follow_the_chunks_of_their_event() {
+        let mut acc = StreamAccount::default();
+        acc.on_event(1, &[usage(0, None)]); // role chunk: no text, no stamp
+        acc.stamp_new_chunks(Some(100));
+        acc.on_event(
+            10,
+            &[text(Channel::Reasoning, "r"), text(Channel::Content, "c")],
+        );
+        acc.stamp_new_chunks(Some(200));
+        acc.on_event(20, &[text(Channel::Content, "d")]);
+        acc.stamp_new_chunks(None);
+        let rec = finish(acc);
+        assert_eq!(rec.chunks.len(), 3);
+        assert_eq!(rec.server_stamps, vec![Some(200), Some(200), None]);
     }
 
     #[test]

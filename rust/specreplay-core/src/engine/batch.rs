@@ -15,6 +15,20 @@ use arrow_schema::ArrowError;
 use super::record::{channel_code, RequestRecord};
 
 pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowError> {
+    build(records, false)
+}
+
+/// The same columns plus a last one, `chunk_server_ts_us` (list of int64,
+/// parallel to `chunk_ts_us`): the simulator's `sim_sent_us` for each chunk,
+/// null where the chunk's event had none. Only for runs with
+/// `RunSpec::server_stamps`; it is not a results-file column.
+pub fn to_record_batch_with_server_stamps(
+    records: &[RequestRecord],
+) -> Result<RecordBatch, ArrowError> {
+    build(records, true)
+}
+
+fn build(records: &[RequestRecord], server_stamps: bool) -> Result<RecordBatch, ArrowError> {
     let n = records.len();
     let i64_col = |f: &dyn Fn(&RequestRecord) -> Option<i64>| -> ArrayRef {
         let mut b = Int64Builder::with_capacity(n);
@@ -54,7 +68,7 @@ pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowEr
         predicted_ms.append_option(r.server_predicted_ms);
         attempts.append_value(r.attempts);
     }
-    let columns: Vec<(&str, ArrayRef)> = vec![
+    let mut columns: Vec<(&str, ArrayRef)> = vec![
         ("request_index", i64_col(&|r| Some(r.request_index))),
         ("trace_id", str_col(&|r| Some(r.trace_id.as_str()))),
         ("api", str_col(&|r| Some(r.api))),
@@ -94,6 +108,18 @@ pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowEr
         ("server_predicted_ms", Arc::new(predicted_ms.finish())),
         ("attempts", Arc::new(attempts.finish())),
     ];
+    if server_stamps {
+        let mut stamps = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
+        for r in records {
+            for i in 0..r.chunks.len() {
+                stamps
+                    .values()
+                    .append_option(r.server_stamps.get(i).copied().flatten());
+            }
+            stamps.append(true);
+        }
+        columns.push(("chunk_server_ts_us", Arc::new(stamps.finish())));
+    }
     // Every field nullable, whatever this batch holds: batches of one run
     // must share one schema.
     RecordBatch::try_from_iter_with_nullable(
@@ -151,5 +177,45 @@ mod tests {
         assert!(kind.is_null(0));
         assert!(!kind.is_null(1));
         assert!(batch.column_by_name("sent_us").unwrap().is_null(1));
+        assert!(batch.column_by_name("chunk_server_ts_us").is_none());
+    }
+
+    #[test]
+    fn server_stamps_column_is_opt_in_and_parallel_to_the_chunks() {
+        use arrow_array::Array;
+
+        let chunk = Chunk {
+            ts_us: 10,
+            tokens: 1,
+            channel: Channel::Content,
+        };
+        let stamped = RequestRecord {
+            chunks: vec![chunk, chunk],
+            server_stamps: vec![Some(7), None],
+            ..Default::default()
+        };
+        // No stamps kept (a non-streaming answer): nulls, same list lengths.
+        let unstamped = RequestRecord {
+            chunks: vec![chunk],
+            ..Default::default()
+        };
+        let batch = to_record_batch_with_server_stamps(&[stamped, unstamped]).unwrap();
+        assert_eq!(batch.num_columns(), 30);
+        assert_eq!(batch.schema().field(29).name(), "chunk_server_ts_us");
+        let list = batch
+            .column(29)
+            .as_any()
+            .downcast_ref::<arrow_array::ListArray>()
+            .unwrap();
+        assert_eq!(list.value_offsets(), &[0, 2, 3]);
+        let values = list
+            .values()
+            .as_any()
+            .downcast_ref::<arrow_array::Int64Array>()
+            .unwrap();
+        assert_eq!(
+            (values.value(0), values.is_null(1), values.is_null(2)),
+            (7, true, true)
+        );
     }
 }

@@ -223,6 +223,7 @@ pub fn start(
             stall_timeout: spec.stall_timeout_s.map(Duration::from_secs_f64),
             retries: spec.retries,
             cancel: cancel.clone(),
+            server_stamps: spec.server_stamps,
         },
         requests,
         warmup: spec.warmup,

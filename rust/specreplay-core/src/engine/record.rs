@@ -103,6 +103,10 @@ pub struct RequestRecord {
     pub output_tokens: Option<i64>,
     pub token_source: Option<TokenSource>,
     pub chunks: Vec<Chunk>,
+    /// Only with `RunSpec::server_stamps`: per chunk of `chunks`, the
+    /// `sim_sent_us` of the event that carried it (None if it had none).
+    /// Empty otherwise.
+    pub server_stamps: Vec<Option<i64>>,
     pub server_predicted_n: Option<i64>,
     pub server_predicted_ms: Option<f64>,
     /// Attempts made (1 without retries).

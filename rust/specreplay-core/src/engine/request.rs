@@ -35,6 +35,8 @@ pub struct RequestContext {
     /// Header values that must never appear in a recorded message.
     pub secrets: Vec<String>,
     pub cancel: CancellationToken,
+    /// Keep each chunk's `sim_sent_us` (`RunSpec::server_stamps`).
+    pub server_stamps: bool,
 }
 
 type Failure = (ErrorKind, String);
@@ -234,11 +236,17 @@ async fn exchange(
     let mut decoder = decoder_for(req.dialect);
     let mut events: Vec<SseEvent> = Vec::new();
     let mut records: Vec<Record> = Vec::new();
+    let server_stamps = ctx.server_stamps;
     let mut on_events = |ts: i64, events: &mut Vec<SseEvent>, account: &mut StreamAccount| {
         for event in events.drain(..) {
             records.clear();
             match decoder.decode(&event, &mut records) {
-                Ok(()) => account.on_event(ts, &records),
+                Ok(()) => {
+                    account.on_event(ts, &records);
+                    if server_stamps {
+                        account.stamp_new_chunks(sim_sent_us(&event.data));
+                    }
+                }
                 Err(e) => {
                     decode_error.get_or_insert_with(|| e.to_string());
                 }
@@ -274,6 +282,19 @@ async fn exchange(
     Ok(())
 }
 
+/// The integer after the first `"sim_sent_us":` in an event's JSON (the
+/// simulator's send stamp, `send_timestamps` on), if there is one.
+fn sim_sent_us(data: &str) -> Option<i64> {
+    const KEY: &[u8] = b"\"sim_sent_us\":";
+    let at = memchr::memmem::find(data.as_bytes(), KEY)? + KEY.len();
+    let rest = data[at..].trim_start();
+    let end = rest
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
+        .map_or(rest.len(), |(i, _)| i);
+    rest[..end].parse().ok()
+}
+
 async fn read_limited(body: &mut hyper::body::Incoming, limit: usize) -> Vec<u8> {
     let mut out = Vec::new();
     while out.len() < limit {
@@ -304,4 +325,27 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sim_sent_us;
+
+    #[test]
+    fn reads_the_simulator_stamp() {
+        assert_eq!(
+            sim_sent_us(r#"{"id":"x","sim_sent_us":1732900000123456}"#),
+            Some(1_732_900_000_123_456)
+        );
+        assert_eq!(
+            sim_sent_us(r#"{"sim_sent_us": 42, "choices":[]}"#),
+            Some(42)
+        );
+        assert_eq!(
+            sim_sent_us(r#"{"choices":[{"delta":{"content":"x"}}]}"#),
+            None
+        );
+        assert_eq!(sim_sent_us(r#"{"sim_sent_us":"soon"}"#), None);
+        assert_eq!(sim_sent_us("[DONE]"), None);
+    }
 }

@@ -41,6 +41,13 @@ pub struct RunSpec {
     /// Seeds the arrival process.
     #[serde(default)]
     pub seed: u64,
+    /// Benchmarking aid, off by default: keep the `"sim_sent_us"` stamp that
+    /// the simulator (with `send_timestamps` on) puts in every chunk, as a
+    /// `chunk_server_ts_us` column appended to the batches (see
+    /// `batch::to_record_batch_with_server_stamps`). The results-file columns
+    /// are unchanged; `bench/client_bench.py` compares the two clocks.
+    #[serde(default)]
+    pub server_stamps: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
