@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from specreplay import __version__
+from specreplay.commands.import_trace import import_cmd
 from specreplay.commands.replay import replay
 from specreplay.commands.serve import serve
 
@@ -50,11 +51,15 @@ def cli() -> None:
     """Replay LLM request traces against inference servers, measured in Rust.
 
     Start with: specreplay replay traces/reasoning-prompts.jsonl --rate 8
+
+    Traces: record your own traffic with `specreplay capture`, convert public
+    traces with `specreplay import`, make one with `specreplay synth`.
     """
 
 
 cli.add_command(replay)
 cli.add_command(serve)
+cli.add_command(import_cmd)
 
 
 def main(**kwargs: Any) -> None:
