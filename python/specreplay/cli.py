@@ -13,6 +13,7 @@ from specreplay import __version__
 from specreplay.commands.import_trace import import_cmd
 from specreplay.commands.replay import replay
 from specreplay.commands.serve import serve
+from specreplay.commands.synth import synth
 
 #: Options that take a list of numbers: `--rate 1 2 4` is read as
 #: `--rate 1 --rate 2 --rate 4` (click options take one value each).
@@ -60,6 +61,7 @@ def cli() -> None:
 cli.add_command(replay)
 cli.add_command(serve)
 cli.add_command(import_cmd)
+cli.add_command(synth)
 
 
 def main(**kwargs: Any) -> None:
