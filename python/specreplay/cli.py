@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from specreplay import __version__
+from specreplay.commands.capture import capture
 from specreplay.commands.import_trace import import_cmd
 from specreplay.commands.replay import replay
 from specreplay.commands.serve import serve
@@ -60,6 +61,7 @@ def cli() -> None:
 
 cli.add_command(replay)
 cli.add_command(serve)
+cli.add_command(capture)
 cli.add_command(import_cmd)
 cli.add_command(synth)
 
