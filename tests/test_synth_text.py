@@ -59,6 +59,14 @@ def test_redaction_of_bodies_keeps_structure() -> None:
     assert out["messages"][2]["tool_calls"][0]["id"] == "c1"
     assert "secret" not in json.dumps(out)
     assert r.body({"prompt": [1, 2, 3]}) == {"prompt": [1, 2, 3]}  # token ids are not text
+    tools = [{"type": "function", "function": {"name": "weather", "description": "secret tool", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "description": "secret city", "enum": ["Paris"]}},
+        "required": ["city"]}}}]
+    out_tools = r.body({"messages": [], "tools": tools})["tools"]
+    assert "secret" not in json.dumps(out_tools)
+    out_tools[0]["function"]["description"] = tools[0]["function"]["description"]  # type: ignore[index]
+    out_tools[0]["function"]["parameters"]["properties"]["city"]["description"] = "secret city"
+    assert out_tools == tools  # the schema itself is unchanged
 
 
 def test_distributions() -> None:

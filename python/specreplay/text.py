@@ -102,12 +102,34 @@ class Redactor:
     #: Keys whose string values are structure, not text, and are kept.
     KEEP_KEYS = frozenset({"role", "type", "id", "tool_call_id", "model", "cache_control", "detail", "format"})
     #: Body fields that carry text (everything else in the body is kept).
-    TEXT_FIELDS = frozenset({"messages", "prompt", "input", "system", "instructions", "tools", "functions", "suffix"})
+    TEXT_FIELDS = frozenset({"messages", "prompt", "input", "system", "instructions", "suffix"})
+    #: Tool definitions: only their descriptions are text; names, types,
+    #: `required` and `enum` must keep matching the schema and the calls.
+    TOOL_FIELDS = frozenset({"tools", "functions"})
 
     def body(self, body: dict[str, Any]) -> dict[str, Any]:
         """A copy of a request body with every text string under the
-        text-carrying fields replaced; token-id prompts and numbers are kept."""
-        return {k: (self._walk(v) if k in self.TEXT_FIELDS else v) for k, v in body.items()}
+        text-carrying fields replaced (and tool descriptions); token-id
+        prompts, numbers and tool schemas are kept."""
+        out = {}
+        for k, v in body.items():
+            if k in self.TEXT_FIELDS:
+                out[k] = self._walk(v)
+            elif k in self.TOOL_FIELDS:
+                out[k] = self._descriptions(v)
+            else:
+                out[k] = v
+        return out
+
+    def _descriptions(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self._descriptions(v) for v in value]
+        if isinstance(value, dict):
+            return {
+                k: (self.text(v) if k == "description" and isinstance(v, str) else self._descriptions(v))
+                for k, v in value.items()
+            }
+        return value
 
     def _walk(self, value: Any) -> Any:
         if isinstance(value, str):
