@@ -265,3 +265,21 @@ def test_import_cli_is_discoverable_and_reports(tmp_path: Path) -> None:
     assert len(load_trace(out)) == 3
     bad = runner.invoke(cli, ["import", "azure", str(src), "-o", str(out)])
     assert bad.exit_code == 1 and "missing column" in bad.output
+
+
+def test_capture_format_sorts_a_capture_left_unsorted(tmp_path: Path) -> None:
+    rows = [
+        "# specreplay capture of http://127.0.0.1:8000/v1 started 2026-01-01T00:00:00Z",
+        {"id": "2", "arrival": 0.5, "api": "chat", "response": {"status": 200}, "body": {"messages": []}},
+        {"id": "1", "arrival": 0.0, "api": "chat", "response": {"status": 200, "end_us": 900000}, "body": {"messages": []}},
+    ]
+    src = write(tmp_path, "c.jsonl", jsonl(rows))
+    with pytest.raises(TraceError, match="goes backwards"):
+        load_trace(src)
+    recs, _ = run_import("capture", src, tmp_path)
+    assert [(r.id, r.arrival, r.response) for r in recs] == [
+        ("1", 0.0, {"status": 200, "end_us": 900000}), ("2", 0.5, {"status": 200})]
+    bad = write(tmp_path, "d.jsonl", jsonl([rows[1], {"id": "3", "arrival": 1, "api": "chat", "response": {}, "body": {"messages": []}}]))
+    with pytest.raises(TraceError) as err:
+        import_trace("capture", bad, tmp_path / "o.jsonl")
+    assert (err.value.line, err.value.field) == (2, "response.status")
