@@ -50,6 +50,23 @@ def test_round_trip(tmp_path: Path) -> None:
     ]
 
 
+def test_capture_fields_round_trip(tmp_path: Path) -> None:
+    response = {"status": 200, "ttfb_us": 1200, "end_us": 90000, "prompt_tokens": 12, "completion_tokens": 30,
+                "reasoning_tokens": 20, "cached_tokens": None, "finish_reason": "stop"}
+    recs = [
+        TraceRecord(id="a", api="chat", body={"messages": []}, arrival=0.000125, path="/openai/v1/chat/completions",
+                    response=response, expected_output_tokens=30),
+        TraceRecord(id="b", api="completions", body={"prompt": "x"}, arrival=1.5, approximate=True),
+    ]
+    p = tmp_path / "rt.jsonl"
+    write_trace(recs, p)
+    assert '"approximate"' not in p.read_text().splitlines()[0]  # written only when true
+    back = load_trace(p).records
+    assert [(r.path, r.response, r.approximate, r.arrival) for r in back] == [
+        (r.path, r.response, r.approximate, r.arrival) for r in recs
+    ]
+
+
 def test_comments_and_blank_lines_are_skipped_and_lines_counted(tmp_path: Path) -> None:
     p = write(tmp_path, ["# a comment", "", chat(1), chat(2, arrival=1.0)])
     trace = load_trace(p)
@@ -71,6 +88,14 @@ def test_comments_and_blank_lines_are_skipped_and_lines_counted(tmp_path: Path) 
         ([chat(1), chat(1)], 2, "id", "duplicate id"),
         ([chat(1, arival=3)], 1, "arival", "unknown field"),
         ([chat(1, expected_output_tokens=-3)], 1, "expected_output_tokens", "non-negative"),
+        ([chat(1, path="v1/chat")], 1, "path", "starting with '/'"),
+        ([chat(1, approximate="yes")], 1, "approximate", "true or false"),
+        ([chat(1, response=[200])], 1, "response", "JSON object"),
+        ([chat(1, response={"ttfb_us": 5})], 1, "response.status", "missing"),
+        ([chat(1, response={"status": 200, "ttfb": 5})], 1, "response.ttfb", "unknown field"),
+        ([chat(1, response={"status": 200, "end_us": -1})], 1, "response.end_us", "non-negative integer"),
+        ([chat(1, response={"status": 200, "prompt_tokens": 1.5})], 1, "response.prompt_tokens", "non-negative integer"),
+        ([chat(1, response={"status": 200, "finish_reason": 3})], 1, "response.finish_reason", "string or null"),
     ],
 )
 def test_malformed_traces_name_file_line_and_field(

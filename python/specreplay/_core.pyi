@@ -31,6 +31,9 @@ class EngineRun:
     @property
     def started_us(self) -> int: ...
 
+def decode_response(api: str, body: bytes, content_type: str) -> dict[str, int | str | bool | None]:
+    """Usage, finish reason, error and completeness of one recorded response."""
+
 def start_point(spec_json: str, requests: list[tuple[str, str, str, bytes, float]]) -> EngineRun: ...
 
 @final

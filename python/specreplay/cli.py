@@ -13,9 +13,12 @@ from specreplay import __version__
 from specreplay.errors import SpecreplayError
 from specreplay.commands.config import config_group
 from specreplay.commands.init import init
+from specreplay.commands.capture import capture
+from specreplay.commands.import_trace import import_cmd
 from specreplay.commands.replay import replay
 from specreplay.commands.rerun import rerun
 from specreplay.commands.serve import serve
+from specreplay.commands.synth import synth
 
 #: Options that take a list of numbers: `--rate 1 2 4` is read as
 #: `--rate 1 --rate 2 --rate 4` (click options take one value each).
@@ -66,6 +69,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Replay LLM request traces against inference servers, measured in Rust.
 
     Start with: specreplay replay traces/reasoning-prompts.jsonl --rate 8
+
+    Traces: record your own traffic with `specreplay capture`, convert public
+    traces with `specreplay import`, make one with `specreplay synth`.
     """
     ctx.meta["specreplay.debug"] = debug
 
@@ -75,6 +81,9 @@ cli.add_command(rerun)
 cli.add_command(config_group)
 cli.add_command(init)
 cli.add_command(serve)
+cli.add_command(capture)
+cli.add_command(import_cmd)
+cli.add_command(synth)
 
 
 def main(**kwargs: Any) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,18 @@ APIS: dict[str, tuple[str, str]] = {
 #: Longest line accepted; longer ones are almost certainly not a trace.
 MAX_LINE_BYTES = 64 << 20
 
-_KNOWN_FIELDS = {"id", "arrival", "api", "body", "session_id", "expected_output_tokens"}
+_KNOWN_FIELDS = {
+    "id", "arrival", "api", "path", "body", "session_id", "expected_output_tokens", "approximate", "response",
+}
+
+#: Keys of the `response` object (what came back when the trace was
+#: captured): integers except `finish_reason` and `error`; only `status` is
+#: required, the others may be absent or null.
+RESPONSE_INT_FIELDS = (
+    "status", "ttfb_us", "end_us", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens",
+)
+RESPONSE_STR_FIELDS = ("finish_reason", "error")
+_RESPONSE_FIELDS = set(RESPONSE_INT_FIELDS) | set(RESPONSE_STR_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,14 @@ class TraceRecord:
     arrival: float | None = None
     session_id: str | None = None
     expected_output_tokens: int | None = None
+    #: The request path as captured, only when it is not the API's default
+    #: (`/v1` + `APIS[api][0]`). Informational: replay sends to `--url` + the API's path.
+    path: str | None = None
+    #: True when token counts in this record (prompt length, expected output)
+    #: come from specreplay's approximation rather than a tokenizer.
+    approximate: bool = False
+    #: What came back when the request was captured (see RESPONSE_*_FIELDS).
+    response: dict[str, Any] | None = None
     line: int = 0
 
     def to_json(self) -> str:
@@ -44,10 +63,16 @@ class TraceRecord:
         if self.arrival is not None:
             out["arrival"] = self.arrival
         out["api"] = self.api
+        if self.path is not None:
+            out["path"] = self.path
         if self.session_id is not None:
             out["session_id"] = self.session_id
         if self.expected_output_tokens is not None:
             out["expected_output_tokens"] = self.expected_output_tokens
+        if self.approximate:
+            out["approximate"] = True
+        if self.response is not None:
+            out["response"] = self.response
         out["body"] = self.body
         return json.dumps(out, ensure_ascii=False)
 
@@ -105,6 +130,18 @@ def _parse_record(path: str, line_no: int, obj: Any) -> TraceRecord:
     if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool) or expected < 0):
         raise fail("expected_output_tokens", f"must be a non-negative integer, got {expected!r}")
 
+    req_path = obj.get("path")
+    if req_path is not None and (not isinstance(req_path, str) or not req_path.startswith("/")):
+        raise fail("path", f"must be a string starting with '/', got {req_path!r}")
+
+    approximate = obj.get("approximate", False)
+    if not isinstance(approximate, bool):
+        raise fail("approximate", f"must be true or false, got {approximate!r}")
+
+    response = obj.get("response")
+    if response is not None:
+        _check_response(response, fail)
+
     return TraceRecord(
         id=str(rid),
         api=api,
@@ -112,8 +149,29 @@ def _parse_record(path: str, line_no: int, obj: Any) -> TraceRecord:
         arrival=float(arrival) if arrival is not None else None,
         session_id=str(session) if session is not None else None,
         expected_output_tokens=expected,
+        path=req_path,
+        approximate=approximate,
+        response=response,
         line=line_no,
     )
+
+
+def _check_response(response: Any, fail: Callable[[str | None, str], TraceError]) -> None:
+    if not isinstance(response, dict):
+        raise fail("response", "must be a JSON object")
+    unknown = sorted(set(response) - _RESPONSE_FIELDS)
+    if unknown:
+        raise fail(f"response.{unknown[0]}", f"unknown field (known: {', '.join(sorted(_RESPONSE_FIELDS))})")
+    if "status" not in response:
+        raise fail("response.status", "missing (the HTTP status that came back)")
+    for key in RESPONSE_INT_FIELDS:
+        v = response.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise fail(f"response.{key}", f"must be a non-negative integer or null, got {v!r}")
+    for key in RESPONSE_STR_FIELDS:
+        v = response.get(key)
+        if v is not None and not isinstance(v, str):
+            raise fail(f"response.{key}", f"must be a string or null, got {v!r}")
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:

@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 mod arrow_export;
+mod decode;
 mod errors;
 mod replay;
 mod runtime;
@@ -14,6 +15,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(now_us, m)?)?;
     m.add_function(wrap_pyfunction!(replay::start_point, m)?)?;
+    m.add_function(wrap_pyfunction!(decode::decode_response, m)?)?;
     m.add_class::<replay::EngineRun>()?;
     m.add_class::<arrow_export::ArrowBatch>()?;
     errors::register(m)?;

@@ -1,0 +1,166 @@
+"""`specreplay synth`: a synthetic trace from a few distributions.
+
+Sessions start by an arrival process at `rate` per second; each session has
+a number of turns; turn k+1 arrives an exponential think time (mean
+`think_time`) after turn k and carries the whole conversation so far (the
+previous prompts and, in place of the answers, filler of the expected
+output length), so a server with prefix caching sees the growth of a real
+chat. A session may belong to one of `prefix_groups` groups whose members
+all start with the same `prefix_len`-token system prompt. Lengths are drawn
+from the distributions given as `N`, `uniform:A:B`, `normal:MEAN:STD`,
+`lognormal:MEDIAN:SIGMA` or `exp:MEAN` (at least 1 token). Everything is
+deterministic under the seed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specreplay.errors import ConfigError
+from specreplay.text import PromptMaker, Tokenizer
+from specreplay.trace import TraceRecord
+
+ARRIVALS = ("poisson", "constant", "gamma")
+
+
+@dataclass(frozen=True)
+class Dist:
+    kind: str
+    a: float
+    b: float = 0.0
+
+    @staticmethod
+    def parse(text: str, what: str) -> Dist:
+        parts = text.strip().split(":")
+        try:
+            nums = [float(p) for p in parts[1:]] if len(parts) > 1 else [float(parts[0])]
+        except ValueError:
+            raise ConfigError(f"{what}: not a distribution: {text!r} (N, uniform:A:B, normal:MEAN:STD, lognormal:MEDIAN:SIGMA, exp:MEAN)") from None
+        kind = parts[0].lower() if len(parts) > 1 else "const"
+        arity = {"const": 1, "uniform": 2, "normal": 2, "lognormal": 2, "exp": 1}
+        if kind not in arity or len(nums) != arity[kind]:
+            raise ConfigError(f"{what}: not a distribution: {text!r} (N, uniform:A:B, normal:MEAN:STD, lognormal:MEDIAN:SIGMA, exp:MEAN)")
+        if not all(math.isfinite(n) and n >= 0 for n in nums) or (kind in ("const", "exp", "lognormal") and nums[0] <= 0):
+            raise ConfigError(f"{what}: parameters must be positive numbers, got {text!r}")
+        if kind == "uniform" and nums[1] < nums[0]:
+            raise ConfigError(f"{what}: uniform:A:B needs A ≤ B, got {text!r}")
+        return Dist(kind, nums[0], nums[1] if len(nums) > 1 else 0.0)
+
+    def draw(self, rng: random.Random) -> int:
+        if self.kind == "const":
+            x = self.a
+        elif self.kind == "uniform":
+            x = rng.uniform(self.a, self.b)
+        elif self.kind == "normal":
+            x = rng.gauss(self.a, self.b)
+        elif self.kind == "lognormal":
+            x = rng.lognormvariate(math.log(self.a), self.b)
+        else:
+            x = rng.expovariate(1.0 / self.a)
+        return max(1, int(round(x)))
+
+
+@dataclass
+class SynthConfig:
+    num_requests: int = 100
+    rate: float = 1.0
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    input_len: str = "512"
+    output_len: str = "128"
+    prefix_groups: int = 0
+    prefix_len: int = 0
+    turns: str = "1"
+    think_time: float = 5.0
+    api: str = "chat"
+    model: str | None = None
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.num_requests < 1:
+            raise ConfigError(f"--num-requests: must be at least 1, got {self.num_requests}")
+        if not (self.rate > 0 and math.isfinite(self.rate)):
+            raise ConfigError(f"--rate: must be positive, got {self.rate}")
+        if self.arrival not in ARRIVALS:
+            raise ConfigError(f"--arrival: expected one of {', '.join(ARRIVALS)}, got {self.arrival!r}")
+        if not (self.burstiness > 0 and math.isfinite(self.burstiness)):
+            raise ConfigError(f"--burstiness: must be positive, got {self.burstiness}")
+        if self.prefix_groups < 0 or self.prefix_len < 0:
+            raise ConfigError("--prefix-groups and --prefix-len must not be negative")
+        if (self.prefix_groups > 0) != (self.prefix_len > 0):
+            raise ConfigError("--prefix-groups and --prefix-len go together (both positive)")
+        if not (self.think_time >= 0 and math.isfinite(self.think_time)):
+            raise ConfigError(f"--think-time: must not be negative, got {self.think_time}")
+        if self.api not in ("chat", "completions"):
+            raise ConfigError(f"--api: expected chat or completions, got {self.api!r}")
+
+
+def _gap(rng: random.Random, c: SynthConfig) -> float:
+    if c.arrival == "constant":
+        return 1.0 / c.rate
+    if c.arrival == "gamma":
+        return rng.gammavariate(c.burstiness, 1.0 / (c.rate * c.burstiness))
+    return rng.expovariate(c.rate)
+
+
+def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[TraceRecord]:
+    config.validate()
+    inp = Dist.parse(config.input_len, "--input-len")
+    out = Dist.parse(config.output_len, "--output-len")
+    turns = Dist.parse(config.turns, "--turns")
+    rng = random.Random(config.seed)
+    maker = PromptMaker(tokenizer, seed=config.seed)
+    pending: list[tuple[float, int, int, dict[str, Any], int, int]] = []  # arrival, session, turn, body, input, output
+    start = 0.0
+    session = 0
+    while len(pending) < config.num_requests:
+        start = start + _gap(rng, config) if session else 0.0
+        n_turns = turns.draw(rng)
+        group = rng.randrange(config.prefix_groups) if config.prefix_groups else None
+        history: list[dict[str, str]] = []
+        if group is not None:
+            history.append({"role": "system", "content": " ".join(maker.block(("prefix", group), config.prefix_len))})
+        t = start
+        for turn in range(n_turns):
+            if len(pending) >= config.num_requests:
+                break
+            if turn:
+                t += rng.expovariate(1.0 / config.think_time) if config.think_time > 0 else 0.0
+            n_in, n_out = inp.draw(rng), out.draw(rng)
+            history.append({"role": "user", "content": maker.unique(n_in, "user", session, turn)})
+            body: dict[str, Any] = {"model": config.model} if config.model else {}
+            if config.api == "chat":
+                body["messages"] = [dict(m) for m in history]
+            else:
+                body["prompt"] = "\n\n".join(m["content"] for m in history)
+            body.update(max_tokens=n_out, min_tokens=n_out, ignore_eos=True)
+            total_in = sum(maker.count(m["content"]) for m in history)
+            pending.append((t, session, turn, body, total_in, n_out))
+            history.append({"role": "assistant", "content": maker.unique(n_out, "assistant", session, turn)})
+        session += 1
+    pending.sort(key=lambda p: (p[0], p[1], p[2]))
+    multi = any(p[2] > 0 for p in pending)
+    return [
+        TraceRecord(
+            id=str(i),
+            api=config.api,
+            body=body,
+            arrival=round(t, 6),
+            session_id=f"s{s}" if multi else None,
+            expected_output_tokens=n_out,
+            approximate=tokenizer is None,
+        )
+        for i, (t, s, _turn, body, _n_in, n_out) in enumerate(pending)
+    ]
+
+
+def write_synth(config: SynthConfig, output: str | Path, tokenizer: Tokenizer | None = None) -> list[TraceRecord]:
+    from specreplay.trace import write_trace
+
+    records = synthesize(config, tokenizer)
+    write_trace(records, output)
+    return records

@@ -1,0 +1,217 @@
+"""Text of a given token length, without a model: what the importers and
+`specreplay synth` put in prompts when a trace gives only token counts, and
+what `specreplay capture --redact` puts in place of message text.
+
+The approximation (docs/trace-format.md, "Token counts without a tokenizer"):
+
+* a whitespace-separated word of `c` characters counts as `ceil(c / 4)`
+  tokens (`approx_tokens`);
+* filler text is made of short common English words (at most 4 letters, each
+  one token in the usual BPE vocabularies when preceded by a space), so `n`
+  filler words are `n` tokens by that rule and close to `n` under a real
+  tokenizer.
+
+With a tokenizer (`Tokenizer`, HF `tokenizers`, an optional extra), filler is
+made of words from the tokenizer's own vocabulary and counted with it, so the
+length is exact wherever the re-encoded text matches.
+
+Everything here is deterministic: equal keys (hash ids, words) give equal
+text, so prefix sharing in the source survives in the synthesized prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from specreplay.errors import ConfigError
+
+#: Filler vocabulary: 256 short common words, each ≤ 4 characters.
+FILLER: tuple[str, ...] = tuple(
+    """
+    the of and to in is it you that he was for on are as with his they at be
+    this have from or one had by word but not what all were we when your can
+    said there use an each which she do how if will up other about out many
+    then them so some her would make like him into time has look two more go
+    see no way could my than been call who its now find long down day did get
+    come made may part over new take only work know place year live me back
+    give most very good man old any same tell boy came want show also form
+    three small set put end does well must big even such turn here why ask men
+    read need land home us move try kind hand high act air away play line own
+    page letter got left life near plan head cold dark land fire rain four five
+    six nine ten red blue gold pink gray cat dog cow pig hen fox owl bee ant
+    sun moon star sky sea lake hill rock tree leaf rose seed corn rice milk egg
+    salt bread cake fish meat soup tea hat coat shoe bag box cup pan pot door
+    wall roof room bed desk lamp book pen map car bus ship road path town farm
+    shop bank park yard gate east west top low hot warm cool soft hard fast slow
+    open shut rich poor full late early
+    """.split()
+)
+FILLER = tuple(dict.fromkeys(w for w in FILLER if len(w) <= 4))[:256]
+
+_WORD_OR_SPACE = re.compile(r"(\s+)")
+
+
+def approx_tokens(text: str) -> int:
+    """Tokens in `text` by the documented approximation: each
+    whitespace-separated word of c characters is ceil(c / 4) tokens."""
+    return sum(-(-len(w) // 4) for w in text.split())
+
+
+def _rng(*key: object) -> random.Random:
+    digest = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "little"))
+
+
+def filler_words(n: int, *key: object) -> list[str]:
+    """`n` filler words, the same for the same key."""
+    return _rng(*key).choices(FILLER, k=n) if n > 0 else []
+
+
+class Redactor:
+    """Replaces text by filler of the same approximate token length, word by
+    word: each word becomes ceil(len/4) filler words chosen by a keyed hash of
+    the word, whitespace is kept. Equal text gives equal filler (so shared
+    prefixes stay shared); without the key (random per capture, never
+    written) the filler cannot be mapped back to words."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self._cache: dict[str, str] = {}
+
+    def word(self, word: str) -> str:
+        out = self._cache.get(word)
+        if out is None:
+            n = -(-len(word) // 4)
+            digest = b""
+            counter = 0
+            while len(digest) < n:
+                digest += hashlib.blake2b(word.encode(), key=self._key, digest_size=64, person=counter.to_bytes(8, "little")).digest()
+                counter += 1
+            out = " ".join(FILLER[b % len(FILLER)] for b in digest[:n])
+            if len(self._cache) < 1 << 20:
+                self._cache[word] = out
+        return out
+
+    def text(self, text: str) -> str:
+        return "".join(part if not part or part.isspace() else self.word(part) for part in _WORD_OR_SPACE.split(text))
+
+    #: Keys whose string values are structure, not text, and are kept.
+    KEEP_KEYS = frozenset({"role", "type", "id", "tool_call_id", "model", "cache_control", "detail", "format"})
+    #: Body fields that carry text (everything else in the body is kept).
+    TEXT_FIELDS = frozenset({"messages", "prompt", "input", "system", "instructions", "suffix"})
+    #: Tool definitions: only their descriptions are text; names, types,
+    #: `required` and `enum` must keep matching the schema and the calls.
+    TOOL_FIELDS = frozenset({"tools", "functions"})
+
+    def body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A copy of a request body with every text string under the
+        text-carrying fields replaced (and tool descriptions); token-id
+        prompts, numbers and tool schemas are kept."""
+        out = {}
+        for k, v in body.items():
+            if k in self.TEXT_FIELDS:
+                out[k] = self._walk(v)
+            elif k in self.TOOL_FIELDS:
+                out[k] = self._descriptions(v)
+            else:
+                out[k] = v
+        return out
+
+    def _descriptions(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self._descriptions(v) for v in value]
+        if isinstance(value, dict):
+            return {
+                k: (self.text(v) if k == "description" and isinstance(v, str) else self._descriptions(v))
+                for k, v in value.items()
+            }
+        return value
+
+    def _walk(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self._walk(v) for v in value]
+        if isinstance(value, dict):
+            return {k: (v if k in self.KEEP_KEYS and isinstance(v, str) else self._walk(v)) for k, v in value.items()}
+        return value
+
+
+class Tokenizer:
+    """A HF `tokenizers` tokenizer file (`tokenizer.json`), used to make
+    prompts of exact token lengths. Needs `pip install specreplay[tokenizer]`."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            import tokenizers
+        except ImportError:
+            raise ConfigError(
+                "--tokenizer needs the HF tokenizers package: pip install 'specreplay[tokenizer]' (or pip install tokenizers)"
+            ) from None
+        try:
+            self._tok = tokenizers.Tokenizer.from_file(path)
+        except Exception as e:  # tokenizers raises its own Exception subclass
+            raise ConfigError(f"--tokenizer: cannot load {path}: {e}") from None
+        self.path = path
+        words = []
+        for token, _id in sorted(self._tok.get_vocab(with_added_tokens=False).items(), key=lambda kv: kv[1]):
+            text = self._tok.decode([_id]).strip()
+            if 2 <= len(text) <= 8 and text.isascii() and text.isalpha() and text.islower():
+                words.append(text)
+        # Keep the words that encode back to one token after a space.
+        self.words = tuple(w for w in dict.fromkeys(words) if len(self._tok.encode(" " + w, add_special_tokens=False).ids) == 1)
+        if len(self.words) < 16:
+            raise ConfigError(f"--tokenizer: {path} has too few plain word tokens ({len(self.words)}) to make prompts from")
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def filler_words(self, n: int, *key: object) -> list[str]:
+        return _rng(*key).choices(self.words, k=n) if n > 0 else []
+
+
+class PromptMaker:
+    """Makes prompt text of a given token length from blocks: block `h` (a
+    hash id) is always the same text, the last block may be a prefix of its
+    block. With a tokenizer the text is re-counted, and `approximate` says
+    whether that count differs from the target."""
+
+    def __init__(self, tokenizer: Tokenizer | None = None, seed: int = 0) -> None:
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self._blocks: dict[object, list[str]] = {}
+
+    def words(self, n: int, *key: object) -> list[str]:
+        if self.tokenizer is not None:
+            return self.tokenizer.filler_words(n, self.seed, *key)
+        return filler_words(n, self.seed, *key)
+
+    def block(self, key: object, size: int) -> list[str]:
+        words = self._blocks.get(key)
+        if words is None or len(words) < size:
+            words = self.words(size, "block", key)
+            if len(self._blocks) < 1 << 20:
+                self._blocks[key] = words
+        return words[:size]
+
+    def from_blocks(self, total: int, block_size: int, hash_ids: Sequence[object]) -> str:
+        out: list[str] = []
+        for i, h in enumerate(hash_ids):
+            take = min(block_size, total - i * block_size)
+            if take <= 0:
+                break
+            out += self.block(h, take) if take == block_size else self.block(h, block_size)[:take]
+        return " ".join(out)
+
+    def unique(self, n: int, *key: object) -> str:
+        return " ".join(self.words(n, "unique", *key))
+
+    def count(self, text: str) -> int:
+        return self.tokenizer.count(text) if self.tokenizer is not None else approx_tokens(text)
+
+    def is_approximate(self, text: str, target: int) -> bool:
+        return self.tokenizer is None or self.tokenizer.count(text) != target
