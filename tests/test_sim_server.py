@@ -240,3 +240,82 @@ def test_cli_serve_config_error_names_file_and_key(tmp_path: Path) -> None:
     assert "bad.toml" in err and "top_ms" in err, err
     assert "Traceback" not in err
     assert len(err.splitlines()) == 1, err
+
+
+def test_fault_config_validates_and_injects() -> None:
+    config = {**FAST, "faults": {"http_503": 0.05, "stall_between_tokens": 0.01}, "fault_stall_ms": 500, "fault_retry_after_s": 3}
+    with SimServer(port=0, config=config) as srv:
+        body = json.dumps(chat_body(stream=False)).encode()
+        req = urllib.request.Request(
+            f"{srv.url}/chat/completions",
+            body,
+            {"Content-Type": "application/json", "x-specreplay-fault": "http_429"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=10)
+        assert err.value.code == 429
+        assert err.value.headers["Retry-After"] == "3"
+        with urllib.request.urlopen(f"http://{srv.host}:{srv.port}/sim/stats", timeout=10) as resp:
+            stats = json.load(resp)
+        assert stats["requests"] == 1 and stats["forced"] == 1
+        assert stats["faults"]["http_429"] == 1
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"faults": {"http_503": 1.5}}, "faults.http_503: must be a probability in [0, 1]"),
+        ({"faults": {"http_504": 0.1}}, "faults.http_504: unknown variant"),
+        ({"faults": {"http_503": 0.6, "http_500": 0.6}}, "faults: the fractions add up to"),
+        ({"faults": {"http_503": "often"}}, "faults.http_503:"),
+        ({"fault_stall_ms": -1}, "fault_stall_ms:"),
+        ({"fault_oversized_bytes": 2**40}, "fault_oversized_bytes:"),
+    ],
+)
+def test_bad_fault_config_names_the_key(config: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        SimServer(config=config)
+    assert f"invalid configuration: {key}" in str(err.value)
+
+
+def test_cli_fault_flags_merge_over_the_file() -> None:
+    from specreplay.commands.serve import build_config, parse_faults
+
+    flags = parse_faults(("http_503=0.3", "missing_done = 0.1"))
+    assert flags == {"http_503": 0.3, "missing_done": 0.1}
+    config = build_config({"faults": {"http_503": 0.1, "http_500": 0.2}, "fault_stall_ms": 9}, {"faults": flags, "fault_stall_ms": 5})
+    assert config == {"faults": {"http_503": 0.3, "http_500": 0.2, "missing_done": 0.1}, "fault_stall_ms": 5}
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["--fault", "http_504=0.1"], "command line: invalid configuration: faults.http_504"),
+        (["--fault", "http_503=2"], "command line: invalid configuration: faults.http_503"),
+        (["--fault", "http_503"], "KIND=FRACTION"),
+        (["--fault-stall-ms", "-5"], "command line: invalid configuration: fault_stall_ms"),
+    ],
+)
+def test_cli_fault_flag_errors(args: list[str], expect: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "specreplay", "serve", "--port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode != 0
+    assert expect in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_fault_error_in_the_file_names_the_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "faults.toml"
+    cfg.write_text("faults = { http_503 = 0.05, stall_between_tokens = 1.5 }\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "specreplay", "serve", "--port", "0", "--config", str(cfg), "--fault", "http_503=0.1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode != 0
+    assert "faults.toml: invalid configuration: faults.stall_between_tokens" in proc.stderr, proc.stderr

@@ -32,10 +32,32 @@ def load_config_file(path: Path) -> dict[str, Any]:
 
 
 def build_config(file_config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, object]:
-    """The file's keys, then every flag that was given."""
+    """The file's keys, then every flag that was given. `faults` merges per
+    kind: `--fault http_503=0.1` replaces the file's `http_503` only."""
     config: dict[str, object] = dict(file_config)
+    flag_faults = overrides.pop("faults", None)
     config.update({k: v for k, v in overrides.items() if v is not None})
+    if flag_faults:
+        file_faults = config.get("faults")
+        merged = dict(file_faults) if isinstance(file_faults, dict) else {}
+        merged.update(flag_faults)
+        config["faults"] = merged
     return config
+
+
+def parse_faults(values: tuple[str, ...]) -> dict[str, float]:
+    """`KIND=FRACTION` pairs of the repeatable `--fault` flag; the kind and
+    the range are checked by the server's config validation."""
+    faults: dict[str, float] = {}
+    for value in values:
+        kind, sep, fraction = value.partition("=")
+        try:
+            if not sep or not kind.strip():
+                raise ValueError
+            faults[kind.strip()] = float(fraction)
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is not KIND=FRACTION (e.g. http_503=0.05)", param_hint="--fault") from None
+    return faults
 
 
 def _config_error_source(message: str, file_keys: set[str], path: Path | None) -> str:
@@ -84,14 +106,36 @@ def wait_for_interrupt() -> None:
 @click.option("--spec-acceptance", type=float, help="Acceptance probability of each draft token.")
 @click.option("--spec-step-cost", type=float, help="Extra step cost per draft token, as a fraction of tpot.")
 @click.option("--send-timestamps/--no-send-timestamps", default=None, help="Add sim_sent_us to every chunk.")
-def serve(host: str, port: int, config_path: Path | None, **flags: Any) -> None:
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    metavar="KIND=FRACTION",
+    help="Inject fault KIND into that fraction of requests (repeatable; see docs/simulator.md).",
+)
+@click.option("--fault-stall-ms", type=float, help="Length of the stall faults (ms).")
+@click.option("--fault-slow-headers-ms", type=float, help="Wait before the headers under slow_headers (ms).")
+@click.option("--fault-retry-after-s", type=int, help="Retry-After of the http_429 fault (s).")
+@click.option("--fault-oversized-bytes", type=int, help="Size of the oversized_event event (bytes).")
+def serve(host: str, port: int, config_path: Path | None, faults: tuple[str, ...], **flags: Any) -> None:
     """Serve the simulated reasoning model (OpenAI-compatible) until Ctrl-C."""
     file_config = load_config_file(config_path) if config_path is not None else {}
     overrides = {k: (list(v) if isinstance(v, tuple) else v) for k, v in flags.items()}
     # click gives an empty tuple for an unused nargs=2 option.
     overrides = {k: v for k, v in overrides.items() if v != []}
+    flag_faults = parse_faults(faults)
+    file_keys = {k for k in file_config if overrides.get(k) is None and k != "faults"}
+    file_faults = file_config.get("faults")
+    if isinstance(file_faults, dict):
+        # An error names `faults.KIND`, or `faults` for the sum.
+        file_keys |= {f"faults.{kind}" for kind in file_faults if kind not in flag_faults}
+        if not flag_faults:
+            file_keys.add("faults")
+    elif "faults" in file_config:
+        file_keys.add("faults")
+    if flag_faults:
+        overrides["faults"] = flag_faults
     config = build_config(file_config, overrides)
-    file_keys = {k for k in file_config if overrides.get(k) is None}
     try:
         server = SimServer(host=host, port=port, config=config)
     except ConfigError as e:

@@ -1,8 +1,11 @@
 //! `SimConfig`: what the simulated reasoning model looks like, with defaults
 //! and a `validate()` whose errors name the offending key.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 
+use super::fault::FaultKind;
 use crate::error::CoreError;
 
 /// How reasoning tokens reach the client in a chat completion.
@@ -61,6 +64,17 @@ pub struct SimConfig {
     pub send_timestamps: bool,
     /// Context length: the default output budget is `max_model_len - prompt_tokens`.
     pub max_model_len: u32,
+    /// Fault injection: the fraction of generation requests that get each
+    /// fault kind (each in `[0, 1]`, sum at most 1). Empty: no faults.
+    pub faults: BTreeMap<FaultKind, f64>,
+    /// Length of a stall (`stall_before_first_token`, `stall_between_tokens`), ms.
+    pub fault_stall_ms: f64,
+    /// Wait before the status line under `slow_headers`, ms.
+    pub fault_slow_headers_ms: f64,
+    /// `Retry-After` of an `http_429` answer, seconds.
+    pub fault_retry_after_s: u64,
+    /// Size of the `oversized_event` event (the whole `data: ...\n\n`), bytes.
+    pub fault_oversized_bytes: u64,
 }
 
 impl Default for SimConfig {
@@ -79,12 +93,23 @@ impl Default for SimConfig {
             spec_step_cost: 0.1,
             send_timestamps: false,
             max_model_len: 32768,
+            faults: BTreeMap::new(),
+            fault_stall_ms: 2000.0,
+            fault_slow_headers_ms: 2000.0,
+            fault_retry_after_s: 1,
+            fault_oversized_bytes: DEFAULT_OVERSIZED_BYTES,
         }
     }
 }
 
 /// Largest accepted `spec_draft_len` (real drafters propose a handful).
 pub const MAX_DRAFT_LEN: u32 = 64;
+
+/// Default size of the `oversized_event` fault's event: 8 MiB.
+pub const DEFAULT_OVERSIZED_BYTES: u64 = 8 << 20;
+
+/// Largest accepted `fault_oversized_bytes` (1 GiB): the event is built in memory.
+pub const MAX_OVERSIZED_BYTES: u64 = 1 << 30;
 
 impl SimConfig {
     /// Parses a JSON object, naming the first key that is unknown or has a
@@ -96,11 +121,24 @@ impl SimConfig {
             return Err(CoreError::config("config", "expected a JSON object"));
         };
         // Each key on its own (the others defaulted): an error then belongs to that key.
-        for (key, v) in &map {
+        let one = |key: &str, v: &serde_json::Value| -> Result<(), String> {
             let mut one = serde_json::Map::new();
-            one.insert(key.clone(), v.clone());
+            one.insert(key.to_owned(), v.clone());
             serde_json::from_value::<SimConfig>(serde_json::Value::Object(one))
-                .map_err(|e| CoreError::config(key.as_str(), e.to_string()))?;
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        for (key, v) in &map {
+            if let (true, serde_json::Value::Object(kinds)) = (key == "faults", v) {
+                // One fault kind at a time: `faults.KIND` names the bad entry.
+                for (kind, fraction) in kinds {
+                    let mut inner = serde_json::Map::new();
+                    inner.insert(kind.clone(), fraction.clone());
+                    one(key, &serde_json::Value::Object(inner))
+                        .map_err(|e| CoreError::config(format!("faults.{kind}"), e))?;
+                }
+            }
+            one(key, v).map_err(|e| CoreError::config(key.as_str(), e))?;
         }
         let config: SimConfig = serde_json::from_value(serde_json::Value::Object(map))
             .map_err(|e| CoreError::config("config", e.to_string()))?;
@@ -174,6 +212,56 @@ impl SimConfig {
         if self.max_model_len == 0 {
             return Err(CoreError::config("max_model_len", "must be at least 1"));
         }
+        self.validate_faults()
+    }
+
+    fn validate_faults(&self) -> Result<(), CoreError> {
+        let mut sum = 0.0;
+        for (kind, &fraction) in &self.faults {
+            if !(0.0..=1.0).contains(&fraction) {
+                return Err(CoreError::config(
+                    format!("faults.{}", kind.as_str()),
+                    format!("must be a probability in [0, 1], got {fraction}"),
+                ));
+            }
+            sum += fraction;
+        }
+        // A little slack for decimal fractions that add up to 1 on paper.
+        if sum > 1.0 + 1e-9 {
+            return Err(CoreError::config(
+                "faults",
+                format!("the fractions add up to {sum}, must be at most 1"),
+            ));
+        }
+        for (field, v) in [
+            ("fault_stall_ms", self.fault_stall_ms),
+            ("fault_slow_headers_ms", self.fault_slow_headers_ms),
+        ] {
+            if !v.is_finite() || !(0.0..=3_600_000.0).contains(&v) {
+                return Err(CoreError::config(
+                    field,
+                    format!("must be a number in [0, 3600000] (ms), got {v}"),
+                ));
+            }
+        }
+        if self.fault_retry_after_s > 86_400 {
+            return Err(CoreError::config(
+                "fault_retry_after_s",
+                format!(
+                    "must be at most 86400 (one day), got {}",
+                    self.fault_retry_after_s
+                ),
+            ));
+        }
+        if self.fault_oversized_bytes > MAX_OVERSIZED_BYTES {
+            return Err(CoreError::config(
+                "fault_oversized_bytes",
+                format!(
+                    "must be at most {MAX_OVERSIZED_BYTES} (1 GiB), got {}",
+                    self.fault_oversized_bytes
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -181,6 +269,16 @@ impl SimConfig {
     pub fn step_us(&self) -> u64 {
         let factor = 1.0 + self.spec_step_cost * f64::from(self.spec_draft_len);
         (self.tpot_ms * 1000.0 * factor).round() as u64
+    }
+
+    /// `fault_stall_ms` as a `Duration`.
+    pub fn fault_stall(&self) -> std::time::Duration {
+        std::time::Duration::from_micros((self.fault_stall_ms * 1000.0).round() as u64)
+    }
+
+    /// `fault_slow_headers_ms` as a `Duration`.
+    pub fn fault_slow_headers(&self) -> std::time::Duration {
+        std::time::Duration::from_micros((self.fault_slow_headers_ms * 1000.0).round() as u64)
     }
 
     /// Time to the first token for a prompt of `prompt_tokens`, in µs.
@@ -262,6 +360,71 @@ mod tests {
             );
         }
         assert_eq!(field_of(SimConfig::from_json("[1]").unwrap_err()), "config");
+    }
+
+    #[test]
+    fn faults_are_read_and_validated() {
+        let c = SimConfig::from_json(
+            r#"{"faults": {"http_503": 0.05, "stall_between_tokens": 0.01}, "fault_stall_ms": 500, "fault_retry_after_s": 3, "fault_oversized_bytes": 1024}"#,
+        )
+        .unwrap();
+        assert_eq!(c.faults.get(&FaultKind::Http503), Some(&0.05));
+        assert_eq!(c.faults.get(&FaultKind::StallBetweenTokens), Some(&0.01));
+        assert_eq!(c.fault_stall_ms, 500.0);
+        assert_eq!(c.fault_retry_after_s, 3);
+        assert_eq!(c.fault_oversized_bytes, 1024);
+        let d = SimConfig::default();
+        assert_eq!(
+            (
+                d.fault_stall_ms,
+                d.fault_slow_headers_ms,
+                d.fault_retry_after_s,
+                d.fault_oversized_bytes
+            ),
+            (2000.0, 2000.0, 1, 8 << 20)
+        );
+
+        let e = SimConfig::from_json(r#"{"faults": {"http_503": 1.5}}"#).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid configuration: faults.http_503: must be a probability in [0, 1], got 1.5"
+        );
+        let e = SimConfig::from_json(r#"{"faults": {"http_504": 0.1}}"#).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("http_504") && text.contains("reset_before_headers"),
+            "{text}"
+        );
+        assert_eq!(field_of(e), "faults.http_504");
+        for (json, field) in [
+            (r#"{"faults": {"http_503": "often"}}"#, "faults.http_503"),
+            (r#"{"faults": {"http_503": -0.1}}"#, "faults.http_503"),
+            (
+                r#"{"faults": {"http_503": 0.6, "http_500": 0.6}}"#,
+                "faults",
+            ),
+            (r#"{"faults": [1]}"#, "faults"),
+            (r#"{"fault_stall_ms": -1}"#, "fault_stall_ms"),
+            (
+                r#"{"fault_slow_headers_ms": 1e12}"#,
+                "fault_slow_headers_ms",
+            ),
+            (r#"{"fault_retry_after_s": -1}"#, "fault_retry_after_s"),
+            (r#"{"fault_retry_after_s": 100000}"#, "fault_retry_after_s"),
+            (
+                r#"{"fault_oversized_bytes": 10000000000}"#,
+                "fault_oversized_bytes",
+            ),
+        ] {
+            assert_eq!(
+                field_of(SimConfig::from_json(json).unwrap_err()),
+                field,
+                "{json}"
+            );
+        }
+        // Fractions that add up to exactly 1 are fine.
+        SimConfig::from_json(r#"{"faults": {"http_503": 0.7, "http_500": 0.2, "http_429": 0.1}}"#)
+            .unwrap();
     }
 
     #[test]

@@ -7,9 +7,11 @@
 //!
 //! One module per job: `config` (what to simulate), `request` (reading a
 //! request), `script` (the per-request plan), `render` (the JSON), `stream`
-//! (the timed SSE body), `routes` (handlers), `server` (life cycle).
+//! (the timed SSE body), `routes` (handlers), `server` (life cycle),
+//! `fault` (fault injection: kinds, the seeded draw, the connection kill switch).
 
 pub mod config;
+pub mod fault;
 pub mod render;
 pub mod request;
 mod routes;
@@ -18,4 +20,5 @@ mod server;
 pub mod stream;
 
 pub use config::{ReasoningField, SimConfig};
+pub use fault::{FaultKind, FAULT_HEADER};
 pub use server::SimServer;

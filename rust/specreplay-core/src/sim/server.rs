@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::config::SimConfig;
+use super::fault::{ConnControl, FaultStats, SimIo};
 use super::routes;
 use super::stream::ShutdownSignal;
 use crate::error::CoreError;
@@ -24,7 +25,9 @@ pub(crate) struct Shared {
     pub config: SimConfig,
     pub model: Arc<str>,
     pub created: u64,
+    /// The per-server request sequence number (response ids, fault draws).
     pub next_id: AtomicU64,
+    pub stats: FaultStats,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -65,6 +68,7 @@ impl SimServer {
             config,
             created,
             next_id: AtomicU64::new(0),
+            stats: FaultStats::default(),
             shutdown: rx.clone(),
         });
         let task = tokio::spawn(accept_loop(listener, shared, rx));
@@ -111,18 +115,29 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                // The kill switch of this connection: a fault drops it at
+                // once (an RST after `reset()`), whatever hyper is doing.
+                let control = Arc::new(ConnControl::default());
                 let handler = shared.clone();
-                let service = service_fn(move |req| routes::handle(handler.clone(), req));
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                let handler_control = control.clone();
+                let service = service_fn(move |req| {
+                    routes::handle(handler.clone(), handler_control.clone(), req)
+                });
+                let io = TokioIo::new(SimIo::new(stream, control.clone()));
+                let conn = builder.serve_connection(io, service).into_owned();
                 let mut conn_stop = shared.shutdown.clone();
                 connections.spawn(async move {
                     let mut conn = std::pin::pin!(conn);
                     tokio::select! {
                         _ = conn.as_mut() => return,
+                        _ = control.killed() => return,
                         _ = async { let _ = conn_stop.wait_for(|s| *s).await; } => {}
                     }
                     conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = control.killed() => {}
+                    }
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}

@@ -5,6 +5,11 @@
 //! wake-up never shifts the later steps: a step whose deadline has passed is
 //! written at once and the schedule catches up. All chunks of one step (role
 //! chunk, text, finish, usage, `[DONE]`) go out as one frame.
+//!
+//! A stream may carry one fault (`StreamFault`). The mid-stream ones act on
+//! the *trigger step*: the first step after step 0 that starts at or past
+//! half the answer's tokens (the last step if none does, e.g. a one-step
+//! answer).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -12,16 +17,46 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
 use hyper::body::{Body, Frame};
 use tokio::time::Sleep;
 
-use super::render::{Renderer, Usage};
+use super::fault::{self, ConnControl, FaultKind};
+use super::render::{self, Renderer, Usage};
 use super::request::Endpoint;
 use super::script::{Script, Step};
 
 /// Resolves when the server shuts down.
 pub type ShutdownSignal = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+
+/// A fault to inject into one stream, with what it needs.
+pub struct StreamFault {
+    pub kind: FaultKind,
+    /// The connection's kill switch (`reset_mid_stream`).
+    pub control: Arc<ConnControl>,
+    /// `fault_stall_ms`.
+    pub stall: Duration,
+    /// `fault_oversized_bytes`.
+    pub oversized_bytes: usize,
+}
+
+/// How long a reset stream waits after it was flushed before it pulls the
+/// switch, and how long the dead body lingers before it ends (the
+/// connection is long gone by then; this only frees an h2 stream task).
+const RESET_FLUSH: Duration = Duration::from_millis(10);
+const DEAD_LINGER: Duration = Duration::from_secs(1);
+
+/// Where a `reset_mid_stream` stream is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dying {
+    Alive,
+    /// At the trigger step: waiting `RESET_FLUSH`, then reset.
+    Resetting,
+    /// Reset sent: nothing more, ever; ends after `DEAD_LINGER`.
+    Dead,
+}
 
 pub struct SseStream {
     script: Script,
@@ -38,6 +73,11 @@ pub struct SseStream {
     reasoning: String,
     content: String,
     done: bool,
+    fault: Option<StreamFault>,
+    /// Token position from which a step can be the trigger step.
+    trigger_from: u32,
+    triggered: bool,
+    dying: Dying,
 }
 
 impl SseStream {
@@ -45,21 +85,27 @@ impl SseStream {
     pub fn new(
         mut script: Script,
         render: Renderer,
-        start: Instant,
+        mut start: Instant,
         shutdown: ShutdownSignal,
         include_usage: bool,
         continuous_usage: bool,
+        fault: Option<StreamFault>,
     ) -> SseStream {
+        if let Some(f) = fault
+            .as_ref()
+            .filter(|f| f.kind == FaultKind::StallBeforeFirstToken)
+        {
+            // The whole schedule moves: silence after the headers, then as usual.
+            start += f.stall;
+        }
         let next = script.next_step();
-        let due = next.map_or(0, |s| s.due_us);
         let report_reasoning = render.endpoint == Endpoint::Chat && render.reasoning_key.is_some();
-        SseStream {
+        let trigger_from = script.total_tokens() / 2;
+        let mut stream = SseStream {
             script,
             render,
             start,
-            sleep: Box::pin(tokio::time::sleep_until(
-                (start + Duration::from_micros(due)).into(),
-            )),
+            sleep: Box::pin(tokio::time::sleep_until(start.into())),
             next,
             shutdown,
             continuous_usage,
@@ -69,7 +115,40 @@ impl SseStream {
             reasoning: String::new(),
             content: String::new(),
             done: false,
+            fault,
+            trigger_from,
+            triggered: false,
+            dying: Dying::Alive,
+        };
+        stream.schedule_next();
+        stream
+    }
+
+    fn fault_kind(&self) -> Option<FaultKind> {
+        self.fault.as_ref().map(|f| f.kind)
+    }
+
+    /// Whether `step` is where a mid-stream fault strikes.
+    fn is_trigger(&self, step: &Step) -> bool {
+        !self.triggered && (step.last || (step.index >= 1 && step.first >= self.trigger_from))
+    }
+
+    /// Arms the timer for `self.next`; a `stall_between_tokens` trigger step
+    /// (and every step after it) moves `fault_stall_ms` later.
+    fn schedule_next(&mut self) {
+        let Some(next) = self.next else { return };
+        if let Some(f) = self
+            .fault
+            .as_ref()
+            .filter(|f| f.kind == FaultKind::StallBetweenTokens)
+        {
+            if self.is_trigger(&next) {
+                self.start += f.stall;
+                self.triggered = true;
+            }
         }
+        let at = self.start + Duration::from_micros(next.due_us);
+        self.sleep.as_mut().reset(at.into());
     }
 
     fn usage(&self, completion: u32, reasoning: u32, details: bool) -> Usage {
@@ -106,14 +185,97 @@ impl SseStream {
         let emitted = step.first + step.tokens;
         let finish = step.last.then(|| self.script.finish.as_str());
         let usage = self.continuous_usage.then(|| self.usage(emitted, 0, false));
-        self.render
-            .text_chunk(&mut self.buf, &self.reasoning, &self.content, finish, usage);
+        let trigger = match self.fault_kind() {
+            Some(
+                kind @ (FaultKind::MalformedJson
+                | FaultKind::InvalidUtf8
+                | FaultKind::ErrorEvent
+                | FaultKind::OversizedEvent),
+            ) if self.is_trigger(&step) => Some(kind),
+            _ => None,
+        };
+        if trigger.is_some() {
+            self.triggered = true;
+        }
+        let at = self.buf.len();
+        match trigger {
+            Some(FaultKind::ErrorEvent) => {
+                // vLLM's way of failing a stream it already started.
+                self.buf.put_slice(b"data: ");
+                self.buf.put_slice(&render::error_body(
+                    "simulated overload",
+                    "server_error",
+                    503,
+                ));
+                self.buf.put_slice(b"\n\n");
+                Renderer::done(&mut self.buf);
+                self.done = true;
+                return;
+            }
+            Some(FaultKind::InvalidUtf8) => {
+                fault::last_text(&mut self.reasoning, &mut self.content).push(fault::SENTINEL);
+                self.render.text_chunk(
+                    &mut self.buf,
+                    &self.reasoning,
+                    &self.content,
+                    finish,
+                    usage,
+                );
+                let tail = self.buf.split_off(at);
+                self.buf.put_slice(&fault::poison_utf8(&tail));
+            }
+            Some(FaultKind::OversizedEvent) => {
+                self.render.text_chunk(
+                    &mut self.buf,
+                    &self.reasoning,
+                    &self.content,
+                    finish,
+                    usage,
+                );
+                let want = self.fault.as_ref().map_or(0, |f| f.oversized_bytes);
+                let pad = want.saturating_sub(self.buf.len() - at);
+                if pad > 0 {
+                    // The same chunk again with trailing spaces: valid JSON,
+                    // the same words, `want` bytes from `data:` to the blank line.
+                    self.buf.truncate(at);
+                    let text = fault::last_text(&mut self.reasoning, &mut self.content);
+                    text.push_str(&" ".repeat(pad));
+                    self.render.text_chunk(
+                        &mut self.buf,
+                        &self.reasoning,
+                        &self.content,
+                        finish,
+                        usage,
+                    );
+                }
+            }
+            Some(FaultKind::MalformedJson) => {
+                // The chunk, then a copy cut in half placed before it: an
+                // extra event that no JSON parser accepts.
+                self.render.text_chunk(
+                    &mut self.buf,
+                    &self.reasoning,
+                    &self.content,
+                    finish,
+                    usage,
+                );
+                let chunk = self.buf.split_off(at);
+                self.buf.put_slice(&fault::truncated_event(&chunk));
+                self.buf.put_slice(&chunk);
+            }
+            _ => {
+                self.render
+                    .text_chunk(&mut self.buf, &self.reasoning, &self.content, finish, usage)
+            }
+        }
         if step.last {
             if self.include_usage {
                 let usage = self.usage(emitted, self.script.reasoning_tokens.min(emitted), true);
                 self.render.usage_chunk(&mut self.buf, usage);
             }
-            Renderer::done(&mut self.buf);
+            if self.fault_kind() != Some(FaultKind::MissingDone) {
+                Renderer::done(&mut self.buf);
+            }
             self.done = true;
         }
     }
@@ -141,6 +303,33 @@ impl Body for SseStream {
         if this.done {
             return Poll::Ready(None);
         }
+        match this.dying {
+            Dying::Alive => {}
+            Dying::Resetting => {
+                if this.sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                if let Some(f) = &this.fault {
+                    f.control.reset();
+                }
+                this.dying = Dying::Dead;
+                let at = tokio::time::Instant::now() + DEAD_LINGER;
+                this.sleep.as_mut().reset(at);
+                // Poll once so the timer holds our waker.
+                if this.sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.done = true;
+                return Poll::Ready(None);
+            }
+            Dying::Dead => {
+                if this.sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.done = true;
+                return Poll::Ready(None);
+            }
+        }
         if this.shutdown.as_mut().poll(cx).is_ready() {
             this.render_abort();
         } else {
@@ -151,13 +340,18 @@ impl Body for SseStream {
                 this.done = true;
                 return Poll::Ready(None);
             };
+            if this.fault_kind() == Some(FaultKind::ResetMidStream) && this.is_trigger(&step) {
+                // Everything before this step is out; this step never is.
+                this.triggered = true;
+                this.dying = Dying::Resetting;
+                let at = tokio::time::Instant::now() + RESET_FLUSH;
+                this.sleep.as_mut().reset(at);
+                return Pin::new(this).poll_frame(cx);
+            }
             this.render_step(step);
             if !this.done {
                 this.next = this.script.next_step();
-                if let Some(next) = this.next {
-                    let at = this.start + Duration::from_micros(next.due_us);
-                    this.sleep.as_mut().reset(at.into());
-                }
+                this.schedule_next();
             }
         }
         Poll::Ready(Some(Ok(Frame::data(this.buf.split().freeze()))))
