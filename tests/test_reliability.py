@@ -254,3 +254,75 @@ def test_ten_thousand_concurrent_streams_each_end_as_one_row(tmp_path: Path) -> 
     peak = int(events.cumsum().max())
     print(f"10,000 streams: {elapsed:.1f} s, peak in flight {peak}")
     assert peak >= 9_000, peak
+
+
+FAULT_SIM = {"ttft_ms": 10, "prefill_us_per_token": 0, "tpot_ms": 2, "reasoning_tokens": [10, 10], "content_tokens": [6, 6],
+             "fault_stall_ms": 800, "fault_slow_headers_ms": 800}
+
+
+@pytest.mark.parametrize(
+    ("fault", "options", "kind", "status"),
+    [
+        ("none", {}, None, 200),
+        ("reset_before_headers", {}, "connect", None),
+        ("reset_mid_stream", {}, "stream", 200),
+        ("http_429", {}, "http", 429),
+        ("http_500", {}, "http", 500),
+        ("http_503", {}, "http", 503),
+        ("stall_before_first_token", {"stall_timeout": 0.3}, "stall", 200),
+        ("stall_before_first_token", {}, None, 200),
+        ("stall_between_tokens", {"stall_timeout": 0.3}, "stall", 200),
+        ("stall_between_tokens", {}, None, 200),
+        ("malformed_json", {}, "decode", 200),
+        ("invalid_utf8", {}, "decode", 200),
+        ("missing_done", {}, "truncated", 200),
+        ("error_event", {}, "stream_error", 200),
+        ("non_sse_body", {}, "decode", 200),
+        ("oversized_event", {}, None, 200),
+        ("oversized_event", {"sim": {**FAULT_SIM, "fault_oversized_bytes": 20 << 20}}, "decode", 200),
+        ("slow_headers", {"stall_timeout": 0.3}, "stall", None),
+        ("slow_headers", {}, None, 200),
+    ],
+)
+def test_every_injected_fault_is_one_classified_row(
+    tmp_path: Path, fault: str, options: dict[str, Any], kind: str | None, status: int | None
+) -> None:
+    options = {"sim": FAULT_SIM, **options}
+    result = run_replay(ReplayConfig(trace=REASONING, concurrency=[2], num_requests=4, headers={"x-specreplay-fault": fault},
+                                     output=str(tmp_path / "r.arrow"), timeout=30.0, **options))
+    df = specreplay.load(result.path)
+    assert len(df) == 4 and sorted(df["request_index"]) == [0, 1, 2, 3]
+    assert df["error_kind"].tolist() == [kind] * 4 if kind else df["error_kind"].isna().all(), df["error_message"].tolist()
+    if status is None:
+        assert df["http_status"].isna().all()
+    else:
+        assert (df["http_status"] == status).all()
+    assert df["sent_us"].notna().all() and df["end_us"].notna().all()
+    assert df["error_message"].notna().all() if kind else df["error_message"].isna().all()
+    if fault in ("reset_mid_stream", "error_event", "malformed_json", "stall_between_tokens"):
+        # What arrived before the fault is kept.
+        assert (df["chunk_count"] > 0).all() and df["first_token_us"].notna().all()
+
+
+def test_429_with_retries_honours_retry_after_and_counts_attempts(tmp_path: Path) -> None:
+    sim = {**FAULT_SIM, "fault_retry_after_s": 1}
+    result = run_replay(ReplayConfig(trace=REASONING, concurrency=[1], num_requests=1, headers={"x-specreplay-fault": "http_429"},
+                                     retries=1, sim=sim, output=str(tmp_path / "r.arrow")))
+    df = specreplay.load(result.path)
+    assert df["attempts"].tolist() == [2]
+    assert df["error_kind"].tolist() == ["http"] and df["http_status"].tolist() == [429]
+    assert (df["end_us"] - df["sent_us"]).iloc[0] >= 1_000_000  # waited the server's Retry-After
+
+
+def test_a_fraction_of_faults_is_counted_by_kind_in_the_summary(tmp_path: Path) -> None:
+    from specreplay.summary import summarize
+
+    sim = {**FAULT_SIM, "faults": {"http_503": 0.2, "missing_done": 0.1}, "seed": 4}
+    result = run_replay(ReplayConfig(trace=REASONING, concurrency=[8], num_requests=200, sim=sim, output=str(tmp_path / "r.arrow")))
+    df = specreplay.load(result.path)
+    assert len(df) == 200
+    counts = df["error_kind"].value_counts().to_dict()
+    assert set(counts) == {"http", "truncated"}
+    assert 20 <= counts["http"] <= 60 and 5 <= counts["truncated"] <= 35
+    row = summarize(df).iloc[0]
+    assert row["errors_by_kind"] == ", ".join(f"{k}: {n}" for k, n in df["error_kind"].value_counts().items())
