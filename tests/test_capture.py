@@ -265,3 +265,28 @@ def test_capture_cli_stops_on_max_requests_and_on_ctrl_c(tmp_path: Path) -> None
         out, err = proc.communicate(timeout=20)
         assert proc.returncode == 0, err
         assert "captured 1 requests" in out
+
+
+def test_kill_9_of_the_proxy_keeps_every_finished_record(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    out_path = tmp_path / "killed.jsonl"
+    with SimServer(config=SIM) as sim:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specreplay", "capture", "--upstream", sim.url, "--listen", "127.0.0.1:0", "-o", str(out_path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        try:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()
+            m = re.search(r"forwarding (http://\S+/v1)", line)
+            assert m, line
+            for i in range(5):
+                asyncio.run(_one(origin(m.group(1)), "/v1/completions", {"prompt": f"hi {i}", "max_tokens": 2}))
+            time.sleep(1.0)  # every response ended more than a second ago
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            proc.kill()
+    records = load_trace(out_path).records
+    assert [r.body["prompt"] for r in records] == [f"hi {i}" for i in range(5)]
+    assert all(r.response is not None and r.response["status"] == 200 for r in records)

@@ -125,3 +125,14 @@ def test_invalid_utf8_is_reported_with_its_line(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as err:
         load_trace(p)
     assert err.value.line == 2
+
+
+def test_huge_lines_are_refused_with_their_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import specreplay.trace as trace_mod
+
+    monkeypatch.setattr(trace_mod, "MAX_LINE_BYTES", 1 << 10)
+    p = tmp_path / "huge.jsonl"
+    p.write_text(json.dumps(chat(1)) + "\n" + json.dumps(chat(2, arrival=1.0, body={"messages": [{"role": "user", "content": "x" * 4096}]})) + "\n")
+    with pytest.raises(TraceError, match="line longer than") as err:
+        load_trace(p)
+    assert err.value.line == 2

@@ -176,9 +176,15 @@ def _check_response(response: Any, fail: Callable[[str | None, str], TraceError]
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
     with path.open("rb") as f:
-        for line_no, raw in enumerate(f, start=1):
+        line_no = 0
+        while True:
+            # Bounded read: a multi-gigabyte "line" is refused, not loaded.
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            line_no += 1
             if len(raw) > MAX_LINE_BYTES:
-                raise TraceError(str(path), line_no, None, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
+                raise TraceError(str(path), line_no, None, f"line longer than {MAX_LINE_BYTES} bytes")
             yield line_no, raw
 
 
