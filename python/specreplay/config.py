@@ -55,6 +55,9 @@ class ReplayConfig:
     label: str = "run"
     output: str | None = None
     continuous_usage: bool = True
+    #: Set by the probe before a run when the server is llama.cpp: requests
+    #: then ask for `timings_per_token` (its per-chunk token counts).
+    llamacpp_timings: bool = False
     sim_config: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:

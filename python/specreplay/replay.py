@@ -24,7 +24,7 @@ from specreplay import _core
 from specreplay.config import Point, ReplayConfig
 from specreplay.results import ResultsWriter, read_table
 from specreplay.shaping import auth_headers, base_url, prepare, redact_url
-from specreplay.target import Target, accepts_continuous_usage, preflight, start_embedded
+from specreplay.target import Target, preflight, probe_usage, start_embedded
 from specreplay.trace import APIS, Trace, load_trace
 
 #: How long one drain waits for finished requests before reporting progress.
@@ -106,7 +106,12 @@ def _probe_continuous_usage(config: ReplayConfig, trace: Trace, target: Target, 
     body = dict(first.body)
     if target.model or config.model:
         body["model"] = config.model or target.model
-    if not accepts_continuous_usage(url, body, headers):
+    probe = probe_usage(url, body, headers)
+    if probe.llamacpp_timings:
+        # llama.cpp ignores continuous_usage_stats; its own per-chunk count
+        # is `timings_per_token` (the engine reads `timings.predicted_n`).
+        config.llamacpp_timings = True
+    elif not probe.accepted:
         config.continuous_usage = False
         hooks.note(
             "the server refused stream_options.continuous_usage_stats: tokens per chunk will be estimated "
