@@ -23,10 +23,10 @@ With `close_think=False` the last reasoning token leads back to the first:
 the model reasons in a loop and never writes `</think>`, so every request
 ends at its token budget (`finish_reason: "length"`) without an answer.
 
-Consequences the tests rely on: the number of generated tokens is exact
-(len(reasoning) + 2 + len(answer) + the EOS, which is not counted by the
-servers), and tokens must be distinct within the script (a token names its
-successor), at most 125 of them.
+Consequences the tests rely on: the number of generated tokens is exact,
+len(reasoning) + 2 + len(answer) + 1 (llama.cpp counts the EOS in
+`completion_tokens`), and tokens must be distinct within the script (a token
+names its successor), at most 127 of them.
 
 `build_scripted_model` returns the vocabulary and the weights (numpy, in the
 PyTorch/Hugging Face layout: Linear weights are [out, in]); `write_scripted_gguf`
@@ -101,12 +101,6 @@ class ScriptedModel:
     def reasoning_ids(self) -> list[int]:
         end = self.script.index(self.id_of(END_THINK)) if self.close_think else len(self.script)
         return self.script[:end]
-
-    @property
-    def completion_tokens(self) -> int | None:
-        """Tokens a server counts for a request with a budget large enough:
-        the script without the EOS (None: the variant that never stops)."""
-        return len(self.script) - 1 if self.close_think else None
 
 
 def piece(text: str) -> str:
