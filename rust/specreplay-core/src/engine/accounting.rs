@@ -74,7 +74,10 @@ impl StreamAccount {
             // message_delta has no input count): merge, don't replace.
             self.usage.merge(u);
         }
-        if let Some(c) = event_usage.and_then(|u| u.completion_tokens).or(event_predicted) {
+        if let Some(c) = event_usage
+            .and_then(|u| u.completion_tokens)
+            .or(event_predicted)
+        {
             if n_channels > 0 {
                 self.continuous = true;
                 exact_tokens = Some(c.saturating_sub(self.last_cumulative) as i64);
@@ -314,7 +317,15 @@ mod tests {
         let mut acc = StreamAccount::default();
         acc.on_event(1, &[text(Channel::Reasoning, "r"), timings(1)]);
         acc.on_event(2, &[text(Channel::Content, "c"), timings(3)]);
-        acc.on_event(3, &[Record::Finish { reason: "stop".into() }, timings(4)]);
+        acc.on_event(
+            3,
+            &[
+                Record::Finish {
+                    reason: "stop".into(),
+                },
+                timings(4),
+            ],
+        );
         let rec = finish(acc);
         assert_eq!(rec.token_source, Some(TokenSource::ContinuousUsage));
         assert_eq!(
