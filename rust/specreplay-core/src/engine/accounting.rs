@@ -121,7 +121,21 @@ impl StreamAccount {
         let (reasoning_chunks, answer_chunks) = (chunk_sum(true), chunk_sum(false));
         let usage = &self.usage;
         let completion = usage.completion_tokens.map(|c| c as i64);
-        let server_reasoning = usage.reasoning_tokens.map(|r| r as i64);
+        // The server's reasoning count, unless the stream contradicts it:
+        // every text chunk carried at least one token of its channel. vLLM's
+        // reasoning parsers count only tokens between a generated <think>
+        // and </think>, so when the chat template opens the think block in
+        // the prompt (DeepSeek-R1, Qwen3) it reports 0 for a whole stream of
+        // reasoning; taken at its word, that hid the budget trap.
+        let chunks_of = |reasoning: bool| -> i64 {
+            self.chunks
+                .iter()
+                .filter(|c| (c.channel == Channel::Reasoning) == reasoning)
+                .count() as i64
+        };
+        let server_reasoning = usage.reasoning_tokens.map(|r| r as i64).filter(|&r| {
+            r >= chunks_of(true) && completion.is_none_or(|c| c - r >= chunks_of(false))
+        });
         let (source, reasoning, output) = match (self.continuous, completion, server_reasoning) {
             (true, c, r) => (
                 TokenSource::ContinuousUsage,
@@ -331,6 +345,82 @@ mod tests {
         assert_eq!(
             (rec.reasoning_tokens, rec.content_tokens, rec.output_tokens),
             (Some(1), Some(3), Some(4))
+        );
+    }
+
+    #[test]
+    fn a_reasoning_count_the_stream_contradicts_is_not_used() {
+        // vLLM 0.32 (deepseek_r1 parser, <think> opened by the chat template):
+        // reasoning streamed, usage says `reasoning_tokens: 0`.
+        let trap = |continuous: bool| {
+            let mut acc = StreamAccount::default();
+            for ts in 1..=5 {
+                let mut records = vec![text(Channel::Reasoning, "r")];
+                if continuous {
+                    records.push(usage(ts as u64, Some(0)));
+                }
+                acc.on_event(ts, &records);
+            }
+            acc.on_event(
+                6,
+                &[
+                    Record::Finish {
+                        reason: "length".into(),
+                    },
+                    usage(5, Some(0)),
+                ],
+            );
+            finish(acc)
+        };
+        for (continuous, source) in [
+            (true, TokenSource::ContinuousUsage),
+            (false, TokenSource::Usage),
+        ] {
+            let rec = trap(continuous);
+            assert_eq!(rec.token_source, Some(source));
+            assert_eq!(
+                (rec.reasoning_tokens, rec.content_tokens, rec.output_tokens),
+                (Some(5), Some(0), Some(5)),
+                "continuous={continuous}"
+            );
+        }
+
+        // Both channels streamed, the count contradicted: the split is
+        // estimated from the chunks, and says so.
+        let mut acc = StreamAccount::default();
+        for ts in 0..3 {
+            acc.on_event(ts, &[text(Channel::Reasoning, "r")]);
+        }
+        acc.on_event(4, &[text(Channel::Content, "c")]);
+        acc.on_event(5, &[usage(8, Some(0))]);
+        let rec = finish(acc);
+        assert_eq!(rec.token_source, Some(TokenSource::UsageSplitEstimated));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens),
+            (Some(6), Some(2))
+        );
+
+        // A count that leaves too few tokens for the answer chunks is no better.
+        let mut acc = StreamAccount::default();
+        acc.on_event(1, &[text(Channel::Reasoning, "r")]);
+        acc.on_event(2, &[text(Channel::Content, "c")]);
+        acc.on_event(3, &[text(Channel::Content, "c")]);
+        acc.on_event(4, &[usage(4, Some(3))]);
+        assert_eq!(
+            finish(acc).token_source,
+            Some(TokenSource::UsageSplitEstimated)
+        );
+
+        // A count the stream allows is the server's to give.
+        let mut acc = StreamAccount::default();
+        acc.on_event(1, &[text(Channel::Reasoning, "r")]);
+        acc.on_event(2, &[text(Channel::Content, "c")]);
+        acc.on_event(3, &[usage(10, Some(7))]);
+        let rec = finish(acc);
+        assert_eq!(rec.token_source, Some(TokenSource::Usage));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens),
+            (Some(7), Some(3))
         );
     }
 
