@@ -13,6 +13,8 @@ const VECTORS: &[(&str, Dialect)] = &[
     ("chat_llamacpp.sse", Dialect::Chat),
     ("chat_llamacpp_timings_per_token.sse", Dialect::Chat),
     ("chat_llamacpp_scripted.sse", Dialect::Chat),
+    ("chat_vllm_scripted.sse", Dialect::Chat),
+    ("chat_vllm_scripted_trap_continuous.sse", Dialect::Chat),
     ("chat_vllm_continuous_usage.sse", Dialect::Chat),
     ("chat_openrouter_error.sse", Dialect::Chat),
     ("chat_deepseek_keepalive.sse", Dialect::Chat),

