@@ -134,7 +134,7 @@ impl StreamAccount {
                 .count() as i64
         };
         let server_reasoning = usage.reasoning_tokens.map(|r| r as i64).filter(|&r| {
-            r >= chunks_of(true) && completion.is_none_or(|c| c - r >= chunks_of(false))
+            r >= chunks_of(true) && completion.map_or(true, |c| c - r >= chunks_of(false))
         });
         let (source, reasoning, output) = match (self.continuous, completion, server_reasoning) {
             (true, c, r) => (
