@@ -97,3 +97,14 @@ def test_points() -> None:
         ReplayConfig(trace="t").points(False)
     with pytest.raises(ConfigError, match="has none"):
         ReplayConfig(trace="t", speedup=[2.0]).points(False)
+
+
+def test_llamacpp_is_asked_for_timings_on_every_chunk() -> None:
+    # Set by the probe when the server streams llama.cpp's `timings`.
+    cfg = ReplayConfig(trace="t", llamacpp_timings=True)
+    assert shape_body(rec("chat", {"messages": []}), cfg, None)["timings_per_token"] is True
+    assert shape_body(rec("completions", {"prompt": "p"}), cfg, None)["timings_per_token"] is True
+    assert "timings_per_token" not in shape_body(rec("responses", {"input": "x"}), cfg, None)
+    off = ReplayConfig(trace="t", llamacpp_timings=True, continuous_usage=False)
+    assert "timings_per_token" not in shape_body(rec("chat", {"messages": []}), off, None)
+    assert "timings_per_token" not in shape_body(rec("chat", {"messages": []}), ReplayConfig(trace="t"), None)

@@ -69,6 +69,10 @@ class ReplayConfig:
     continuous_usage: bool = True
     sim: dict[str, Any] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=dict)
+    #: Set by the probe before a run when the server is llama.cpp: requests
+    #: then ask for `timings_per_token` (its per-chunk token counts). Not an
+    #: option: never read from a file, never written.
+    llamacpp_timings: bool = field(default=False, compare=False)
     # Set from the environment only (never from a file, never written).
     api_key: str | None = field(default=None, repr=False, compare=False)
 

@@ -27,7 +27,7 @@ from specreplay.errors import ConfigError
 from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
 from specreplay.shaping import auth_headers, base_url, prepare, redact_url
-from specreplay.target import Target, accepts_continuous_usage, preflight, start_embedded
+from specreplay.target import Target, preflight, probe_usage, start_embedded
 from specreplay.trace import APIS, Trace, load_trace
 
 #: How long one drain waits for finished requests before reporting progress.
@@ -111,7 +111,12 @@ def _probe_continuous_usage(config: ReplayConfig, trace: Trace, target: Target, 
     body = dict(first.body)
     if target.model or config.model:
         body["model"] = config.model or target.model
-    if not accepts_continuous_usage(url, body, headers):
+    probe = probe_usage(url, body, headers)
+    if probe.llamacpp_timings:
+        # llama.cpp ignores continuous_usage_stats; its own per-chunk count
+        # is `timings_per_token` (the engine reads `timings.predicted_n`).
+        config.llamacpp_timings = True
+    elif not probe.accepted:
         config.continuous_usage = False
         hooks.note(
             "the server refused stream_options.continuous_usage_stats: tokens per chunk will be estimated "
@@ -137,6 +142,7 @@ class _Run:
             out["url"] = redact_url(self.config.url)
         out["points"] = [p.to_dict() for p in self.points]
         out["trace_sha256"] = self.trace_sha256
+        out["llamacpp_timings"] = self.config.llamacpp_timings
         if self.target is not None:
             out["target"] = redact_url(self.target.url)
             out["embedded_simulator"] = self.target.embedded is not None

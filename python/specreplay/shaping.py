@@ -64,6 +64,9 @@ def shape_body(record: TraceRecord, config: ReplayConfig, model: str | None) -> 
             # many tokens each chunk carried (vLLM, SGLang, our simulator).
             options["continuous_usage_stats"] = True
         body["stream_options"] = options
+        if config.continuous_usage and config.llamacpp_timings:
+            # llama.cpp's equivalent: cumulative `timings.predicted_n` on every chunk.
+            body["timings_per_token"] = True
     if config.max_tokens is not None:
         field = _BUDGET_FIELD[api]
         if api == "chat" and "max_completion_tokens" in body:

@@ -80,10 +80,21 @@ def preflight(url: str, model: str | None, headers: list[tuple[str, str]], trace
     return Target(url=url, model=models[0])
 
 
-def accepts_continuous_usage(url: str, body: dict[str, Any], headers: list[tuple[str, str]]) -> bool:
+@dataclass(frozen=True)
+class UsageProbe:
+    """What one 1-token probe request said about per-chunk token counts."""
+
+    accepted: bool  # the server took `stream_options.continuous_usage_stats`
+    llamacpp_timings: bool  # its stream carried llama.cpp's `timings` object
+
+
+def probe_usage(url: str, body: dict[str, Any], headers: list[tuple[str, str]]) -> UsageProbe:
     """Whether the server takes `stream_options.continuous_usage_stats` (vLLM,
     SGLang and our simulator do; some OpenAI-compatible APIs answer 400 to an
-    unknown option). Probed with one 1-token request before the run."""
+    unknown option), and whether it is llama.cpp, which ignores that option
+    but sends its `timings` object: asked with `timings_per_token`, llama.cpp
+    puts its cumulative `predicted_n` on every chunk, the same exact
+    per-chunk count. Probed with one 1-token request before the run."""
     probe = dict(body)
     probe.update({"stream": True, "max_tokens": 1, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
     probe.pop("max_completion_tokens", None)
@@ -95,10 +106,24 @@ def accepts_continuous_usage(url: str, body: dict[str, Any], headers: list[tuple
     )
     try:
         with urllib.request.urlopen(req, timeout=PREFLIGHT_TIMEOUT_S) as resp:
-            resp.read()
-        return True
+            stream = resp.read()
+        return UsageProbe(accepted=True, llamacpp_timings=_has_llamacpp_timings(stream))
     except urllib.error.HTTPError as e:
         # 400/422: the server validates request fields and refused this one.
-        return e.code not in (400, 422)
+        return UsageProbe(accepted=e.code not in (400, 422), llamacpp_timings=False)
     except (urllib.error.URLError, OSError):
-        return True  # not the option's fault: the run itself will report it
+        return UsageProbe(accepted=True, llamacpp_timings=False)  # not the option's fault: the run itself will report it
+
+
+def _has_llamacpp_timings(stream: bytes) -> bool:
+    for line in stream.decode("utf-8", "replace").splitlines():
+        if not line.startswith("data:"):
+            continue
+        try:
+            payload = json.loads(line[len("data:") :])
+        except json.JSONDecodeError:
+            continue
+        timings = payload.get("timings") if isinstance(payload, dict) else None
+        if isinstance(timings, dict) and "predicted_n" in timings:
+            return True
+    return False

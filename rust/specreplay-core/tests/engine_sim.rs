@@ -219,3 +219,77 @@ async fn cancelling_turns_in_flight_requests_into_cancelled_rows() {
     }
     sim.shutdown().await;
 }
+
+/// Reads one HTTP/1.1 request (head and Content-Length body); false at EOF.
+async fn read_request(sock: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if buf.len() >= end + 4 + len {
+                return true;
+            }
+        }
+        match sock.read(&mut chunk).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_connection_the_server_closes_is_not_a_failed_request() {
+    // Like llama.cpp's server: it announces keep-alive, answers one streamed
+    // request per connection, and closes the connection when the next request
+    // arrives on it. The engine sends that request again on a new connection.
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = connections.clone();
+    let server = tokio::spawn(async move {
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                if !read_request(&mut sock).await {
+                    return;
+                }
+                let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n\
+                            data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n\
+                            data: [DONE]\n\n";
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: keep-alive\r\n\
+                     keep-alive: timeout=5, max=100\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                );
+                sock.write_all(head.as_bytes()).await.unwrap();
+                sock.write_all(body.as_bytes()).await.unwrap();
+                // The next request on this connection gets no answer.
+                read_request(&mut sock).await;
+            });
+        }
+    });
+    let url = format!("http://{addr}/v1/chat/completions");
+    let run = engine::start(
+        spec(LoadMode::Concurrency { concurrency: 1 }, Some(3)),
+        requests(&url, 3, None),
+        &tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let records = drain(run).await;
+    server.abort();
+    assert_eq!(records.len(), 3);
+    for r in &records {
+        assert_eq!(r.error, None, "{:?}", r.error);
+        assert_eq!(r.output_tokens, Some(1));
+    }
+    // One connection per request: the two reused ones were closed and retried.
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 3);
+}

