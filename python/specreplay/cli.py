@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from specreplay import __version__
+from specreplay.commands.compare import compare
 from specreplay.commands.config import config_group
 from specreplay.commands.init import init
 from specreplay.commands.replay import replay
@@ -61,6 +62,7 @@ cli.add_command(rerun)
 cli.add_command(config_group)
 cli.add_command(init)
 cli.add_command(serve)
+cli.add_command(compare)
 
 
 def main(**kwargs: Any) -> None:
