@@ -14,6 +14,7 @@ from specreplay.commands.compare import compare
 from specreplay.commands.config import config_group
 from specreplay.commands.init import init
 from specreplay.commands.replay import replay
+from specreplay.commands.report import report
 from specreplay.commands.rerun import rerun
 from specreplay.commands.serve import serve
 
@@ -63,6 +64,7 @@ cli.add_command(config_group)
 cli.add_command(init)
 cli.add_command(serve)
 cli.add_command(compare)
+cli.add_command(report)
 
 
 def main(**kwargs: Any) -> None:
