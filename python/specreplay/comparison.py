@@ -114,6 +114,8 @@ class Run:
     df: pd.DataFrame
     path: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    file_runs: int = 1
+    """How many runs the file it came from holds."""
 
     @property
     def config(self) -> dict[str, Any]:
@@ -173,7 +175,7 @@ def select(spec: str | os.PathLike[str] | pd.DataFrame, label: str | None = None
         rows = df[df["label"] == name] if "label" in df.columns else df
         rows = rows.copy()
         rows.attrs = dict(df.attrs)
-        runs.append(Run(name=name, label=name, df=rows, path=path))
+        runs.append(Run(name=name, label=name, df=rows, path=path, file_runs=len(labels_of(df))))
     return runs
 
 
@@ -182,16 +184,11 @@ def resolve(specs: list[str]) -> list[Run]:
     names: the labels when all runs come from one file, else the file (or
     `FILE:LABEL` for a file that holds several runs)."""
     runs: list[Run] = []
-    several: dict[str | None, bool] = {}
     for spec in specs:
-        path, _ = split_spec(spec)
-        selected = select(spec)
-        runs += selected
-        if _exists(path):
-            several[path] = len(labels_of(load(path))) > 1 if len(selected) == 1 else True
+        runs += select(spec)
     if len({r.path for r in runs}) > 1:
         for run in runs:
-            run.name = f"{run.path}:{run.label}" if several.get(run.path) else str(run.path)
+            run.name = f"{run.path}:{run.label}" if run.file_runs > 1 else str(run.path)
     return runs
 
 
