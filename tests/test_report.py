@@ -39,8 +39,8 @@ def test_report_is_self_contained_and_deterministic(sim_runs: dict[str, Path], t
     assert not re.search(r"\b(src|href)\s*=|url\(|@import", page)
     assert "Content-Security-Policy" in page
     for heading in ("Validity", "Configuration", "Summary", "Comparison", "Plots"):
-        assert f"<h2>{heading}</h2>" in page
-    assert page.index("<h2>Validity</h2>") < page.index("<h2>Summary</h2>") < page.index("<h2>Plots</h2>")
+        assert f">{heading}</h2>" in page
+    assert page.index("<h2>Validity</h2>") < page.index("<h2>Summary</h2>") < page.index(">Plots</h2>")
     assert page.count('<svg class="plot"') == 9
     assert "ngram vs baseline" in page
 

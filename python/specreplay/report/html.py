@@ -50,6 +50,7 @@ svg.plot .title { font-size: 13px; font-weight: 600; fill: var(--fg); }
 svg.plot .tick, svg.plot .legend { font-size: 11px; fill: var(--muted); } svg.plot .label { font-size: 12px; fill: var(--fg); }
 svg.plot .empty { font-size: 13px; fill: var(--muted); }
 svg.plot .area { fill: #fff; stroke: var(--line); } svg.plot .grid { stroke: #eef1f4; }
+.tables { display: flex; flex-wrap: wrap; gap: 0 28px; }
 .configs { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 0 28px; }
 h3 { font-size: 15px; margin: 12px 0 4px; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 6px 0 12px; }
@@ -168,8 +169,8 @@ def _comparison_table(frame: pd.DataFrame, confidence: float) -> str:
         first = rows.iloc[0]
         pairing = "paired by trace id" if bool(first["paired"]) else "unpaired"
         out.append(
-            f"<h3>{escape(str(run))} vs {escape(str(base))} · {escape(str(point))} "
-            f'<span class="sub">({int(first["requests"])} vs {int(first["base_requests"])} ok requests, {pairing})</span></h3>'
+            f"<div><h3>{escape(str(run))} vs {escape(str(base))} · {escape(str(point))} "
+            f'</h3><p class="sub">{int(first["requests"])} vs {int(first["base_requests"])} ok requests, {pairing}</p>'
         )
         head = f'<tr><th class="l">metric</th><th>{escape(str(base))}</th><th>{escape(str(run))}</th><th>change</th><th>{confidence:.0%} CI</th><th class="l">verdict</th></tr>'
         body = []
@@ -183,8 +184,8 @@ def _comparison_table(frame: pd.DataFrame, confidence: float) -> str:
                 f'<tr><td class="l">{escape(name)}</td><td>{fmt(row["base_value"])}</td><td>{fmt(row["value"])}</td>'
                 f'<td>{fmt_change(row["change"])}</td><td>{interval}</td><td class="l {css}">{escape(verdict)}</td></tr>'
             )
-        out.append(f"<table>{head}{''.join(body)}</table>")
-    return "\n".join(out)
+        out.append(f"<table>{head}{''.join(body)}</table></div>")
+    return '<div class="tables">' + "\n".join(out) + "</div>"
 
 
 def _config(runs: list[data.RunData]) -> tuple[str, str]:
@@ -222,6 +223,10 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
         "<h2>Summary</h2>",
         _summary_table(runs),
     ]
+    sections += [
+        '<h2 id="plots">Plots</h2>',
+        '<div class="grid">' + "".join(f'<figure id="{pid}">{svg}</figure>' for pid, svg in charts) + "</div>",
+    ]
     if comparison is not None and not comparison.empty:
         sections += [
             "<h2>Comparison</h2>",
@@ -230,8 +235,6 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
             _comparison_table(comparison, confidence),
         ]
     sections += [
-        "<h2>Plots</h2>",
-        '<div class="grid">' + "".join(f'<figure id="{pid}">{svg}</figure>' for pid, svg in charts) + "</div>",
         "<h2>Full configuration</h2>",
         f"<details><summary>as recorded in the results file</summary>{full}</details>",
     ]

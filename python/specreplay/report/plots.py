@@ -17,11 +17,12 @@ CDFS: tuple[tuple[str, str], ...] = (
 
 
 def _styles(runs: list[data.RunData]) -> list[tuple[data.PointData, str, str]]:
-    """Every (run, point) with its colour and dash."""
+    """Every (run, point) with its colour (one per run) and dash (one per sweep point)."""
     point_names = list(dict.fromkeys(p.point for r in runs for p in r.points))
     out = []
-    for i, p in enumerate(pt for r in runs for pt in r.points):
-        out.append((p, PALETTE[i % len(PALETTE)], DASHES[point_names.index(p.point) % len(DASHES)]))
+    for i, r in enumerate(runs):
+        for p in r.points:
+            out.append((p, PALETTE[i % len(PALETTE)], DASHES[point_names.index(p.point) % len(DASHES)]))
     return out
 
 
@@ -35,9 +36,9 @@ def latency_cdf(runs: list[data.RunData], metric: str, title: str) -> str:
 
 def tpot_over_time(runs: list[data.RunData]) -> str:
     series = []
-    for p, color, _ in _styles(runs):
+    for p, color, dash in _styles(runs):
         x, y = data.over_time(p, "end_us", "tpot_us", scale=1000.0)
-        series.append(Series(p.name, x, y, color, kind="points"))
+        series.append(Series(p.name, x, y, color, dash, kind="points"))
     return xy(series, title="TPOT over time (one dot per request, at its end)", xlabel="s since the point's first send", ylabel="TPOT ms", x_from_zero=True)
 
 
@@ -59,9 +60,9 @@ def throughput_over_time(runs: list[data.RunData]) -> str:
 
 def tokens_per_chunk(runs: list[data.RunData]) -> str:
     styled = _styles(runs)
-    shares = [(p, color, data.tokens_per_chunk(p)) for p, color, _ in styled]
-    categories = list(shares[0][2]) if shares else []
-    groups = [(p.name, [s[c] for c in categories], color) for p, color, s in shares]
+    shares = [(p, color, dash, data.tokens_per_chunk(p)) for p, color, dash in styled]
+    categories = list(shares[0][3]) if shares else []
+    groups = [(p.name, [s[c] for c in categories], color, dash) for p, color, dash, s in shares]
     return bars(
         categories,
         groups,
@@ -74,17 +75,17 @@ def tokens_per_chunk(runs: list[data.RunData]) -> str:
 
 def ttft_vs_prompt(runs: list[data.RunData]) -> str:
     series = []
-    for p, color, _ in _styles(runs):
+    for p, color, dash in _styles(runs):
         x, y = data.prompt_vs_ttft(p)
-        series.append(Series(p.name, x, y, color, kind="points"))
+        series.append(Series(p.name, x, y, color, dash, kind="points"))
     return xy(series, title="TTFT against prompt length", xlabel="prompt tokens", ylabel="TTFT ms", x_from_zero=True)
 
 
 def send_lag_over_time(runs: list[data.RunData]) -> str:
     series = []
-    for p, color, _ in _styles(runs):
+    for p, color, dash in _styles(runs):
         x, y = data.over_time(p, "scheduled_us", "send_lag_us", scale=1000.0, ok_only=False)
-        series.append(Series(p.name, x, y, color, kind="points"))
+        series.append(Series(p.name, x, y, color, dash, kind="points"))
     return xy(
         series,
         title="Send lag over time (sent − scheduled; should stay near 0)",

@@ -139,9 +139,11 @@ class _Frame:
             x = self.x0 + (i % 2) * column
             y = HEIGHT + 6 + (i // 2) * LEGEND_ROW
             if kind == "points":
-                out.append(f'<circle cx="{_r(x + 11)}" cy="{_r(y - 4)}" r="3" fill="{color}"/>')
+                paint = f'fill="{color}"' if not dash else f'fill="none" stroke="{color}"'
+                out.append(f'<circle cx="{_r(x + 11)}" cy="{_r(y - 4)}" r="3" {paint}/>')
             elif kind == "bar":
-                out.append(f'<rect x="{_r(x + 4)}" y="{_r(y - 9)}" width="14" height="9" fill="{color}"/>')
+                opacity = ' fill-opacity="0.45"' if dash else ""
+                out.append(f'<rect x="{_r(x + 4)}" y="{_r(y - 9)}" width="14" height="9" fill="{color}"{opacity}/>')
             else:
                 dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
                 out.append(f'<line x1="{x}" x2="{x + 22}" y1="{y - 4}" y2="{y - 4}" stroke="{color}" stroke-width="2"{dash_attr}/>')
@@ -197,7 +199,8 @@ def xy(
         name = escape(s.name)
         if s.kind == "points":
             dots = "".join(f'<circle cx="{_r(x)}" cy="{_r(y)}" r="2.2"/>' for x, y in pts)
-            body.append(f'<g class="series" fill="{s.color}" fill-opacity="0.55"><title>{name}</title>{dots}</g>')
+            paint = f'fill="{s.color}" fill-opacity="0.55"' if not s.dash else f'fill="none" stroke="{s.color}" stroke-width="1"'
+            body.append(f'<g class="series" {paint}><title>{name}</title>{dots}</g>')
             continue
         if s.kind == "step":
             path = []
@@ -217,17 +220,18 @@ def xy(
 
 def bars(
     categories: Sequence[str],
-    groups: Sequence[tuple[str, Values, str]],
+    groups: Sequence[tuple[str, Values, str, str]],
     *,
     title: str,
     xlabel: str,
     ylabel: str,
     percent: bool = False,
 ) -> str:
-    """Grouped bars: one group per category, one bar per (name, values, colour)."""
+    """Grouped bars: one group per category, one bar per (name, values,
+    colour, variant); a non-empty variant (a dash pattern) draws it lighter."""
     if not categories or not groups:
         return empty(title)
-    top = max([float(v) for _, values, _ in groups for v in values if math.isfinite(v)] + [0.0])
+    top = max([float(v) for _, values, _, _ in groups for v in values if math.isfinite(v)] + [0.0])
     frame = _Frame((0.0, float(len(categories))), (0.0, top * 1.08 or 1.0), (len(groups) + 1) // 2)
     frame.xticks = []
     body = frame.axes(title, xlabel, ylabel)
@@ -236,15 +240,16 @@ def bars(
     for c, category in enumerate(categories):
         left = frame.x0 + c * slot + slot * 0.1
         body.append(f'<text class="tick" x="{_r(frame.x0 + (c + 0.5) * slot)}" y="{frame.y1 + 16}" text-anchor="middle">{escape(category)}</text>')
-        for g, (name, values, color) in enumerate(groups):
+        for g, (name, values, color, variant) in enumerate(groups):
             value = float(values[c])
             if not math.isfinite(value) or value <= 0:
                 continue
             y = frame.py(value)
             shown = f"{value:.1%}" if percent else f"{value:g}"
             body.append(
-                f'<rect class="series" x="{_r(left + g * width)}" y="{_r(y)}" width="{_r(width)}" height="{_r(frame.y1 - y)}" fill="{color}">'
-                f"<title>{escape(name)}: {escape(category)} → {shown}</title></rect>"
+                f'<rect class="series" x="{_r(left + g * width)}" y="{_r(y)}" width="{_r(width)}" height="{_r(frame.y1 - y)}" fill="{color}"'
+                + (' fill-opacity="0.45">' if variant else ">")
+                + f"<title>{escape(name)}: {escape(category)} → {shown}</title></rect>"
             )
-    body += frame.legend([(name, color, "", "bar") for name, _, color in groups])
+    body += frame.legend([(name, color, variant, "bar") for name, _, color, variant in groups])
     return _svg(title, frame.height, body)
