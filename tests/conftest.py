@@ -10,6 +10,7 @@ chunk lists, first/last timestamps and token counts are derived unless given.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
@@ -104,3 +105,74 @@ MakeResults = Callable[..., pd.DataFrame]
 def make_results() -> MakeResults:
     """`make_results([{...}, ...], metadata=None)` -> results DataFrame."""
     return results_frame
+
+
+# --- simulated runs, shared by the compare and report tests -------------------
+
+#: 200 distinct prompts of 20–400 words: every request replays its own record.
+TRACE = str(Path(__file__).resolve().parent.parent / "traces" / "poisson-200.jsonl")
+#: Small and fast (about 4 s for the three runs together): 96 measured requests of 40–60 tokens
+#: after 8 warmup ones (a process's first requests are slow), 8 in flight,
+#: 5 ms per decode step. 96, because "identical settings, different seeds →
+#: no significant difference" must hold for any two seeds: with 96 the
+#: sampling noise of every compared figure stays under the 5% --min-change
+#: (docs/compare.md has the measurement).
+SIM_BASE: dict[str, Any] = {
+    "tpot_ms": 5,
+    "ttft_ms": 10,
+    "prefill_us_per_token": 20,
+    "reasoning_tokens": [30, 40],
+    "content_tokens": [10, 20],
+}
+#: Speculation that loses: 1 + 0.3 + 0.09 + … ≈ 1.42 tokens per step at 1.6× the step time.
+SIM_SPEC: dict[str, Any] = {**SIM_BASE, "spec_draft_len": 4, "spec_acceptance": 0.3, "spec_step_cost": 0.15}
+SIM_REQUESTS = 96
+SIM_WARMUP = 8
+SIM_CONCURRENCY = 8
+
+
+def simulated_run(path: Path, sim: dict[str, Any], seed: int = 1, label: str = "run") -> Path:
+    from specreplay.config import ReplayConfig
+    from specreplay.replay import run_replay
+
+    config = ReplayConfig(trace=TRACE, concurrency=[SIM_CONCURRENCY], seed=seed, sim=sim, num_requests=SIM_REQUESTS + SIM_WARMUP, warmup=SIM_WARMUP, label=label, output=str(path))
+    run_replay(config)
+    return path
+
+
+@pytest.fixture(scope="session")
+def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Results files of simulated runs: `base` (seed 1), `seed2` (the same
+    settings, seed 2) and `spec` (seed 1, speculation with low acceptance).
+
+    The three run at the same time, each with its own embedded simulator:
+    a busy machine (2 shared cores, a debug build) then slows all three
+    alike, instead of whichever happened to run during someone's compile.
+    Run one after the other, identical settings differed by 20% in ITL p90
+    now and then: noise of the machine, which no interval over requests can
+    see (docs/compare.md)."""
+    import threading
+
+    d = tmp_path_factory.mktemp("sim-runs")
+    jobs = {
+        "base": (SIM_BASE, 1, "baseline"),
+        "seed2": (SIM_BASE, 2, "baseline"),
+        "spec": (SIM_SPEC, 1, "ngram"),
+    }
+    errors: list[BaseException] = []
+
+    def run(name: str) -> None:
+        sim, seed, label = jobs[name]
+        try:
+            simulated_run(d / f"{name}.arrow", sim, seed=seed, label=label)
+        except BaseException as e:  # re-raised below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return {name: d / f"{name}.arrow" for name in jobs}

@@ -11,11 +11,13 @@ import click
 
 from specreplay import __version__
 from specreplay.errors import SpecreplayError
+from specreplay.commands.compare import compare
 from specreplay.commands.config import config_group
 from specreplay.commands.init import init
 from specreplay.commands.capture import capture
 from specreplay.commands.import_trace import import_cmd
 from specreplay.commands.replay import replay
+from specreplay.commands.report import report
 from specreplay.commands.rerun import rerun
 from specreplay.commands.serve import serve
 from specreplay.commands.synth import synth
@@ -84,6 +86,8 @@ cli.add_command(serve)
 cli.add_command(capture)
 cli.add_command(import_cmd)
 cli.add_command(synth)
+cli.add_command(compare)
+cli.add_command(report)
 
 
 def main(**kwargs: Any) -> None:

@@ -153,3 +153,44 @@ def print_findings(console: Console, findings: list[Finding]) -> None:
         line = Text(f"{finding.level.upper():7} {finding.point}  {finding.code}: ", style=head)
         line.append(finding.message, style=body)
         console.print(line)
+
+
+VERDICT_STYLES: dict[str, str] = {"faster": "bold green", "slower": "bold red", "no significant difference": "dim", "n/a": "dim"}
+
+
+def fmt_change(value: Any) -> str:
+    """A relative change as a signed percentage: +12.3%, −4.0%."""
+    return MISSING if _missing(value) else f"{float(value):+.1%}"
+
+
+def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 0.95) -> None:
+    """A `comparison.compare` frame: one table per compared run and sweep
+    point, with the base's figure, the run's, the change, its interval and
+    the verdict."""
+    for (base, run, point), rows in frame.groupby(["base", "run", "point"], sort=False):
+        first = rows.iloc[0]
+        pairing = "paired by trace id" if bool(first["paired"]) else "unpaired (different traces)"
+        heading = (
+            f"{run} vs {base}  ·  {point}  ·  {int(first['requests'])} vs {int(first['base_requests'])} ok requests  ·  {pairing}"
+        )
+        table = Table(title=Text(heading, style="bold"), title_justify="left")
+        table.add_column("metric")
+        table.add_column(str(base), justify="right")
+        table.add_column(str(run), justify="right")
+        table.add_column("change", justify="right")
+        table.add_column(f"{confidence:.0%} CI", justify="right")
+        table.add_column("verdict")
+        for _, row in rows.iterrows():
+            fmt = fmt_ms if row["unit"] == "ms" else fmt_rate
+            unit = " ms" if row["unit"] == "ms" else ""
+            interval = MISSING if _missing(row["ci_low"]) else f"[{fmt_change(row['ci_low'])}, {fmt_change(row['ci_high'])}]"
+            table.add_row(
+                f"{row['name']}{unit}" if row["unit"] == "ms" else str(row["name"]),
+                fmt(row["base_value"]),
+                fmt(row["value"]),
+                fmt_change(row["change"]),
+                interval,
+                Text(str(row["verdict"]), style=VERDICT_STYLES.get(str(row["verdict"]), "")),
+            )
+        console.print(table)
+        console.print()

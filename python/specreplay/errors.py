@@ -35,3 +35,12 @@ class StreamFormatError(SpecreplayError, ValueError):
 
 class EngineError(SpecreplayError, RuntimeError):
     """The replay engine failed (not a per-request error: those become rows)."""
+
+
+class InvalidRunError(SpecreplayError, ValueError):
+    """A run whose validity checks found errors, used where its figures would
+    be taken at face value (comparing it). `findings` holds the errors."""
+
+    def __init__(self, message: str, findings: list[object]) -> None:
+        super().__init__(message)
+        self.findings = findings

@@ -39,9 +39,12 @@ from specreplay.schema import CHANNELS
 DERIVED_COLUMNS: tuple[str, ...] = ("ttft_us", "ttfc_us", "e2e_us", "send_lag_us", "tpot_us", "tps")
 
 CHUNK_COLUMNS: tuple[str, ...] = (
+    "label",
     "point",
     "request_index",
     "trace_id",
+    "warmup",
+    "ok",
     "chunk_index",
     "ts_us",
     "tokens",
@@ -80,6 +83,9 @@ def _list_array(df: pd.DataFrame, column: str, value_type: pa.DataType) -> pa.Li
 def chunks(df: pd.DataFrame) -> pd.DataFrame:
     """One row per text-carrying chunk of every request in `df` (columns `CHUNK_COLUMNS`).
 
+`label`, `point`, `request_index`, `trace_id` and `warmup` are the request's;
+`ok` is true when the request succeeded (`error_kind` null). Summaries use
+the chunks with `ok & ~warmup`.
     `channel` holds the names from `schema.CHANNELS`; `tokens` is NaN when the
     request has no per-chunk counts. The list columns are flattened by pyarrow
     in one pass: there is no Python loop per chunk.
@@ -113,11 +119,17 @@ def chunks(df: pd.DataFrame) -> pd.DataFrame:
     codes = np.where(np.isnan(channel_codes), len(CHANNELS), channel_codes).astype(int)
     codes = np.where((codes < 0) | (codes > len(CHANNELS)), len(CHANNELS), codes)
     rows = df.reset_index(drop=True)
+    label = rows["label"].to_numpy() if "label" in rows.columns else np.full(len(rows), None, dtype=object)
+    warmup = rows["warmup"].astype("boolean").fillna(False).to_numpy(dtype=bool)
+    ok = rows["error_kind"].isna().to_numpy(dtype=bool)
     frame: pd.DataFrame = pd.DataFrame(
         {
+            "label": label[parent],
             "point": rows["point"].to_numpy()[parent],
             "request_index": rows["request_index"].to_numpy()[parent],
             "trace_id": rows["trace_id"].to_numpy()[parent],
+            "warmup": warmup[parent],
+            "ok": ok[parent],
             "chunk_index": chunk_index.astype("int64"),
             "ts_us": ts,
             "tokens": tokens,

@@ -132,10 +132,22 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
     return df
 
 
-def load(path: str | os.PathLike[str]) -> pd.DataFrame:
+def load(path: str | os.PathLike[str], chunks: bool = False) -> pd.DataFrame:
     """The results at `path`, one row per request (see `to_frame`). Reads an
-    interrupted run's `.partial` stream when the final file was never written."""
-    return to_frame(read_table(path))
+    interrupted run's `.partial` stream when the final file was never written.
+
+    With `chunks=True`, one row per text-carrying chunk instead
+    (`metrics.chunks`: label, point, request_index, trace_id, warmup, ok,
+    chunk_index, ts_us, tokens, channel, itl_us), for ITL analysis; the
+    summaries use the rows with `ok & ~warmup`."""
+    df = to_frame(read_table(path))
+    if not chunks:
+        return df
+    from specreplay.metrics import chunks as chunk_rows
+
+    frame = chunk_rows(df)
+    frame.attrs = dict(df.attrs)
+    return frame
 
 
 def run_config(df: pd.DataFrame) -> dict[str, Any]:

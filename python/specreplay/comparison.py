@@ -1,0 +1,528 @@
+"""Comparing runs: the relative change of each headline figure against a
+base run, a bootstrap confidence interval for it, and a plain verdict.
+
+What is compared, per sweep point present in both runs: TTFT, TTFC, TPOT,
+ITL (per token) and E2E at p50, p90 and p99, and output tokens/s (total and
+content). The figures are exactly those of `summary.summarize` (same
+requests, same percentile definition); `change` is `run / base - 1`.
+
+**Interval.** A percentile bootstrap of `run / base - 1` over the trace's
+records: each resample draws the point's records with replacement, takes
+every request that replayed them (a looped trace sends a record several
+times, and the same prompt gets a similar answer; a request's chunks, and
+so its ITL samples, move with it), and recomputes the figure on both sides.
+When both runs replayed the same trace (same SHA-256 where the files record
+it, and at least half of the records in common) the draw is *paired*: one
+draw of records serves both runs, so a prompt that is long in one run is
+long in the other and the workload's own spread cancels out. Otherwise the
+two runs are resampled independently. The generator is seeded from `seed`
+and the point's name: the same files always give the same interval.
+
+Tokens/s of a point is `sum(tokens) / duration`. Its resamples use the
+identity `sum(tokens) / duration = sum(tokens) / sum(E2E) × sum(E2E) / duration`:
+the first factor is resampled, the second (the mean number of requests in
+flight, Little's law) is held at its measured value.
+
+**Verdict**, per figure:
+
+- `n/a` when the figure is missing on either side (no TTFC without answers);
+- `too few samples` for a p90 or p99 when either run has fewer successful
+  requests than the validity thresholds ask for it (`min_requests_p90` = 10,
+  `min_requests_p99` = 100): such a percentile is the top sample or two;
+- `faster` or `slower` when the interval excludes zero *and* the measured
+  change is at least `min_change` (default 5%) in size;
+- otherwise `no significant difference`.
+
+The interval covers the noise of *which requests* were measured; it cannot
+see the noise of the machine between two runs (a busy host, a GPU's clock),
+which moves whole runs by a few percent. `min_change` is the allowance for
+it: measure yours by comparing a run with its rerun (`specreplay rerun`),
+and set `--min-change` above the largest change that shows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specreplay import metrics
+from specreplay.errors import InvalidRunError
+from specreplay.results import load, partial_path, run_configs
+from specreplay.summary import is_ok, measured, summarize
+from specreplay.validity import Finding, Thresholds, check
+
+#: (summary prefix, display name) of the latencies compared, in table order.
+LATENCY_METRICS: tuple[tuple[str, str], ...] = (
+    ("ttft", "TTFT"),
+    ("ttfc", "TTFC"),
+    ("tpot", "TPOT"),
+    ("itl_token", "ITL"),
+    ("e2e", "E2E"),
+)
+LATENCY_STATS: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+#: (summary column, display name, token column) of the throughputs compared.
+THROUGHPUT_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("output_tok_s", "output tok/s", "output_tokens"),
+    ("content_tok_s", "content tok/s", "content_tokens"),
+)
+
+FASTER = "faster"
+SLOWER = "slower"
+SAME = "no significant difference"
+TOO_FEW = "too few samples"
+NA = "n/a"
+
+COLUMNS: tuple[str, ...] = (
+    "base",
+    "run",
+    "point",
+    "metric",
+    "name",
+    "unit",
+    "base_value",
+    "value",
+    "change",
+    "ci_low",
+    "ci_high",
+    "verdict",
+    "paired",
+    "base_requests",
+    "requests",
+)
+
+#: Defaults of `compare` (and of the CLI's options).
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+SEED = 0
+MIN_CHANGE = 0.05
+
+
+@dataclass
+class Run:
+    """One run (one label) of a results file, ready to compare."""
+
+    name: str
+    label: str
+    df: pd.DataFrame
+    path: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    file_runs: int = 1
+    """How many runs the file it came from holds."""
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The run's resolved configuration as the file recorded it ({} if none)."""
+        configs = run_configs(self.df)
+        for config in configs:
+            if config.get("label") == self.label:
+                return config
+        return configs[0] if len(configs) == 1 else {}
+
+    @property
+    def valid(self) -> bool:
+        return not any(f.level == "error" for f in self.findings)
+
+
+def labels_of(df: pd.DataFrame) -> list[str]:
+    """The file's run labels, in run order."""
+    if "label" not in df.columns or df.empty:
+        return ["run"]
+    order = df.groupby("label", sort=False)["point_index"].min().sort_values(kind="stable")
+    return [str(label) for label in order.index]
+
+
+def _exists(path: str) -> bool:
+    return Path(path).exists() or partial_path(path).exists()
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """`FILE` or `FILE:LABEL` -> (file, label or None). A file whose name
+    contains a colon is taken whole when it exists."""
+    if _exists(spec) or ":" not in spec:
+        return spec, None
+    path, _, label = spec.rpartition(":")
+    return path, label or None
+
+
+def select(spec: str | os.PathLike[str] | pd.DataFrame, label: str | None = None) -> list[Run]:
+    """The runs a `FILE`, `FILE:LABEL` or loaded DataFrame names: one per
+    label, in run order, or just `label`'s. Names are the labels; `resolve`
+    makes them unique across files."""
+    if isinstance(spec, pd.DataFrame):
+        df, path = spec, None
+    else:
+        path, spec_label = split_spec(os.fspath(spec))
+        label = label or spec_label
+        if not _exists(path):
+            raise FileNotFoundError(f"{path}: no such results file")
+        df = load(path)
+    labels = labels_of(df)
+    if label is not None:
+        if label not in labels:
+            where = path or "the results"
+            raise ValueError(f"{where} has no run labelled {label!r} (its runs: {', '.join(labels)})")
+        labels = [label]
+    runs = []
+    for name in labels:
+        rows = df[df["label"] == name] if "label" in df.columns else df
+        rows = rows.copy()
+        rows.attrs = dict(df.attrs)
+        runs.append(Run(name=name, label=name, df=rows, path=path, file_runs=len(labels_of(df))))
+    return runs
+
+
+def resolve(specs: list[str]) -> list[Run]:
+    """Every run the command-line arguments name, base first, with display
+    names: the labels when all runs come from one file, else the file (or
+    `FILE:LABEL` for a file that holds several runs)."""
+    runs: list[Run] = []
+    for spec in specs:
+        runs += select(spec)
+    if len({r.path for r in runs}) > 1:
+        for run in runs:
+            run.name = f"{run.path}:{run.label}" if run.file_runs > 1 else str(run.path)
+    return runs
+
+
+def thresholds_of(run: Run) -> Thresholds:
+    values = run.config.get("thresholds") or {}
+    return Thresholds.from_dict(dict(values))
+
+
+def validate(run: Run, points: list[str] | None = None) -> list[Finding]:
+    """The validity findings of `run` (on `points` only, if given); also
+    stored in `run.findings`."""
+    findings = check(run.df, thresholds_of(run))
+    if points is not None:
+        findings = [f for f in findings if f.point in points]
+    run.findings = findings
+    return findings
+
+
+def shared_points(base: pd.DataFrame, other: pd.DataFrame) -> list[str]:
+    """Sweep points present in both, in the base's run order."""
+    theirs = set(other["point"].astype(str))
+    return [p for p in summarize(base)["point"].astype(str) if p in theirs]
+
+
+def compare(
+    base: str | os.PathLike[str] | pd.DataFrame | Run,
+    other: str | os.PathLike[str] | pd.DataFrame | Run,
+    *,
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    min_change: float = MIN_CHANGE,
+    force: bool = False,
+) -> pd.DataFrame:
+    """`other` against `base`, one row per sweep point in both and figure
+    (columns `COLUMNS`; see the module doc for the method). Each may be a
+    results DataFrame, a path, or `FILE:LABEL`, and must hold one run.
+
+    Raises `InvalidRunError` when a validity check of either run found an
+    error on a compared point, unless `force`."""
+    base_run, other_run = _one_run(base, "base"), _one_run(other, "other run")
+    if isinstance(base, (str, os.PathLike)) and isinstance(other, (str, os.PathLike)):
+        base_run.name, other_run.name = (r.name for r in resolve([os.fspath(base), os.fspath(other)]))
+    elif base_run.name == other_run.name:
+        base_run.name, other_run.name = "base", "run"
+    points = shared_points(base_run.df, other_run.df)
+    invalid = [r for r in (base_run, other_run) if not r.valid or not _checked(r, points)]
+    if invalid and not force:
+        raise InvalidRunError(invalid_message(invalid), [f for r in invalid for f in r.findings if f.level == "error"])
+    return compare_runs(base_run, other_run, confidence=confidence, resamples=resamples, seed=seed, min_change=min_change)
+
+
+def _checked(run: Run, points: list[str]) -> bool:
+    validate(run, points)
+    return run.valid
+
+
+def invalid_message(runs: list[Run]) -> str:
+    parts = []
+    for run in runs:
+        codes = sorted({f.code for f in run.findings if f.level == "error"})
+        parts.append(f"{run.name} ({', '.join(codes)})")
+    return (
+        "refusing to compare: the validity checks of "
+        + " and ".join(parts)
+        + " found errors, so their figures do not measure what they claim. Fix the runs, or force the comparison."
+    )
+
+
+def _one_run(x: str | os.PathLike[str] | pd.DataFrame | Run, role: str) -> Run:
+    if isinstance(x, Run):
+        return x
+    runs = select(x)
+    if len(runs) != 1:
+        names = ", ".join(r.label for r in runs)
+        raise ValueError(f"the {role} holds several runs ({names}): pick one, e.g. 'FILE:{runs[0].label}' or df[df.label == ...]")
+    return runs[0]
+
+
+def compare_runs(
+    base: Run,
+    other: Run,
+    *,
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    min_change: float = MIN_CHANGE,
+) -> pd.DataFrame:
+    """`compare` without the validity gate, on already selected runs."""
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must be between 0 and 1")
+    if resamples < 10:
+        raise ValueError("resamples must be at least 10")
+    base_summary = summarize(base.df).set_index("point")
+    other_summary = summarize(other.df).set_index("point")
+    same_trace = _same_trace(base, other)
+    rows: list[dict[str, Any]] = []
+    for point in shared_points(base.df, other.df):
+        b = _PointData.of(base.df, point)
+        o = _PointData.of(other.df, point)
+        paired = same_trace and _overlap(b.ids, o.ids) >= 0.5
+        ratios = _bootstrap(b, o, paired, resamples, _rng(seed, point))
+        alpha = (1 - confidence) / 2
+        needed = _needed(thresholds_of(base))
+        for metric, name, unit, higher_is_better in _figures():
+            enough = min(b.n_ok, o.n_ok) >= needed.get(metric.split("_")[-2], 1)
+            base_value = float(base_summary.loc[point, metric])
+            value = float(other_summary.loc[point, metric])
+            change = value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan
+            r = ratios[metric]
+            r = r[np.isfinite(r)]
+            if math.isnan(change) or len(r) < resamples / 2:
+                low = high = math.nan
+            else:
+                low, high = (float(x) - 1 for x in np.quantile(r, [alpha, 1 - alpha]))
+            rows.append(
+                {
+                    "base": base.name,
+                    "run": other.name,
+                    "point": point,
+                    "metric": metric,
+                    "name": name,
+                    "unit": unit,
+                    "base_value": base_value,
+                    "value": value,
+                    "change": change,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "verdict": verdict(change, low, high, higher_is_better, min_change, enough),
+                    "paired": paired,
+                    "base_requests": b.n_ok,
+                    "requests": o.n_ok,
+                }
+            )
+    frame: pd.DataFrame = pd.DataFrame(rows, columns=list(COLUMNS))
+    return frame
+
+
+def verdict(
+    change: float, low: float, high: float, higher_is_better: bool, min_change: float = MIN_CHANGE, enough: bool = True
+) -> str:
+    """faster / slower / no significant difference / too few samples / n/a
+    (see the module doc)."""
+    if any(math.isnan(x) for x in (change, low, high)):
+        return NA
+    if not enough:
+        return TOO_FEW
+    if (low <= 0 <= high) or abs(change) < min_change:
+        return SAME
+    better = change > 0 if higher_is_better else change < 0
+    return FASTER if better else SLOWER
+
+
+def _figures() -> list[tuple[str, str, str, bool]]:
+    """(summary column, display name, unit, higher is better) in table order."""
+    out = [(f"{prefix}_{stat}_ms", f"{name} {stat}", "ms", False) for prefix, name in LATENCY_METRICS for stat in LATENCY_STATS]
+    out += [(column, name, "tok/s", True) for column, name, _ in THROUGHPUT_METRICS]
+    return out
+
+
+def _needed(thresholds: Thresholds) -> dict[str, int]:
+    """Samples a percentile needs on each side before it gets a verdict (the
+    validity check `too_few_requests` uses the same thresholds)."""
+    return {"p90": thresholds.min_requests_p90, "p99": thresholds.min_requests_p99}
+
+
+def _rng(seed: int, point: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(point.encode())])
+
+
+def _same_trace(a: Run, b: Run) -> bool:
+    sha_a, sha_b = a.config.get("trace_sha256"), b.config.get("trace_sha256")
+    return sha_a is None or sha_b is None or sha_a == sha_b
+
+
+def _overlap(a: list[str], b: list[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(set(a) & set(b)) / max(len(set(a)), len(set(b)))
+
+
+@dataclass
+class _Samples:
+    """Samples of one figure: sorted values, how many times each counts, and
+    the request (index into the point's request list) each belongs to."""
+
+    values: np.ndarray
+    weights: np.ndarray
+    request: np.ndarray
+
+
+#: The suffix `#k` the engine appends to a trace id on the k-th loop over the trace.
+_LOOP_SUFFIX = re.compile(r"#\d+$")
+
+
+def record_id(trace_id: str) -> str:
+    """The trace record a request replayed (its trace id without the loop suffix)."""
+    return _LOOP_SUFFIX.sub("", trace_id)
+
+
+@dataclass
+class _PointData:
+    ids: list[str]  # per measured request: the trace record it replayed
+    n_ok: int
+    samples: dict[str, _Samples]  # latency prefix -> samples
+    tokens: dict[str, np.ndarray]  # token column -> per-request (ok) sums, by request
+    e2e: np.ndarray  # per request: E2E µs of ok requests, else 0
+    in_flight: float  # sum(E2E of ok requests) / duration
+
+    @classmethod
+    def of(cls, df: pd.DataFrame, point: str) -> _PointData:
+        rows = metrics.add_derived(measured(df[df["point"] == point])).reset_index(drop=True)
+        ok = is_ok(rows).to_numpy()
+        ids = [record_id(str(t)) for t in rows["trace_id"]]
+        samples: dict[str, _Samples] = {}
+        index = np.arange(len(rows))
+        for prefix in ("ttft", "ttfc", "tpot", "e2e"):
+            values = rows[f"{prefix}_us"].to_numpy(dtype="float64")
+            keep = ok & ~np.isnan(values)
+            samples[prefix] = _sorted(values[keep] / 1000.0, np.ones(int(keep.sum()), dtype="int64"), index[keep])
+        # ITL per token: a gap g ending a chunk of k tokens is k samples of g / k.
+        okrows = rows[ok]
+        chunk_frame = metrics.chunks(okrows)
+        # request_index is unique within a point: it names each chunk's request.
+        position = pd.Series(index, index=rows["request_index"].to_numpy())
+        parent = position.loc[chunk_frame["request_index"].to_numpy()].to_numpy(dtype="int64")
+        gap = chunk_frame["itl_us"].to_numpy(dtype="float64")
+        k = chunk_frame["tokens"].to_numpy(dtype="float64")
+        usable = ~np.isnan(gap) & (k > 0)
+        samples["itl_token"] = _sorted(gap[usable] / k[usable] / 1000.0, k[usable].astype("int64"), parent[usable])
+        e2e = np.where(ok, rows["e2e_us"].to_numpy(dtype="float64"), 0.0)
+        e2e = np.nan_to_num(e2e)
+        tokens = {col: np.where(ok, np.nan_to_num(metrics.as_float(rows, col).to_numpy()), 0.0) for _, _, col in THROUGHPUT_METRICS}
+        sent = metrics.as_float(rows, "sent_us").dropna()
+        end = metrics.as_float(rows, "end_us").dropna()
+        duration = float(end.max() - sent.min()) if len(sent) and len(end) else math.nan
+        in_flight = float(e2e.sum()) / duration if duration and duration > 0 else math.nan
+        return cls(ids=ids, n_ok=int(ok.sum()), samples=samples, tokens=tokens, e2e=e2e, in_flight=in_flight)
+
+
+def _sorted(values: np.ndarray, weights: np.ndarray, request: np.ndarray) -> _Samples:
+    order = np.argsort(values, kind="stable")
+    return _Samples(values[order], weights[order], request[order])
+
+
+def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: list[float]) -> np.ndarray:
+    """Linear-interpolation quantiles (numpy's and pandas' default) of the
+    multiset in which sorted `values[j]` appears `weights[r, j]` times, for
+    every row r of `weights`: shape (len(qs), rows). NaN for an empty row."""
+    rows, m = weights.shape
+    out = np.full((len(qs), rows), np.nan)
+    if m == 0:
+        return out
+    cum = np.cumsum(weights, axis=1)
+    total = cum[:, -1]
+    stride = float(total.max()) + 1.0
+    offset = np.arange(rows) * stride
+    flat = (cum + offset[:, None]).ravel()
+    nonempty = total > 0
+
+    def at(position: np.ndarray) -> np.ndarray:
+        # The sample at 0-based `position` of each row's expanded multiset.
+        j = np.searchsorted(flat, position + offset, side="right") - np.arange(rows) * m
+        return np.asarray(values[np.clip(j, 0, m - 1)], dtype="float64")
+
+    for i, q in enumerate(qs):
+        h = (total - 1) * q
+        lo = np.floor(h)
+        hi = np.minimum(lo + 1, total - 1)
+        v_lo, v_hi = at(lo), at(hi)
+        out[i] = np.where(nonempty, v_lo + (v_hi - v_lo) * (h - lo), np.nan)
+    return out
+
+
+def _units(ids: list[str], keys: list[str] | None = None) -> tuple[np.ndarray, int]:
+    """Per request, the index of its resampling unit (its trace record) among
+    `keys` (default: the records of `ids`, in order); and the number of units."""
+    keys = keys if keys is not None else list(dict.fromkeys(ids))
+    position = {key: i for i, key in enumerate(keys)}
+    return np.array([position[i] for i in ids], dtype="int64"), len(keys)
+
+
+def _bootstrap(base: _PointData, other: _PointData, paired: bool, resamples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Resampled `other / base` of every compared figure: metric -> (resamples,).
+
+    The unit of resampling is the trace record: all requests that replayed
+    it (a looped trace sends each record several times) move together, since
+    the same prompt gets a similar answer. Paired, one draw of records
+    serves both runs."""
+    if paired:
+        keys = list(dict.fromkeys(base.ids + other.ids))
+        (map_b, n_units), (map_o, _) = _units(base.ids, keys), _units(other.ids, keys)
+    else:
+        (map_b, n_b), (map_o, n_o) = _units(base.ids), _units(other.ids)
+    biggest = max([len(s.values) for s in (*base.samples.values(), *other.samples.values())] + [1])
+    block = max(1, min(resamples, 2_000_000 // biggest))
+    out: dict[str, list[np.ndarray]] = {m: [] for m, _, _, _ in _figures()}
+    done = 0
+    while done < resamples:
+        size = min(block, resamples - done)
+        if paired:
+            shared = _draw(rng, n_units, size)
+            counts_b, counts_o = shared[:, map_b], shared[:, map_o]
+        else:
+            counts_b = _draw(rng, n_b, size)[:, map_b]
+            counts_o = _draw(rng, n_o, size)[:, map_o]
+        fig_b = _figures_of(base, counts_b)
+        fig_o = _figures_of(other, counts_o)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for metric in out:
+                out[metric].append(fig_o[metric] / fig_b[metric])
+        done += size
+    return {m: np.concatenate(v) for m, v in out.items()}
+
+
+def _draw(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
+    """`size` resamples of n units with replacement, as counts per unit."""
+    if n == 0:
+        return np.zeros((size, 0), dtype="int64")
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=size)
+
+
+def _figures_of(data: _PointData, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """Every compared figure of `data` under per-request `counts` (rows = resamples)."""
+    out: dict[str, np.ndarray] = {}
+    stats = list(LATENCY_STATS)
+    for prefix, _ in LATENCY_METRICS:
+        s = data.samples[prefix]
+        weights = counts[:, s.request] * s.weights[None, :]
+        quantiles = weighted_quantiles(s.values, weights, list(LATENCY_STATS.values()))
+        for i, stat in enumerate(stats):
+            out[f"{prefix}_{stat}_ms"] = quantiles[i]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e2e = counts @ data.e2e
+        for metric, _, column in THROUGHPUT_METRICS:
+            out[metric] = (counts @ data.tokens[column]) / e2e * data.in_flight * 1e6
+    return out
