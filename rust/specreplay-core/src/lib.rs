@@ -7,6 +7,7 @@ pub mod clock;
 pub mod decode;
 pub mod engine;
 pub mod error;
+pub mod proxy;
 pub mod sim;
 pub mod sse;
 

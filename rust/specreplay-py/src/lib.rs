@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 mod arrow_export;
 mod decode;
 mod errors;
+mod proxy;
 mod replay;
 mod runtime;
 mod sim;
@@ -20,6 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arrow_export::ArrowBatch>()?;
     errors::register(m)?;
     m.add_class::<sim::SimServer>()?;
+    m.add_class::<proxy::CaptureProxy>()?;
     Ok(())
 }
 

@@ -31,6 +31,19 @@ pub static SIM_RUNTIME: LazyLock<Runtime> = LazyLock::new(|| {
         .expect("failed to start the simulator's tokio runtime")
 });
 
+/// The capture proxy's own runtime (`CaptureProxy`): its forwarding shares
+/// no thread with the engine, the simulator or Python, so nothing else in the
+/// process delays a chunk on its way through. Two workers, so one burst of
+/// chunks is spread over two threads.
+pub static PROXY_RUNTIME: LazyLock<Runtime> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("specreplay-proxy")
+        .build()
+        .expect("failed to start the proxy's tokio runtime")
+});
+
 /// Runs `fut` to completion with the GIL released. If the user presses Ctrl-C
 /// the future is dropped (cancelling it) and the `KeyboardInterrupt` returned.
 #[allow(dead_code)]

@@ -49,7 +49,7 @@ fn config_from_dict(py: Python<'_>, dict: &Bound<'_, PyDict>) -> PyResult<SimCon
     Ok(SimConfig::from_json(&serde_json::Value::Object(map).to_string()).map_err(Error::from)?)
 }
 
-fn resolve(host: &str, port: u16) -> PyResult<SocketAddr> {
+pub(crate) fn resolve(host: &str, port: u16) -> PyResult<SocketAddr> {
     let mut addrs = (host, port)
         .to_socket_addrs()
         .map_err(|e| Error::from(CoreError::io(format!("cannot resolve host {host:?}"), e)))?;

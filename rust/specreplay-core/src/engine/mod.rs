@@ -6,7 +6,7 @@
 
 mod accounting;
 pub mod batch;
-mod http;
+pub(crate) mod http;
 mod pacing;
 pub mod record;
 mod request;

@@ -1,0 +1,237 @@
+//! The forwarding half of `specreplay capture`: a reverse proxy that passes
+//! every request to the upstream and streams every response back frame by
+//! frame as it arrives, while it reports what went through as events on a
+//! channel that the recorder (Python) reads at its own pace. Forwarding never
+//! waits for the recorder: the channel is unbounded and sends never block.
+//!
+//! Two events per request, in this order: [`RequestEvent`] once the request
+//! body has been read (before it is forwarded), and [`ResponseEvent`] once the
+//! response has ended, broken, or been abandoned by the client. Request
+//! headers are never part of an event (they carry the secrets), nor is the
+//! query string.
+//!
+//! `forward` holds the per-request path; this module the server's life
+//! (bind, accept, graceful stop with a drain limit).
+
+mod forward;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::service::service_fn;
+use hyper::Uri;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::engine::http::{build_client, HttpClient};
+use crate::error::CoreError;
+
+/// Largest request body accepted (requests with images or long contexts are big).
+pub const MAX_REQUEST_BYTES: usize = 256 << 20;
+/// Response bytes kept per request for the recorder; beyond this the response
+/// is still forwarded in full but the event carries no body (`truncated`).
+pub const MAX_KEPT_RESPONSE_BYTES: usize = 64 << 20;
+
+/// A request has arrived and its body has been read.
+#[derive(Debug, Clone)]
+pub struct RequestEvent {
+    /// Identifies the request's [`ResponseEvent`]; unique per proxy.
+    pub seq: u64,
+    /// When the request head was read, `clock::now_us()`.
+    pub arrival_us: i64,
+    pub method: String,
+    /// The path without the query string.
+    pub path: String,
+    /// The body as received (empty when it could not be read: see `error`).
+    pub body: Bytes,
+    /// Why the body could not be read (the request was answered by the proxy).
+    pub error: Option<String>,
+}
+
+/// A request's response has ended (or broken, or the client left).
+#[derive(Debug, Clone)]
+pub struct ResponseEvent {
+    pub seq: u64,
+    /// The upstream's status, or the proxy's own (502, 400, 413).
+    pub status: u16,
+    /// Response head, µs after `arrival_us` (None: no head was sent).
+    pub ttfb_us: Option<i64>,
+    /// Last byte, break or abandonment, µs after `arrival_us`.
+    pub end_us: i64,
+    pub content_type: String,
+    pub content_encoding: String,
+    /// The response body as forwarded, in the frames it came in (kept for
+    /// POST requests only, and only up to [`MAX_KEPT_RESPONSE_BYTES`]).
+    pub body: Vec<Bytes>,
+    /// The body was longer than [`MAX_KEPT_RESPONSE_BYTES`]: `body` is empty.
+    pub truncated: bool,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum ProxyEvent {
+    Request(RequestEvent),
+    Response(ResponseEvent),
+}
+
+/// What the proxy needs to know.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Base URL every request path (with its query) is appended to verbatim,
+    /// e.g. `http://127.0.0.1:8000` or `https://h/prefix`.
+    pub upstream: String,
+    /// How long `shutdown` lets requests in flight finish.
+    pub drain: Duration,
+}
+
+/// What every connection shares.
+pub(crate) struct Shared {
+    pub base: String,
+    pub client: HttpClient,
+    pub events: mpsc::Sender<ProxyEvent>,
+    pub next_seq: AtomicU64,
+    /// Set once shutdown starts: a response cut after it is "cut short", not
+    /// "client disconnected".
+    pub stopping: AtomicBool,
+}
+
+/// A running proxy. Dropping it stops it without draining.
+pub struct ProxyServer {
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// Checks the upstream base URL: http or https, with a host.
+fn check_upstream(upstream: &str) -> Result<String, CoreError> {
+    let base = upstream.trim_end_matches('/');
+    let uri: Uri = base
+        .parse()
+        .map_err(|e| CoreError::config("upstream", format!("{upstream:?}: {e}")))?;
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http" | "https"), Some(_)) if uri.query().is_none() => Ok(base.to_string()),
+        _ => Err(CoreError::config(
+            "upstream",
+            format!("expected an http:// or https:// URL without a query, got {upstream:?}"),
+        )),
+    }
+}
+
+impl ProxyServer {
+    /// Binds `addr` (port 0 picks a free port) and serves on the current
+    /// tokio runtime. Returns the proxy and the receiving end of its events;
+    /// the channel closes once the proxy has stopped and every request in it
+    /// has reported its end.
+    pub async fn start(
+        config: ProxyConfig,
+        addr: SocketAddr,
+    ) -> Result<(ProxyServer, mpsc::Receiver<ProxyEvent>), CoreError> {
+        let base = check_upstream(&config.upstream)?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| CoreError::io(format!("cannot bind {addr}"), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| CoreError::io("cannot read the bound address", e))?;
+        let (events, rx) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            base,
+            // Every stream keeps its own upstream connection; idle ones are reused.
+            client: build_client(usize::MAX),
+            events,
+            next_seq: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+        });
+        let (tx, stop) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(listener, shared, stop, config.drain));
+        Ok((
+            ProxyServer {
+                addr,
+                shutdown: tx,
+                task: Some(task),
+            },
+            rx,
+        ))
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, closes idle connections, lets requests in flight
+    /// finish for up to the drain time, then cuts the rest; returns once all
+    /// connections are closed.
+    pub async fn shutdown(mut self) {
+        self.shutdown.send_replace(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for ProxyServer {
+    fn drop(&mut self) {
+        self.shutdown.send_replace(true);
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    drain: Duration,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().keep_alive(true);
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _peer)) => stream,
+                    Err(_) => {
+                        // Out of file descriptors or a reset before accept: let it pass.
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let handler = shared.clone();
+                let service = service_fn(move |req| forward::handle(handler.clone(), req));
+                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                let mut conn_stop = stop.clone();
+                connections.spawn(async move {
+                    let mut conn = std::pin::pin!(conn);
+                    tokio::select! {
+                        _ = conn.as_mut() => return,
+                        _ = async { let _ = conn_stop.wait_for(|s| *s).await; } => {}
+                    }
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = async { let _ = stop.wait_for(|s| *s).await; } => break,
+        }
+    }
+    drop(listener);
+    shared.stopping.store(true, Ordering::SeqCst);
+    let drained = tokio::time::timeout(drain, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        // Dropping the rest cuts their responses: each reports "cut short".
+        connections.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests;
