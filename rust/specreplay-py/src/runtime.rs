@@ -1,13 +1,10 @@
-//! The one entry helper every blocking call goes through: release the GIL, run
-//! the future on the private tokio runtime, and turn Ctrl-C into
-//! `KeyboardInterrupt` by checking Python's signal handlers every 100 ms
-//! (the pattern polars uses in `enter_polars`).
+//! The extension's tokio runtimes, one per job so that no job's bursts delay
+//! another's timestamps. Calls that wait (`EngineRun.next_batch`) release the
+//! GIL and wait at most a quarter second, so Python sees Ctrl-C between two
+//! waits and cancels the run through its token.
 
-use std::future::Future;
 use std::sync::LazyLock;
-use std::time::Duration;
 
-use pyo3::prelude::*;
 use tokio::runtime::Runtime;
 
 pub static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| {
@@ -43,28 +40,3 @@ pub static PROXY_RUNTIME: LazyLock<Runtime> = LazyLock::new(|| {
         .build()
         .expect("failed to start the proxy's tokio runtime")
 });
-
-/// Runs `fut` to completion with the GIL released. If the user presses Ctrl-C
-/// the future is dropped (cancelling it) and the `KeyboardInterrupt` returned.
-#[allow(dead_code)]
-pub fn block_on_interruptible<F, T>(py: Python<'_>, fut: F) -> PyResult<T>
-where
-    F: Future<Output = PyResult<T>> + Send,
-    T: Send,
-{
-    let mut fut = Box::pin(fut);
-    loop {
-        let step = py.detach(|| {
-            RUNTIME.block_on(async {
-                tokio::select! {
-                    out = &mut fut => Some(out),
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => None,
-                }
-            })
-        });
-        match step {
-            Some(out) => return out,
-            None => py.check_signals()?,
-        }
-    }
-}
