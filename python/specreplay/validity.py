@@ -122,7 +122,7 @@ def check(
         rows = data[data["point"] == point]
         found = [
             _reasoning_ate_budget(point, rows, max_tokens),
-            _error_rate(point, rows, thresholds),
+            _error_rate(point, rows, row, thresholds),
             _client_saturated(point, rows, row, points, thresholds),
             _estimated_tokens(point, rows),
             _multi_token_chunks(point, rows, row),
@@ -166,12 +166,11 @@ def _reasoning_ate_budget(point: str, rows: pd.DataFrame, max_tokens: int | None
     )
 
 
-def _error_rate(point: str, rows: pd.DataFrame, thresholds: Thresholds) -> Finding | None:
+def _error_rate(point: str, rows: pd.DataFrame, summary_row: pd.Series, thresholds: Thresholds) -> Finding | None:
     failed = rows[~is_ok(rows)]
     if rows.empty or len(failed) / len(rows) <= thresholds.max_error_rate:
         return None
-    by_kind = failed["error_kind"].value_counts()
-    kinds = ", ".join(f"{kind}: {n}" for kind, n in by_kind.items())
+    kinds = summary_row["errors_by_kind"]  # counted once, by summarize
     return Finding(
         code="error_rate",
         level="error",
