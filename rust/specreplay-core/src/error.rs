@@ -42,3 +42,20 @@ impl CoreError {
         }
     }
 }
+
+/// An error and its causes on one line, "outer: inner: root" — hyper's
+/// top-level errors alone ("client error (Connect)") do not say what went
+/// wrong. Causes already quoted by the outer message are not repeated.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_msg = s.to_string();
+        if !msg.contains(&s_msg) {
+            msg.push_str(": ");
+            msg.push_str(&s_msg);
+        }
+        source = s.source();
+    }
+    msg
+}

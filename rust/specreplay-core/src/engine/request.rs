@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_us;
 use crate::decode::{decode_body, decoder_for, Record};
+use crate::error::error_chain;
 use crate::sse::{SseEvent, SseParser};
 
 use super::accounting::StreamAccount;
@@ -343,22 +344,6 @@ async fn read_limited(body: &mut hyper::body::Incoming, limit: usize) -> Vec<u8>
         }
     }
     out
-}
-
-/// "outer: inner: root" — hyper's top-level errors alone ("client error
-/// (Connect)") do not say what went wrong.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_msg = s.to_string();
-        if !msg.contains(&s_msg) {
-            msg.push_str(": ");
-            msg.push_str(&s_msg);
-        }
-        source = s.source();
-    }
-    msg
 }
 
 #[cfg(test)]

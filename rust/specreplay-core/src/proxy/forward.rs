@@ -21,6 +21,7 @@ use super::{
     ProxyEvent, RequestEvent, ResponseEvent, Shared, MAX_KEPT_RESPONSE_BYTES, MAX_REQUEST_BYTES,
 };
 use crate::clock::now_us;
+use crate::error::error_chain;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1),
 /// plus the ones the proxy must recompute.
@@ -59,21 +60,6 @@ pub(crate) fn forward_headers(src: &HeaderMap, dst: &mut HeaderMap, keep_length:
         }
         dst.append(name.clone(), value.clone());
     }
-}
-
-/// An error and its causes, one line.
-fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 /// What the recorder will be told about one request's response. Reports
@@ -189,7 +175,7 @@ impl Body for ProxyBody {
                     }
                     Poll::Ready(Some(Err(e))) => {
                         tee.rec
-                            .finish(Some(format!("upstream stream broken: {}", describe(&e))));
+                            .finish(Some(format!("upstream stream broken: {}", error_chain(&e))));
                         // Passing the error on makes hyper cut the client
                         // connection: the client sees the break.
                         Poll::Ready(Some(Err(e)))
@@ -267,7 +253,7 @@ pub(crate) async fn handle(
             Bytes::new(),
             Some((
                 StatusCode::BAD_REQUEST,
-                format!("request body unreadable: {}", describe(&*e)),
+                format!("request body unreadable: {}", error_chain(&*e)),
             )),
         ),
     };
@@ -320,7 +306,7 @@ pub(crate) async fn handle(
     let upstream = match shared.client.request(upstream_req).await {
         Ok(resp) => resp,
         Err(e) => {
-            let message = format!("upstream unreachable: {}", describe(&e));
+            let message = format!("upstream unreachable: {}", error_chain(&e));
             return refuse(rec, StatusCode::BAD_GATEWAY, message);
         }
     };
