@@ -1,7 +1,7 @@
 """Client benchmark (issue 3): how well does specreplay's client measure, and
 what does it cost, next to a baseline Python client (baseline_client.py)?
 
-    .venv/bin/python bench/client_bench.py                      # every part
+    chrt -f 1 .venv/bin/python bench/client_bench.py            # every part
     .venv/bin/python bench/client_bench.py --parts error --concurrency 1,64
     .venv/bin/python bench/client_bench.py --parts mem --mem-streams 1024
 
@@ -9,14 +9,20 @@ Parts (each figure is measured for specreplay and the baseline in the same
 run, interleaved point by point, every measurement in a fresh process):
 
 - error: chunk timestamp error = client read time − simulator send stamp
-  (`sim_sent_us`), per text chunk, closed loop at each concurrency; the
-  simulator runs in the client's process (one clock, no correction).
+  (`sim_sent_us`, mapped into the client's clock through CLOCK_MONOTONIC),
+  per text chunk, closed loop at each concurrency; and, from the same run,
+  client CPU per chunk (getrusage of the client process).
 - lag:   send lag = sent − scheduled, open loop, constant arrivals.
-- cpu:   client CPU per chunk (getrusage of the client process), closed loop,
-  the simulator in a separate process; the chunk error is measured again
-  there (stamps mapped across processes through CLOCK_MONOTONIC).
-- mem:   RSS growth per in-flight stream, N long streams at once, the
-  simulator in a separate process.
+- mem:   RSS growth per in-flight stream, N long streams at once.
+
+The simulator always runs in its own process, as a server does. Started
+under a real-time policy (`chrt -f 1`, which keeps the box's other tenants
+out of the client's way), the bench drops the simulator back to the normal
+policy (`--sim-policy normal`, the default): real-time threads of equal
+priority never preempt each other, so a simulator at the client's priority
+holds a core through each burst of sends and the client cannot read until it
+ends; that is the cost of sharing two cores with the server, not a property
+of the client. `--sim-policy inherit` measures that case.
 
 Prints a table and writes the raw figures to bench/results/client-<time>.json.
 Asserts nothing. Only 127.0.0.1; every loop is bounded in count and time.
@@ -137,40 +143,35 @@ def rss_kib() -> int:
     return 0
 
 
+def normal_policy() -> None:
+    """In the simulator's process before it starts: leave any real-time policy."""
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
 class Sim:
-    """The simulator, in this process or in a child process."""
+    """The simulator, in a child process (see the module docstring for its policy)."""
 
-    def __init__(self, config: dict[str, Any], separate: bool):
+    def __init__(self, config: dict[str, Any], policy: str):
         config = {"send_timestamps": True, "seed": 1, **config}
-        self.separate = separate
-        self.proc: subprocess.Popen[str] | None = None
-        self.correction_us = 0.0  # add to a simulator stamp to get this process's clock
-        if separate:
-            self.proc = subprocess.Popen(
-                [sys.executable, __file__, "_sim", json.dumps(config)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            )
-            assert self.proc.stdout is not None
-            hello = json.loads(self.proc.stdout.readline())
-            self.url = hello["url"]
-            self.correction_us = mono_offset_us() - hello["mono_offset_us"]
-            self.server = None
-        else:
-            from specreplay._core import SimServer
-
-            self.server = SimServer("127.0.0.1", 0, config)
-            self.url = self.server.url
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "_sim", json.dumps(config)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            preexec_fn=normal_policy if policy == "normal" else None,
+        )
+        assert self.proc.stdout is not None
+        hello = json.loads(self.proc.stdout.readline())
+        self.url = hello["url"]
+        # Add to a simulator stamp to get this process's clock.
+        self.correction_us = mono_offset_us() - hello["mono_offset_us"]
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-        if self.proc is not None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 def serve_sim(config_json: str) -> None:
@@ -376,12 +377,12 @@ def baseline_mem(url: str, n: int) -> dict[str, Any]:
 
 def worker(job: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(HERE))
-    kind, client = job["kind"], job["client"]
-    if kind in ("error", "cpu"):
+    kind, client, policy = job["kind"], job["client"], job["sim_policy"]
+    if kind == "error":
         c = job["concurrency"]
         tpot, steady = ERROR_POINTS[c]
         warmup = c
-        sim = Sim({**SHORT_STREAMS, "tpot_ms": tpot}, separate=(kind == "cpu"))
+        sim = Sim({**SHORT_STREAMS, "tpot_ms": tpot}, policy)
         try:
             fn = engine_stream if client == "specreplay" else baseline_stream
             res = fn(sim.url, c, warmup + steady, warmup, sim.correction_us)
@@ -390,14 +391,14 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
         res.update(tpot_ms=tpot, warmup_requests=warmup, sim_correction_us=sim.correction_us)
         return res
     if kind == "lag":
-        sim = Sim(LAG_STREAMS, separate=False)
+        sim = Sim(LAG_STREAMS, policy)
         try:
             fn = engine_lag if client == "specreplay" else baseline_lag
             return fn(sim.url, job["rate"], LAG_POINTS.get(job["rate"], 2000))
         finally:
             sim.close()
     if kind == "mem":
-        sim = Sim(LONG_STREAMS, separate=True)
+        sim = Sim(LONG_STREAMS, policy)
         try:
             return (engine_mem if client == "specreplay" else baseline_mem)(sim.url, job["streams"])
         finally:
@@ -438,6 +439,8 @@ def machine() -> dict[str, Any]:
     return {
         "nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(),
         "python": platform.python_version(), "loadavg_at_start": os.getloadavg(),
+        "bench_policy": {os.SCHED_OTHER: "normal", os.SCHED_FIFO: "fifo", os.SCHED_RR: "rr"}.get(
+            os.sched_getscheduler(0), "other"),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -466,7 +469,7 @@ def report(results: list[dict[str, Any]]) -> str:
     for r in results:
         key = (r["kind"], r.get("concurrency", r.get("rate", r.get("streams"))), r["client"])
         by[key] = r
-    keys = sorted({k[:2] for k in by}, key=lambda k: (["error", "cpu", "lag", "mem"].index(k[0]), k[1]))
+    keys = sorted({k[:2] for k in by}, key=lambda k: (["error", "lag", "mem"].index(k[0]), k[1]))
 
     def stat_rows(kind: str, metric: str, title: str, head: str) -> None:
         rows = [k for k in keys if k[0] == kind]
@@ -488,11 +491,10 @@ def report(results: list[dict[str, Any]]) -> str:
                 lines.append(f"| {k[1]} | {name} | {fmt(n)} | {fmt(st.get('p50'))} | {fmt(st.get('p99'))} | "
                              f"{fmt(st.get('max'))} | {rat} | {fails} |")
 
-    stat_rows("error", "error_us", "Chunk timestamp error (client read − sim send), simulator in-process, first wave excluded", "streams")
-    stat_rows("cpu", "error_us", "Chunk timestamp error, simulator in a separate process (clock mapped via CLOCK_MONOTONIC)", "streams")
-    rows = [k for k in keys if k[0] == "cpu"]
+    stat_rows("error", "error_us", "Chunk timestamp error (client read − sim send), first wave excluded", "streams")
+    rows = [k for k in keys if k[0] == "error"]
     if rows:
-        lines.append("\nClient CPU per text chunk (client process only; simulator in a separate process)")
+        lines.append("\nClient CPU per text chunk (client process only, same runs)")
         lines.append("| streams | client | chunks | chunks/s | CPU s | CPU µs/chunk | ratio |")
         lines.append("|---|---|---|---|---|---|---|")
         for k in rows:
@@ -525,12 +527,13 @@ def main() -> None:
         print("RESULT " + json.dumps(worker(json.loads(sys.argv[2]))), flush=True)
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="error,lag,cpu,mem", help="comma list of error, lag, cpu, mem")
+    ap.add_argument("--parts", default="error,lag,mem", help="comma list of error, lag, mem")
     ap.add_argument("--clients", default="specreplay,baseline")
     ap.add_argument("--concurrency", default="1,64,256,1024", help=f"error points, of {sorted(ERROR_POINTS)}")
-    ap.add_argument("--cpu-concurrency", default="256,1024", help="cpu points, same choices")
     ap.add_argument("--rates", default="100,1000", help=f"lag points (requests per rate: {LAG_POINTS})")
     ap.add_argument("--mem-streams", default="1024,4096")
+    ap.add_argument("--sim-policy", choices=["normal", "inherit"], default="normal",
+                    help="the simulator's scheduling policy: normal, or the bench's own (see above)")
     ap.add_argument("--repeat", type=int, default=1, help="repeat every job (keeps all in the JSON, tables show the last)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
@@ -544,12 +547,13 @@ def main() -> None:
             jobs += [{"kind": "error", "concurrency": c, "client": cl} for c in ints(args.concurrency) for cl in clients]
         if "lag" in parts:
             jobs += [{"kind": "lag", "rate": float(r), "client": cl} for r in args.rates.split(",") for cl in clients]
-        if "cpu" in parts:
-            jobs += [{"kind": "cpu", "concurrency": c, "client": cl} for c in ints(args.cpu_concurrency) for cl in clients]
         if "mem" in parts:
             jobs += [{"kind": "mem", "streams": n, "client": cl} for n in ints(args.mem_streams) for cl in clients]
+    for job in jobs:
+        job["sim_policy"] = args.sim_policy
     info = machine()
-    print(f"{info['nproc']} × {info['cpu_model']}, {info['date']}, load {info['loadavg_at_start']}", flush=True)
+    print(f"{info['nproc']} × {info['cpu_model']}, {info['date']}, load {info['loadavg_at_start']}, "
+          f"bench policy {info['bench_policy']}, simulator policy {args.sim_policy}", flush=True)
     results = []
     for i, job in enumerate(jobs):
         print(f"[{i + 1}/{len(jobs)}] {json.dumps(job)} ...", end=" ", flush=True)
