@@ -8,6 +8,7 @@ pub mod decode;
 pub mod engine;
 pub mod error;
 pub mod proxy;
+pub mod serve;
 pub mod sim;
 pub mod sse;
 

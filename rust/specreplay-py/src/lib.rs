@@ -9,6 +9,7 @@ mod errors;
 mod proxy;
 mod replay;
 mod runtime;
+mod served;
 mod sim;
 
 #[pymodule]

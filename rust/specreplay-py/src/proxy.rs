@@ -3,7 +3,6 @@
 //! through with `next_events` (GIL released while it waits) and writes the
 //! trace; the proxy never waits for it.
 
-use std::net::SocketAddr;
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
@@ -13,12 +12,11 @@ use specreplay_core::proxy::{ProxyConfig, ProxyEvent, ProxyServer};
 
 use crate::errors::{ConfigError, Error};
 use crate::runtime::PROXY_RUNTIME;
-use crate::sim::resolve;
+use crate::served::{resolve, Served};
 
 #[pyclass(module = "specreplay._core", name = "CaptureProxy", frozen)]
 pub struct CaptureProxy {
-    addr: SocketAddr,
-    inner: Mutex<Option<ProxyServer>>,
+    served: Served,
     events: Mutex<mpsc::Receiver<ProxyEvent>>,
 }
 
@@ -83,8 +81,7 @@ impl CaptureProxy {
                 .map_err(|e| PyErr::from(Error::from(e)))
         })?;
         Ok(CaptureProxy {
-            addr: server.local_addr(),
-            inner: Mutex::new(Some(server)),
+            served: Served::new(server, &PROXY_RUNTIME),
             events: Mutex::new(events),
         })
     }
@@ -92,19 +89,19 @@ impl CaptureProxy {
     /// The IP address the proxy is bound to.
     #[getter]
     fn host(&self) -> String {
-        self.addr.ip().to_string()
+        self.served.host()
     }
 
     /// The port the proxy is bound to (the chosen one when asked for port 0).
     #[getter]
     fn port(&self) -> u16 {
-        self.addr.port()
+        self.served.port()
     }
 
     /// The OpenAI base URL clients use, e.g. `http://127.0.0.1:8080/v1`.
     #[getter]
     fn url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        self.served.url()
     }
 
     /// Waits up to `wait_s` for events; returns up to `max` of them (maybe
@@ -156,17 +153,14 @@ impl CaptureProxy {
     /// Whether the proxy is still serving (`stop()` not called yet).
     #[getter]
     fn running(&self) -> bool {
-        self.inner.lock().map(|g| g.is_some()).unwrap_or(false)
+        self.served.running()
     }
 
     /// Stops accepting, lets requests in flight end (up to `drain_s`), cuts
     /// the rest and waits for the connections to close. Calling it again
     /// does nothing. Events stay readable until `next_events` returns None.
     fn stop(&self, py: Python<'_>) {
-        let server = self.inner.lock().ok().and_then(|mut g| g.take());
-        if let Some(server) = server {
-            py.detach(|| PROXY_RUNTIME.block_on(server.shutdown()));
-        }
+        self.served.stop(py);
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -181,11 +175,10 @@ impl CaptureProxy {
         traceback: &Bound<'_, PyAny>,
     ) {
         let _ = (exc_type, exc_value, traceback);
-        self.stop(py);
+        self.served.stop(py);
     }
 
     fn __repr__(&self) -> String {
-        let state = if self.running() { "running" } else { "stopped" };
-        format!("CaptureProxy(url={:?}, {state})", self.url())
+        self.served.repr("CaptureProxy")
     }
 }

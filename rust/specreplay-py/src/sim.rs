@@ -4,22 +4,16 @@
 //! `stop()` (or leaving the `with` block, or dropping the object) shuts it
 //! down.
 
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Mutex;
-
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use specreplay_core::sim::{SimConfig, SimServer as CoreSimServer};
-use specreplay_core::CoreError;
 
 use crate::errors::{ConfigError, Error};
 use crate::runtime::SIM_RUNTIME;
+use crate::served::{resolve, Served};
 
 #[pyclass(module = "specreplay._core", name = "SimServer", frozen)]
-pub struct SimServer {
-    addr: SocketAddr,
-    inner: Mutex<Option<CoreSimServer>>,
-}
+pub struct SimServer(Served);
 
 /// Turns the config dict into a `SimConfig` through JSON, one key at a time,
 /// so that a value JSON cannot hold (a set, NaN) is reported with its key;
@@ -49,17 +43,6 @@ fn config_from_dict(py: Python<'_>, dict: &Bound<'_, PyDict>) -> PyResult<SimCon
     Ok(SimConfig::from_json(&serde_json::Value::Object(map).to_string()).map_err(Error::from)?)
 }
 
-pub(crate) fn resolve(host: &str, port: u16) -> PyResult<SocketAddr> {
-    let mut addrs = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| Error::from(CoreError::io(format!("cannot resolve host {host:?}"), e)))?;
-    addrs.next().ok_or_else(|| {
-        ConfigError::new_err(format!(
-            "invalid configuration: host: {host:?} has no address"
-        ))
-    })
-}
-
 #[pymethods]
 impl SimServer {
     #[new]
@@ -80,43 +63,37 @@ impl SimServer {
                 .block_on(CoreSimServer::start(config, addr))
                 .map_err(|e| PyErr::from(Error::from(e)))
         })?;
-        Ok(SimServer {
-            addr: server.local_addr(),
-            inner: Mutex::new(Some(server)),
-        })
+        Ok(SimServer(Served::new(server, &SIM_RUNTIME)))
     }
 
     /// The IP address the server is bound to.
     #[getter]
     fn host(&self) -> String {
-        self.addr.ip().to_string()
+        self.0.host()
     }
 
     /// The port the server is bound to (the chosen one when asked for port 0).
     #[getter]
     fn port(&self) -> u16 {
-        self.addr.port()
+        self.0.port()
     }
 
     /// The OpenAI base URL, e.g. `http://127.0.0.1:8000/v1`.
     #[getter]
     fn url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        self.0.url()
     }
 
     /// Whether the server is still serving (`stop()` not called yet).
     #[getter]
     fn running(&self) -> bool {
-        self.inner.lock().map(|g| g.is_some()).unwrap_or(false)
+        self.0.running()
     }
 
     /// Stops accepting, ends open streams (`finish_reason: "abort"`) and
     /// waits for the connections to close. Calling it again does nothing.
     fn stop(&self, py: Python<'_>) {
-        let server = self.inner.lock().ok().and_then(|mut g| g.take());
-        if let Some(server) = server {
-            py.detach(|| SIM_RUNTIME.block_on(server.shutdown()));
-        }
+        self.0.stop(py);
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -131,11 +108,10 @@ impl SimServer {
         traceback: &Bound<'_, PyAny>,
     ) {
         let _ = (exc_type, exc_value, traceback);
-        self.stop(py);
+        self.0.stop(py);
     }
 
     fn __repr__(&self) -> String {
-        let state = if self.running() { "running" } else { "stopped" };
-        format!("SimServer(url={:?}, {state})", self.url())
+        self.0.repr("SimServer")
     }
 }

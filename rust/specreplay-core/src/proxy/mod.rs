@@ -27,10 +27,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::{JoinHandle, JoinSet};
 
 use crate::engine::http::{build_client, HttpClient};
 use crate::error::CoreError;
+use crate::serve::{accept_until, bind, until_stopped, Background};
 
 /// Largest request body accepted (requests with images or long contexts are big).
 pub const MAX_REQUEST_BYTES: usize = 256 << 20;
@@ -102,11 +102,7 @@ pub(crate) struct Shared {
 }
 
 /// A running proxy. Dropping it stops it without draining.
-pub struct ProxyServer {
-    addr: SocketAddr,
-    shutdown: watch::Sender<bool>,
-    task: Option<JoinHandle<()>>,
-}
+pub struct ProxyServer(Background);
 
 /// Checks the upstream base URL: http or https, with a host.
 fn check_upstream(upstream: &str) -> Result<String, CoreError> {
@@ -133,12 +129,7 @@ impl ProxyServer {
         addr: SocketAddr,
     ) -> Result<(ProxyServer, mpsc::Receiver<ProxyEvent>), CoreError> {
         let base = check_upstream(&config.upstream)?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| CoreError::io(format!("cannot bind {addr}"), e))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| CoreError::io("cannot read the bound address", e))?;
+        let (listener, addr) = bind(addr).await?;
         let (events, rx) = mpsc::channel();
         let shared = Arc::new(Shared {
             base,
@@ -148,80 +139,46 @@ impl ProxyServer {
             next_seq: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
         });
-        let (tx, stop) = watch::channel(false);
-        let task = tokio::spawn(accept_loop(listener, shared, stop, config.drain));
-        Ok((
-            ProxyServer {
-                addr,
-                shutdown: tx,
-                task: Some(task),
-            },
-            rx,
-        ))
+        let server = Background::spawn(addr, |stop| serve(listener, shared, stop, config.drain));
+        Ok((ProxyServer(server), rx))
     }
 
     /// The address actually bound.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.0.local_addr()
     }
 
     /// Stops accepting, closes idle connections, lets requests in flight
     /// finish for up to the drain time, then cuts the rest; returns once all
     /// connections are closed.
-    pub async fn shutdown(mut self) {
-        self.shutdown.send_replace(true);
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
+    pub async fn shutdown(self) {
+        self.0.shutdown().await;
     }
 }
 
-impl Drop for ProxyServer {
-    fn drop(&mut self) {
-        self.shutdown.send_replace(true);
+impl From<ProxyServer> for Background {
+    fn from(server: ProxyServer) -> Background {
+        server.0
     }
 }
 
-async fn accept_loop(
+async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     drain: Duration,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().keep_alive(true);
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _peer)) => stream,
-                    Err(_) => {
-                        // Out of file descriptors or a reset before accept: let it pass.
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let handler = shared.clone();
-                let service = service_fn(move |req| forward::handle(handler.clone(), req));
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let mut conn_stop = stop.clone();
-                connections.spawn(async move {
-                    let mut conn = std::pin::pin!(conn);
-                    tokio::select! {
-                        _ = conn.as_mut() => return,
-                        _ = async { let _ = conn_stop.wait_for(|s| *s).await; } => {}
-                    }
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                });
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = async { let _ = stop.wait_for(|s| *s).await; } => break,
-        }
-    }
-    drop(listener);
+    let mut connections = accept_until(listener, stop.clone(), |stream| {
+        let handler = shared.clone();
+        let service = service_fn(move |req| forward::handle(handler.clone(), req));
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        until_stopped(conn, stop.clone())
+    })
+    .await;
     shared.stopping.store(true, Ordering::SeqCst);
     let drained = tokio::time::timeout(drain, async {
         while connections.join_next().await.is_some() {}
