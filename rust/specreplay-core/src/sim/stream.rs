@@ -183,7 +183,6 @@ impl SseStream {
                 .push_text(step.first, step.tokens, chat, &mut self.content),
         }
         let emitted = step.first + step.tokens;
-        let finish = step.last.then(|| self.script.finish.as_str());
         let usage = self.continuous_usage.then(|| self.usage(emitted, 0, false));
         let trigger = match self.fault_kind() {
             Some(
@@ -214,24 +213,12 @@ impl SseStream {
             }
             Some(FaultKind::InvalidUtf8) => {
                 fault::last_text(&mut self.reasoning, &mut self.content).push(fault::SENTINEL);
-                self.render.text_chunk(
-                    &mut self.buf,
-                    &self.reasoning,
-                    &self.content,
-                    finish,
-                    usage,
-                );
+                self.push_text_chunk(step.last, usage);
                 let tail = self.buf.split_off(at);
                 self.buf.put_slice(&fault::poison_utf8(&tail));
             }
             Some(FaultKind::OversizedEvent) => {
-                self.render.text_chunk(
-                    &mut self.buf,
-                    &self.reasoning,
-                    &self.content,
-                    finish,
-                    usage,
-                );
+                self.push_text_chunk(step.last, usage);
                 let want = self.fault.as_ref().map_or(0, |f| f.oversized_bytes);
                 let pad = want.saturating_sub(self.buf.len() - at);
                 if pad > 0 {
@@ -240,33 +227,18 @@ impl SseStream {
                     self.buf.truncate(at);
                     let text = fault::last_text(&mut self.reasoning, &mut self.content);
                     text.push_str(&" ".repeat(pad));
-                    self.render.text_chunk(
-                        &mut self.buf,
-                        &self.reasoning,
-                        &self.content,
-                        finish,
-                        usage,
-                    );
+                    self.push_text_chunk(step.last, usage);
                 }
             }
             Some(FaultKind::MalformedJson) => {
                 // The chunk, then a copy cut in half placed before it: an
                 // extra event that no JSON parser accepts.
-                self.render.text_chunk(
-                    &mut self.buf,
-                    &self.reasoning,
-                    &self.content,
-                    finish,
-                    usage,
-                );
+                self.push_text_chunk(step.last, usage);
                 let chunk = self.buf.split_off(at);
                 self.buf.put_slice(&fault::truncated_event(&chunk));
                 self.buf.put_slice(&chunk);
             }
-            _ => {
-                self.render
-                    .text_chunk(&mut self.buf, &self.reasoning, &self.content, finish, usage)
-            }
+            _ => self.push_text_chunk(step.last, usage),
         }
         if step.last {
             if self.include_usage {
@@ -278,6 +250,14 @@ impl SseStream {
             }
             self.done = true;
         }
+    }
+
+    /// The step's text (`reasoning`, `content`) as one chunk, with the
+    /// script's finish reason on the last step.
+    fn push_text_chunk(&mut self, last: bool, usage: Option<Usage>) {
+        let finish = last.then(|| self.script.finish.as_str());
+        self.render
+            .text_chunk(&mut self.buf, &self.reasoning, &self.content, finish, usage);
     }
 
     /// The server is going away: a last chunk with `finish_reason: "abort"` (vLLM's word).
