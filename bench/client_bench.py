@@ -41,6 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
@@ -471,51 +472,46 @@ def report(results: list[dict[str, Any]]) -> str:
         by[key] = r
     keys = sorted({k[:2] for k in by}, key=lambda k: (["error", "lag", "mem"].index(k[0]), k[1]))
 
-    def stat_rows(kind: str, metric: str, title: str, head: str) -> None:
+    def table(kind: str, title: str, heads: list[str]) -> Iterator[tuple[Any, str, dict[str, Any], Callable[..., str]]]:
+        """Writes the title and header, then yields (point, client, result,
+        ratio_of) per row; ratio_of(key) is specreplay / baseline on the
+        specreplay row and empty on the baseline row."""
         rows = [k for k in keys if k[0] == kind]
         if not rows:
             return
         lines.append(f"\n{title}")
-        lines.append(f"| {head} | client | chunks/reqs | p50 µs | p99 µs | max µs | p99 ratio | failed |")
-        lines.append("|---|---|---|---|---|---|---|---|")
+        lines.append("| " + " | ".join(heads) + " |")
+        lines.append("|" + "---|" * len(heads))
         for k in rows:
             s, b = by.get((*k, "specreplay"), {}), by.get((*k, "baseline"), {})
-            for name, r in (("specreplay", s), ("baseline", b)):
-                if "failed" in r and isinstance(r["failed"], str):
-                    lines.append(f"| {k[1]} | {name} | worker failed | | | | | |")
-                    continue
-                st = get(r, metric) or {}
-                n = st.get("n")
-                rat = ratio(get(s, metric, "p99"), get(b, metric, "p99")) if name == "specreplay" else ""
-                fails = r.get("requests_failed")
-                lines.append(f"| {k[1]} | {name} | {fmt(n)} | {fmt(st.get('p50'))} | {fmt(st.get('p99'))} | "
-                             f"{fmt(st.get('max'))} | {rat} | {fails} |")
+            def ratio_of(*path: str) -> str:
+                return ratio(get(s, *path), get(b, *path))
+
+            yield k[1], "specreplay", s, ratio_of
+            yield k[1], "baseline", b, lambda *path: ""
+
+    def stat_rows(kind: str, metric: str, title: str, head: str) -> None:
+        heads = [head, "client", "chunks/reqs", "p50 µs", "p99 µs", "max µs", "p99 ratio", "failed"]
+        for point, name, r, ratio_of in table(kind, title, heads):
+            if "failed" in r and isinstance(r["failed"], str):
+                lines.append(f"| {point} | {name} | worker failed | | | | | |")
+                continue
+            st = get(r, metric) or {}
+            lines.append(f"| {point} | {name} | {fmt(st.get('n'))} | {fmt(st.get('p50'))} | {fmt(st.get('p99'))} | "
+                         f"{fmt(st.get('max'))} | {ratio_of(metric, 'p99')} | {r.get('requests_failed')} |")
 
     stat_rows("error", "error_us", "Chunk timestamp error (client read − sim send), first wave excluded", "streams")
-    rows = [k for k in keys if k[0] == "error"]
-    if rows:
-        lines.append("\nClient CPU per text chunk (client process only, same runs)")
-        lines.append("| streams | client | chunks | chunks/s | CPU s | CPU µs/chunk | ratio |")
-        lines.append("|---|---|---|---|---|---|---|")
-        for k in rows:
-            s, b = by.get((*k, "specreplay"), {}), by.get((*k, "baseline"), {})
-            for name, r in (("specreplay", s), ("baseline", b)):
-                rat = ratio(s.get("cpu_us_per_chunk"), b.get("cpu_us_per_chunk")) if name == "specreplay" else ""
-                lines.append(f"| {k[1]} | {name} | {fmt(r.get('chunks'))} | {fmt(r.get('chunks_per_s'))} | "
-                             f"{fmt(r.get('cpu_s'), 2)} | {fmt(r.get('cpu_us_per_chunk'), 1)} | {rat} |")
+    heads = ["streams", "client", "chunks", "chunks/s", "CPU s", "CPU µs/chunk", "ratio"]
+    for point, name, r, ratio_of in table("error", "Client CPU per text chunk (client process only, same runs)", heads):
+        lines.append(f"| {point} | {name} | {fmt(r.get('chunks'))} | {fmt(r.get('chunks_per_s'))} | "
+                     f"{fmt(r.get('cpu_s'), 2)} | {fmt(r.get('cpu_us_per_chunk'), 1)} | {ratio_of('cpu_us_per_chunk')} |")
     stat_rows("lag", "lag_us", "Send lag (sent − scheduled), open loop, constant arrivals", "rate/s")
-    rows = [k for k in keys if k[0] == "mem"]
-    if rows:
-        lines.append("\nMemory per in-flight stream (RSS growth / N; simulator in a separate process)")
-        lines.append("| streams | client | RSS base MiB | RSS in flight MiB | min in flight | KiB/stream | ratio |")
-        lines.append("|---|---|---|---|---|---|---|")
-        for k in rows:
-            s, b = by.get((*k, "specreplay"), {}), by.get((*k, "baseline"), {})
-            for name, r in (("specreplay", s), ("baseline", b)):
-                rat = ratio(s.get("kib_per_stream"), b.get("kib_per_stream")) if name == "specreplay" else ""
-                base, peak = r.get("rss_base_kib"), r.get("rss_in_flight_kib")
-                lines.append(f"| {k[1]} | {name} | {fmt(base and base / 1024, 1)} | {fmt(peak and peak / 1024, 1)} | "
-                             f"{fmt(r.get('in_flight_min'))} | {fmt(r.get('kib_per_stream'), 1)} | {rat} |")
+    heads = ["streams", "client", "RSS base MiB", "RSS in flight MiB", "min in flight", "KiB/stream", "ratio"]
+    title = "Memory per in-flight stream (RSS growth / N; simulator in a separate process)"
+    for point, name, r, ratio_of in table("mem", title, heads):
+        base, peak = r.get("rss_base_kib"), r.get("rss_in_flight_kib")
+        lines.append(f"| {point} | {name} | {fmt(base and base / 1024, 1)} | {fmt(peak and peak / 1024, 1)} | "
+                     f"{fmt(r.get('in_flight_min'))} | {fmt(r.get('kib_per_stream'), 1)} | {ratio_of('kib_per_stream')} |")
     return "\n".join(lines)
 
 
