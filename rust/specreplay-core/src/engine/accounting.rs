@@ -21,7 +21,6 @@ pub struct StreamAccount {
     chunks: Vec<Chunk>,
     /// Parallel to `chunks`, filled only by `stamp_new_chunks`.
     server_stamps: Vec<Option<i64>>,
-    first_token_us: Option<i64>,
     first_reasoning_us: Option<i64>,
     first_answer_us: Option<i64>,
     usage: Usage,
@@ -105,7 +104,6 @@ impl StreamAccount {
     }
 
     fn push_chunk(&mut self, ts_us: i64, tokens: i32, channel: Channel) {
-        self.first_token_us.get_or_insert(ts_us);
         match channel {
             Channel::Reasoning => self.first_reasoning_us.get_or_insert(ts_us),
             Channel::Content | Channel::Tool => self.first_answer_us.get_or_insert(ts_us),
@@ -119,14 +117,19 @@ impl StreamAccount {
 
     /// Writes timestamps and token counts into the request's record.
     pub fn finish_into(self, rec: &mut RequestRecord) {
-        let chunk_sum = |reasoning: bool| -> i64 {
-            self.chunks
-                .iter()
-                .filter(|c| (c.channel == Channel::Reasoning) == reasoning)
-                .map(|c| i64::from(c.tokens))
-                .sum()
-        };
-        let (reasoning_chunks, answer_chunks) = (chunk_sum(true), chunk_sum(false));
+        // Per side, reasoning and answer: the tokens the chunks carried and
+        // how many chunks there were.
+        let (mut reasoning_chunks, mut answer_chunks) = (0i64, 0i64);
+        let (mut reasoning_count, mut answer_count) = (0i64, 0i64);
+        for c in &self.chunks {
+            if c.channel == Channel::Reasoning {
+                reasoning_chunks += i64::from(c.tokens);
+                reasoning_count += 1;
+            } else {
+                answer_chunks += i64::from(c.tokens);
+                answer_count += 1;
+            }
+        }
         let usage = &self.usage;
         let completion = usage.completion_tokens.map(|c| c as i64);
         // The server's reasoning count, unless the stream contradicts it:
@@ -135,14 +138,8 @@ impl StreamAccount {
         // and </think>, so when the chat template opens the think block in
         // the prompt (DeepSeek-R1, Qwen3) it reports 0 for a whole stream of
         // reasoning; taken at its word, that hid the budget trap.
-        let chunks_of = |reasoning: bool| -> i64 {
-            self.chunks
-                .iter()
-                .filter(|c| (c.channel == Channel::Reasoning) == reasoning)
-                .count() as i64
-        };
         let server_reasoning = usage.reasoning_tokens.map(|r| r as i64).filter(|&r| {
-            r >= chunks_of(true) && completion.map_or(true, |c| c - r >= chunks_of(false))
+            r >= reasoning_count && completion.map_or(true, |c| c - r >= answer_count)
         });
         let (source, reasoning, output) = match (self.continuous, completion, server_reasoning) {
             (true, c, r) => (
@@ -183,7 +180,7 @@ impl StreamAccount {
             rec.server_predicted_n = t.predicted_n.map(|n| n as i64);
             rec.server_predicted_ms = t.predicted_ms;
         }
-        rec.first_token_us = self.first_token_us;
+        rec.first_token_us = self.chunks.first().map(|c| c.ts_us);
         rec.first_reasoning_us = self.first_reasoning_us;
         rec.first_content_us = self.first_answer_us;
         rec.last_token_us = self.chunks.last().map(|c| c.ts_us);
