@@ -22,7 +22,6 @@ pub struct EngineRun {
     // Outside the mutex: `next_batch` holds it while it waits.
     progress: Arc<Progress>,
     cancel: CancellationToken,
-    started_us: i64,
     /// `RunSpec::server_stamps`: batches carry `chunk_server_ts_us` too.
     server_stamps: bool,
 }
@@ -42,7 +41,6 @@ pub fn start_point(spec_json: &str, requests: Vec<RequestTuple>) -> PyResult<Eng
         server_stamps,
         progress: run.progress_handle(),
         cancel: run.cancel_token(),
-        started_us: run.started_us(),
         inner: Mutex::new(Some(run)),
     })
 }
@@ -90,11 +88,5 @@ impl EngineRun {
     /// Stops scheduling and cancels requests in flight; they still report rows.
     fn cancel(&self) {
         self.cancel.cancel();
-    }
-
-    /// µs since the epoch at which the point's schedule starts.
-    #[getter]
-    fn started_us(&self) -> i64 {
-        self.started_us
     }
 }

@@ -66,12 +66,6 @@ pub struct ProgressSnapshot {
     pub output_tokens: u64,
 }
 
-impl ProgressSnapshot {
-    pub fn in_flight(&self) -> u64 {
-        self.sent.saturating_sub(self.finished)
-    }
-}
-
 struct Shared {
     ctx: RequestContext,
     requests: Vec<PreparedRequest>,
@@ -88,7 +82,6 @@ pub struct EngineRun {
     results: mpsc::UnboundedReceiver<RequestRecord>,
     progress: Arc<Progress>,
     cancel: CancellationToken,
-    started_us: i64,
 }
 
 impl Drop for EngineRun {
@@ -98,10 +91,6 @@ impl Drop for EngineRun {
 }
 
 impl EngineRun {
-    pub fn progress(&self) -> ProgressSnapshot {
-        self.progress.snapshot()
-    }
-
     /// The live counters, readable while another thread drains the results.
     pub fn progress_handle(&self) -> Arc<Progress> {
         self.progress.clone()
@@ -110,11 +99,6 @@ impl EngineRun {
     /// A token that cancels the run from any thread.
     pub fn cancel_token(&self) -> CancellationToken {
         self.cancel.clone()
-    }
-
-    /// Anchored µs at which the point's schedule starts (offset 0).
-    pub fn started_us(&self) -> i64 {
-        self.started_us
     }
 
     /// Stops scheduling and cancels requests in flight; each still reports a
@@ -236,7 +220,6 @@ pub fn start(
         results: tx,
     });
     let start_at = Instant::now() + START_LEAD;
-    let started_us = instant_to_us(start_at);
     let duration = spec.duration_s.map(Duration::from_secs_f64);
     match Schedule::open_loop(spec.load, &arrivals, limit, spec.seed) {
         Some(schedule) => {
@@ -258,7 +241,6 @@ pub fn start(
         results: rx,
         progress,
         cancel,
-        started_us,
     })
 }
 
