@@ -18,22 +18,16 @@ pub fn build_client(max_idle_per_host: usize) -> HttpClient {
     http.set_nodelay(true);
     http.enforce_http(false);
     http.set_connect_timeout(Some(Duration::from_secs(10)));
-    let builder = HttpsConnectorBuilder::new();
     // The system's roots when there are any, so internal CAs work; the
     // bundled Mozilla roots otherwise, so a bare container still works.
-    let https = match builder.with_native_roots() {
-        Ok(b) => b
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http),
-        Err(_) => HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http),
-    };
+    let roots = HttpsConnectorBuilder::new()
+        .with_native_roots()
+        .unwrap_or_else(|_| HttpsConnectorBuilder::new().with_webpki_roots());
+    let https = roots
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(max_idle_per_host)
         .pool_idle_timeout(Duration::from_secs(90))

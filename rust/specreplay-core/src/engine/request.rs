@@ -60,17 +60,25 @@ struct Attempt {
 /// how many were made.
 pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut RequestRecord) {
     let deadline = ctx.timeout.map(|t| tokio::time::Instant::now() + t);
-    let expired = || async {
-        match deadline {
-            Some(d) => tokio::time::sleep_until(d).await,
-            None => std::future::pending().await,
+    // What ends an attempt or a backoff early: the whole-request deadline
+    // or the run's cancellation.
+    let interrupted = || async {
+        let expired = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = expired => (
+                ErrorKind::Timeout,
+                format!(
+                    "no complete response within {:.1} s",
+                    ctx.timeout.unwrap_or_default().as_secs_f64()
+                ),
+            ),
+            _ = ctx.cancel.cancelled() => (ErrorKind::Cancelled, "run cancelled".to_string()),
         }
-    };
-    let timeout_message = || {
-        format!(
-            "no complete response within {:.1} s",
-            ctx.timeout.unwrap_or_default().as_secs_f64()
-        )
     };
     let mut attempts = 0;
     let (outcome, attempt) = loop {
@@ -78,8 +86,7 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
         let mut attempt = Attempt::default();
         let outcome = tokio::select! {
             out = exchange(ctx, req, rec, &mut attempt) => out,
-            _ = expired() => Err((ErrorKind::Timeout, timeout_message())),
-            _ = ctx.cancel.cancelled() => Err((ErrorKind::Cancelled, "run cancelled".to_string())),
+            failure = interrupted() => Err(failure),
         };
         let retriable = match &outcome {
             Err((ErrorKind::Connect, _)) => true,
@@ -97,8 +104,7 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
             .min(RETRY_AFTER_CAP);
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = expired() => break (Err((ErrorKind::Timeout, timeout_message())), attempt),
-            _ = ctx.cancel.cancelled() => break (Err((ErrorKind::Cancelled, "run cancelled".to_string())), attempt),
+            failure = interrupted() => break (Err(failure), attempt),
         }
         rec.first_byte_us = None;
         rec.http_status = None;

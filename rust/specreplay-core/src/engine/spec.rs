@@ -126,11 +126,9 @@ impl PreparedRequest {
 }
 
 impl RunSpec {
+    /// Parses the spec; `engine::start` validates it (every spec, however built).
     pub fn from_json(json: &str) -> Result<Self, CoreError> {
-        let spec: RunSpec =
-            serde_json::from_str(json).map_err(|e| CoreError::config("run spec", e.to_string()))?;
-        spec.validate()?;
-        Ok(spec)
+        serde_json::from_str(json).map_err(|e| CoreError::config("run spec", e.to_string()))
     }
 
     pub fn validate(&self) -> Result<(), CoreError> {
