@@ -19,6 +19,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
+/// How long a resetting body waits after its last piece was handed to hyper
+/// before it pulls the switch (so the piece is flushed first), and how long
+/// the dead body lingers before it ends (the connection is long gone by then;
+/// this only frees an h2 stream task).
+pub(super) const RESET_FLUSH: Duration = Duration::from_millis(10);
+pub(super) const DEAD_LINGER: Duration = Duration::from_secs(1);
+
 /// The request header that forces a fault (or `none`) on one request.
 pub const FAULT_HEADER: &str = "x-specreplay-fault";
 
@@ -421,7 +428,7 @@ impl hyper::body::Body for StagedBody {
                 let (_, bytes) = this.pieces.pop_front().expect("front exists");
                 if this.pieces.is_empty() && this.end != StagedEnd::Complete {
                     // Let hyper flush this piece before the switch is pulled.
-                    let at = tokio::time::Instant::now() + Duration::from_millis(10);
+                    let at = tokio::time::Instant::now() + RESET_FLUSH;
                     this.sleep.as_mut().reset(at);
                 }
                 return Poll::Ready(Some(Ok(hyper::body::Frame::data(bytes))));
@@ -436,7 +443,7 @@ impl hyper::body::Body for StagedBody {
                     }
                     // The connection goes now; end the body later (h2's stream task).
                     this.killed = true;
-                    let at = tokio::time::Instant::now() + Duration::from_secs(1);
+                    let at = tokio::time::Instant::now() + DEAD_LINGER;
                     this.sleep.as_mut().reset(at);
                 }
             }

@@ -164,7 +164,7 @@ async fn generate(
             control.reset();
             // hyper drops this future with the connection (HTTP/1.1); an h2
             // stream task lingers a moment and its answer goes nowhere.
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(fault::DEAD_LINGER).await;
             return error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "reset");
         }
         Some(FaultKind::Http429) => {

@@ -18,7 +18,7 @@ use super::fault::{ConnControl, FaultStats, SimIo};
 use super::routes;
 use super::stream::ShutdownSignal;
 use crate::error::CoreError;
-use crate::serve::{accept_until, bind, until_stopped, Background};
+use crate::serve::{accept_until, bind, stopped, until_stopped, Background};
 
 /// What every request handler shares.
 pub(crate) struct Shared {
@@ -34,10 +34,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// A future that resolves once the server shuts down (or its handle is dropped).
     pub fn shutdown_signal(&self) -> ShutdownSignal {
-        let mut rx = self.shutdown.clone();
-        Box::pin(async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        })
+        Box::pin(stopped(self.shutdown.clone()))
     }
 }
 

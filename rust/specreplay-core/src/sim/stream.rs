@@ -42,19 +42,13 @@ pub struct StreamFault {
     pub oversized_bytes: usize,
 }
 
-/// How long a reset stream waits after it was flushed before it pulls the
-/// switch, and how long the dead body lingers before it ends (the
-/// connection is long gone by then; this only frees an h2 stream task).
-const RESET_FLUSH: Duration = Duration::from_millis(10);
-const DEAD_LINGER: Duration = Duration::from_secs(1);
-
 /// Where a `reset_mid_stream` stream is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Dying {
     Alive,
-    /// At the trigger step: waiting `RESET_FLUSH`, then reset.
+    /// At the trigger step: waiting `fault::RESET_FLUSH`, then reset.
     Resetting,
-    /// Reset sent: nothing more, ever; ends after `DEAD_LINGER`.
+    /// Reset sent: nothing more, ever; ends after `fault::DEAD_LINGER`.
     Dead,
 }
 
@@ -293,7 +287,7 @@ impl Body for SseStream {
                     f.control.reset();
                 }
                 this.dying = Dying::Dead;
-                let at = tokio::time::Instant::now() + DEAD_LINGER;
+                let at = tokio::time::Instant::now() + fault::DEAD_LINGER;
                 this.sleep.as_mut().reset(at);
                 // Poll once so the timer holds our waker.
                 if this.sleep.as_mut().poll(cx).is_pending() {
@@ -324,7 +318,7 @@ impl Body for SseStream {
                 // Everything before this step is out; this step never is.
                 this.triggered = true;
                 this.dying = Dying::Resetting;
-                let at = tokio::time::Instant::now() + RESET_FLUSH;
+                let at = tokio::time::Instant::now() + fault::RESET_FLUSH;
                 this.sleep.as_mut().reset(at);
                 return Pin::new(this).poll_frame(cx);
             }
