@@ -101,8 +101,8 @@ struct Event<'a> {
     /// Only `message_start` has it; parsed there alone.
     #[serde(default, borrow)]
     message: Option<&'a RawValue>,
-    #[serde(default)]
-    delta: Option<Delta>,
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
@@ -111,9 +111,10 @@ struct Event<'a> {
 
 /// Both delta kinds: a content block's (`type` + payload) and a message's (`stop_reason`).
 #[derive(Deserialize)]
-struct Delta {
-    #[serde(default, rename = "type")]
-    kind: Option<String>,
+struct Delta<'a> {
+    /// Only matched: borrowed, not allocated.
+    #[serde(default, borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
     #[serde(default)]
     text: Option<String>,
     #[serde(default)]

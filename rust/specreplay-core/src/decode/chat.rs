@@ -4,6 +4,8 @@
 //! The envelope (error, choices, usage, timings) is shared with the legacy
 //! Completions dialect, which differs only in where a choice keeps its text.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 use super::json::{self, count, ApiError};
@@ -82,11 +84,12 @@ pub(super) fn decode_envelope(
 }
 
 #[derive(Deserialize)]
-pub(super) struct Chunk {
+pub(super) struct Chunk<'a> {
     #[serde(default)]
     error: Option<ApiError>,
-    #[serde(default)]
-    object: Option<String>,
+    /// On every chunk, and only compared: borrowed, not allocated.
+    #[serde(default, borrow)]
+    object: Option<Cow<'a, str>>,
     #[serde(default, deserialize_with = "json::scalar")]
     message: Option<String>,
     #[serde(default, rename = "type", deserialize_with = "json::scalar")]
