@@ -3,6 +3,7 @@ file, line and field."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -71,6 +72,8 @@ def test_comments_and_blank_lines_are_skipped_and_lines_counted(tmp_path: Path) 
     p = write(tmp_path, ["# a comment", "", chat(1), chat(2, arrival=1.0)])
     trace = load_trace(p)
     assert [r.line for r in trace.records] == [3, 4]
+    # The digest covers the whole file, skipped lines included.
+    assert trace.sha256 == hashlib.sha256(p.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ measurement path.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import platform
 import uuid
@@ -153,9 +152,8 @@ class _Run:
 def _prepare_run(config: ReplayConfig) -> _Run:
     config.validate()
     trace = load_trace(config.trace)
-    digest = hashlib.sha256(Path(config.trace).read_bytes()).hexdigest()
     headers = auth_headers(config, {r.api for r in trace.records})
-    return _Run(config, trace, config.points(trace.has_arrivals), headers, digest)
+    return _Run(config, trace, config.points(trace.has_arrivals), headers, trace.sha256)
 
 
 def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ a different workload than the one recorded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -81,6 +82,8 @@ class TraceRecord:
 class Trace:
     path: str
     records: list[TraceRecord] = field(default_factory=list)
+    #: sha256 of the file's bytes, as read (`rerun` refuses a changed trace).
+    sha256: str = ""
 
     @property
     def has_arrivals(self) -> bool:
@@ -196,8 +199,10 @@ def load_trace(path: str | Path) -> Trace:
     if not p.is_file():
         raise TraceError(name, None, None, "no such file")
     trace = Trace(path=name)
+    digest = hashlib.sha256()
     seen: dict[str, int] = {}
     for line_no, raw in _lines(p):
+        digest.update(raw)
         text = raw.strip()
         if not text or text.startswith(b"#"):
             continue
@@ -222,6 +227,7 @@ def load_trace(path: str | Path) -> Trace:
         trace.records.append(rec)
     if not trace.records:
         raise TraceError(name, None, None, "the trace is empty (no request lines)")
+    trace.sha256 = digest.hexdigest()
     return trace
 
 
