@@ -26,7 +26,7 @@ from typing import Any
 
 from specreplay.config import FIELDS, ReplayConfig
 from specreplay.errors import ConfigError
-from specreplay.tomlfile import read_toml
+from specreplay.tomlfile import parse_toml, read_text
 
 ENV_PREFIX = "SPECREPLAY_"
 #: Keys that apply to the whole file, not to one run.
@@ -110,13 +110,9 @@ def load_config_file(
 ) -> list[ReplayConfig]:
     """The runs a config file describes, each fully resolved: file defaults,
     then the run's own keys, then the environment, then `flags`."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ConfigError(f"{path}: {e.strerror}") from None
+    text = read_text(path)
     cfg = ConfigFile(path, text)
-    defaults, runs = _split(read_toml(path), cfg)
+    defaults, runs = _split(parse_toml(text, path), cfg)
     base = ReplayConfig.from_mapping(defaults, lambda key: cfg.where(None, key))
     env = env_overrides(environ)
     named: list[tuple[str | None, dict[str, Any]]] = list(runs.items()) or [(None, {})]
@@ -126,20 +122,16 @@ def load_config_file(
         def where(key: str, name: str | None = name, table: dict[str, Any] = table) -> str:
             return cfg.where(f"run.{name}" if name is not None and key in table else None, key)
 
-        config = ReplayConfig.from_mapping({**_as_values(base), **table}, where)
+        config = ReplayConfig.from_mapping({**base.values(), **table}, where)
         if name is not None and "label" not in table:
             config.label = name
         configs.append(apply_overrides(config, {**env, **(flags or {})}))
     return configs
 
 
-def _as_values(config: ReplayConfig) -> dict[str, Any]:
-    return {name: getattr(config, name) for name in FIELDS}
-
-
 def apply_overrides(config: ReplayConfig, overrides: Mapping[str, Any]) -> ReplayConfig:
     """A copy of `config` with already-validated values replaced."""
-    values = _as_values(config)
+    values = config.values()
     values.update(overrides)
     out = ReplayConfig.from_mapping(values)
     out.api_key = config.api_key
@@ -173,7 +165,7 @@ def to_toml(configs: list[ReplayConfig]) -> str:
     import tomli_w
 
     def table(config: ReplayConfig, drop: frozenset[str]) -> dict[str, Any]:
-        return {k: v for k, v in _as_values(config).items() if v is not None and k not in drop}
+        return {k: v for k, v in config.values().items() if v is not None and k not in drop}
 
     header = "# specreplay benchmark config (see examples/ and docs/configs.md)\n"
     if len(configs) == 1:

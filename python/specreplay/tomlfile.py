@@ -15,11 +15,21 @@ else:  # pragma: no cover - Python 3.10
 
 
 def read_toml(path: str) -> dict[str, Any]:
+    return parse_toml(read_text(path), path)
+
+
+def read_text(path: str) -> str:
+    """The file's text as written (UTF-8, newlines untranslated, as tomllib reads them)."""
     try:
-        with open(path, "rb") as f:
-            data: dict[str, Any] = tomllib.load(f)
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.read()
     except OSError as e:
         raise ConfigError(f"{path}: {e.strerror}") from None
+
+
+def parse_toml(text: str, path: str) -> dict[str, Any]:
+    """The TOML in `text`, read from `path` (named in errors)."""
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: {e}") from None
-    return data
