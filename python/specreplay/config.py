@@ -19,7 +19,6 @@ from typing import Any
 from specreplay.errors import ConfigError
 
 ARRIVALS = ("poisson", "constant", "gamma")
-LOAD_MODES = ("rate", "speedup", "concurrency")
 
 
 @dataclass(frozen=True)
@@ -110,10 +109,14 @@ class ReplayConfig:
         env = os.environ if environ is None else environ
         self.api_key = env.get(self.api_key_env) or None
 
+    def values(self) -> dict[str, Any]:
+        """Every field by name, as set."""
+        return {name: getattr(self, name) for name in FIELDS}
+
     def to_metadata(self) -> dict[str, Any]:
         """The resolved configuration as written into results files: every
         field but the key itself, with secret-looking headers redacted."""
-        out = {name: getattr(self, name) for name in FIELDS}
+        out = self.values()
         out["headers"] = {k: "<redacted>" if is_secret_header(k) else v for k, v in self.headers.items()}
         return out
 

@@ -204,7 +204,7 @@ class PromptMaker:
             take = min(block_size, total - i * block_size)
             if take <= 0:
                 break
-            out += self.block(h, take) if take == block_size else self.block(h, block_size)[:take]
+            out += self.block(h, block_size)[:take]
         return " ".join(out)
 
     def unique(self, n: int, *key: object) -> str:

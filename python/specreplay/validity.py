@@ -29,7 +29,6 @@ FATAL_LEVELS = frozenset({"warning", "error"})
 
 # Finish reasons meaning "the output hit the token limit", across dialects.
 LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
-ESTIMATED_SOURCES = frozenset({"chunks", "usage_split_estimated"})
 
 
 @dataclass(frozen=True)

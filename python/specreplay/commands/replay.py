@@ -21,7 +21,7 @@ from specreplay.config_file import apply_overrides, env_overrides, load_config_f
 from specreplay.console import print_findings, print_per_request, print_summary
 from specreplay.errors import ConfigError
 from specreplay.replay import Hooks, Progress, run_replay
-from specreplay.results import to_frame
+from specreplay.results import VALIDITY_KEY, to_frame
 from specreplay.target import Target
 from specreplay.tomlfile import read_toml
 
@@ -215,7 +215,7 @@ def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bo
     def finalize(table: pa.Table) -> dict[str, str]:
         df = to_frame(table)
         found.extend(validity.check(df, validity.Thresholds.from_dict(configs[0].thresholds)))
-        return {"specreplay.validity": validity.to_json(found)}
+        return {VALIDITY_KEY: validity.to_json(found)}
 
     result = run_replay(configs, hooks, finalize)
     print_findings(out, found)
