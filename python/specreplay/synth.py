@@ -114,7 +114,7 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
     turns = Dist.parse(config.turns, "--turns")
     rng = random.Random(config.seed)
     maker = PromptMaker(tokenizer, seed=config.seed)
-    pending: list[tuple[float, int, int, dict[str, Any], int, int]] = []  # arrival, session, turn, body, input, output
+    pending: list[tuple[float, int, int, dict[str, Any], int]] = []  # arrival, session, turn, body, output
     start = 0.0
     session = 0
     while len(pending) < config.num_requests:
@@ -138,8 +138,7 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
             else:
                 body["prompt"] = "\n\n".join(m["content"] for m in history)
             body.update(max_tokens=n_out, min_tokens=n_out, ignore_eos=True)
-            total_in = sum(maker.count(m["content"]) for m in history)
-            pending.append((t, session, turn, body, total_in, n_out))
+            pending.append((t, session, turn, body, n_out))
             history.append({"role": "assistant", "content": maker.unique(n_out, "assistant", session, turn)})
         session += 1
     pending.sort(key=lambda p: (p[0], p[1], p[2]))
@@ -154,7 +153,7 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
             expected_output_tokens=n_out,
             approximate=tokenizer is None,
         )
-        for i, (t, s, _turn, body, _n_in, n_out) in enumerate(pending)
+        for i, (t, s, _turn, body, n_out) in enumerate(pending)
     ]
 
 
