@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 import specreplay
-from specreplay.cli import cli, expand_list_options
+from specreplay.cli import cli
+from specreplay.commands.replay import expand_list_options
 
 ROOT = Path(__file__).resolve().parent.parent
 REASONING = str(ROOT / "traces" / "reasoning-prompts.jsonl")
@@ -35,6 +36,13 @@ def test_list_options_expand() -> None:
     assert expand_list_options(["replay", "t", "--rate", "1", "2.5", "-o", "x"]) == ["replay", "t", "--rate", "1", "--rate", "2.5", "-o", "x"]
     assert expand_list_options(["--concurrency", "1", "8", "64"]) == ["--concurrency", "1", "--concurrency", "8", "--concurrency", "64"]
     assert expand_list_options(["--rate", "--seed", "3"]) == ["--rate", "--seed", "3"]
+
+
+def test_only_replay_reads_lists(tmp_path: Path) -> None:
+    # synth's --rate takes one number: a second one is an error, not a silent override.
+    code, text = invoke("synth", "-o", str(tmp_path / "t.jsonl"), "--rate", "1", "100")
+    assert code == 2 and "100" in text, text
+    assert not (tmp_path / "t.jsonl").exists()
 
 
 def test_sweep_from_the_command_line(tmp_path: Path, sim_toml: str) -> None:

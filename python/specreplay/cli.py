@@ -4,7 +4,6 @@ so everything is reachable from Python too."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import click
@@ -22,36 +21,7 @@ from specreplay.commands.rerun import rerun
 from specreplay.commands.serve import serve
 from specreplay.commands.synth import synth
 
-#: Options that take a list of numbers: `--rate 1 2 4` is read as
-#: `--rate 1 --rate 2 --rate 4` (click options take one value each).
-LIST_OPTIONS = frozenset({"--rate", "--speedup", "--concurrency"})
-_NUMBER = re.compile(r"^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$")
-
-
-def expand_list_options(args: list[str]) -> list[str]:
-    out: list[str] = []
-    current: str | None = None  # the list option whose values are being read
-    emitted = False  # whether `current` has been written out with a value
-    for arg in args:
-        if current is not None and _NUMBER.match(arg):
-            out += [current, arg]
-            emitted = True
-            continue
-        if current is not None and not emitted:
-            out.append(current)  # no number followed: let click report it
-        current = arg if arg in LIST_OPTIONS else None
-        emitted = False
-        if current is None:
-            out.append(arg)
-    if current is not None and not emitted:
-        out.append(current)
-    return out
-
-
 class SpecreplayGroup(click.Group):
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, expand_list_options(args))
-
     def invoke(self, ctx: click.Context) -> Any:
         # A user's mistake (a bad trace, config or URL) is one line, not a
         # traceback; --debug shows the traceback.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -162,7 +163,41 @@ def resolve_configs(ctx: click.Context, opts: dict[str, Any]) -> list[ReplayConf
     return configs
 
 
-@click.command()
+#: Options that take a list of numbers: `--rate 1 2 4` is read as
+#: `--rate 1 --rate 2 --rate 4` (click options take one value each).
+LIST_OPTIONS = frozenset({"--rate", "--speedup", "--concurrency"})
+_NUMBER = re.compile(r"^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$")
+
+
+def expand_list_options(args: list[str]) -> list[str]:
+    out: list[str] = []
+    current: str | None = None  # the list option whose values are being read
+    emitted = False  # whether `current` has been written out with a value
+    for arg in args:
+        if current is not None and _NUMBER.match(arg):
+            out += [current, arg]
+            emitted = True
+            continue
+        if current is not None and not emitted:
+            out.append(current)  # no number followed: let click report it
+        current = arg if arg in LIST_OPTIONS else None
+        emitted = False
+        if current is None:
+            out.append(arg)
+    if current is not None and not emitted:
+        out.append(current)
+    return out
+
+
+class ListOptionsCommand(click.Command):
+    """A command whose LIST_OPTIONS take several numbers (only `replay`: other
+    commands' `--rate` takes one, and a second number must stay an error)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, expand_list_options(args))
+
+
+@click.command(cls=ListOptionsCommand)
 @click.argument("trace", required=False)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML benchmark config (see examples/); flags override it.")
 @click.option("--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1. Without it: the embedded simulator.")
