@@ -145,8 +145,9 @@ CLI_ONLY = frozenset({"config_path", "per_request", "strict", "api_key"})
 def resolve_configs(ctx: click.Context, opts: dict[str, Any]) -> list[ReplayConfig]:
     """file < SPECREPLAY_* environment < flags, for each run the file names."""
     try:
-        flags = ReplayConfig.from_mapping(_flag_values(ctx, opts), lambda key: f"--{key.replace('_', '-')}")
-        flag_values = {k: getattr(flags, k) for k in _flag_values(ctx, opts)}
+        given = _flag_values(ctx, opts)
+        flags = ReplayConfig.from_mapping(given, lambda key: f"--{key.replace('_', '-')}")
+        flag_values = {k: getattr(flags, k) for k in given}
         if opts["config_path"] is not None:
             configs = load_config_file(opts["config_path"], os.environ, flag_values)
             if len(configs) > 1 and "label" in flag_values:
