@@ -241,6 +241,13 @@ def compare(
     return compare_runs(base_run, other_run, confidence=confidence, resamples=resamples, seed=seed, min_change=min_change)
 
 
+def compare_all(runs: list[Run], **options: Any) -> pd.DataFrame:
+    """Every run after the first against the first (`compare_runs` options)."""
+    frames = [compare_runs(runs[0], other, **options) for other in runs[1:]]
+    frame: pd.DataFrame = pd.concat(frames, ignore_index=True)
+    return frame
+
+
 def _checked(run: Run, points: list[str]) -> bool:
     validate(run, points)
     return run.valid

@@ -62,13 +62,6 @@ def gate(runs: list[Run], force: bool, err: Console) -> None:
     err.print(Text(f"--force: comparing anyway; the figures of {', '.join(r.name for r in invalid)} are not valid", style="bold red"))
 
 
-def compare_all(runs: list[Run], **options: Any) -> pd.DataFrame:
-    """Every run after the first against the first."""
-    frames = [comparison.compare_runs(runs[0], other, **options) for other in runs[1:]]
-    frame: pd.DataFrame = pd.concat(frames, ignore_index=True)
-    return frame
-
-
 def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return None
@@ -119,7 +112,7 @@ def compare(runs: tuple[str, ...], as_json: bool, as_csv: bool, force: bool, **o
     selected = load_runs(runs)
     err = Console(stderr=True)
     gate(selected, force, err)
-    frame = compare_all(selected, **options)
+    frame = comparison.compare_all(selected, **options)
     if frame.empty:
         raise click.ClickException(f"no sweep point is in both {selected[0].name} and the other run(s)")
     if as_json:

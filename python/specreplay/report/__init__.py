@@ -50,9 +50,7 @@ def build(run: RunSpec | list[Run], vs: RunSpec | None = None, **compare_options
     for r in runs:
         comparison.validate(r)
     prepared = [data.prepare(r) for r in runs]
-    table = None
-    if len(runs) > 1:
-        table = pd.concat([comparison.compare_runs(runs[0], other, **compare_options) for other in runs[1:]], ignore_index=True)
+    table = comparison.compare_all(runs, **compare_options) if len(runs) > 1 else None
     return html.render(prepared, table, compare_options.get("confidence", comparison.CONFIDENCE))
 
 
