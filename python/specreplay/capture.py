@@ -48,15 +48,8 @@ def detect_api(method: str, path: str) -> str | None:
     if method != "POST":
         return None
     p = path.rstrip("/")
-    if p.endswith("/chat/completions"):
-        return "chat"
-    if p.endswith("/completions"):
-        return "completions"
-    if p.endswith("/responses"):
-        return "responses"
-    if p.endswith("/messages"):
-        return "anthropic"
-    return None
+    # APIS lists chat before completions: "/chat/completions" ends in both.
+    return next((api for api, (suffix, _) in APIS.items() if p.endswith(suffix)), None)
 
 
 def split_upstream(url: str) -> tuple[str, str]:

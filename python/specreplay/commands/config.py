@@ -9,7 +9,7 @@ import click
 from specreplay.config import ReplayConfig
 from specreplay.config_file import stored_runs, to_toml
 from specreplay.errors import ConfigError
-from specreplay.results import RUNS_KEY, read_table
+from specreplay.results import CONFIG_KEY, RUNS_KEY, read_table
 
 
 def configs_of(path: str) -> tuple[list[ReplayConfig], list[dict[str, object]]]:
@@ -19,7 +19,7 @@ def configs_of(path: str) -> tuple[list[ReplayConfig], list[dict[str, object]]]:
     except (FileNotFoundError, OSError) as e:
         raise click.ClickException(str(e)) from None
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    text = meta.get(RUNS_KEY) or ("[" + meta["specreplay.config"] + "]" if "specreplay.config" in meta else None)
+    text = meta.get(RUNS_KEY) or ("[" + meta[CONFIG_KEY] + "]" if CONFIG_KEY in meta else None)
     if text is None:
         raise click.ClickException(f"{path}: not a specreplay results file (no recorded configuration)")
     stored = json.loads(text)
