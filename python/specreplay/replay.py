@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from specreplay import _core
 from specreplay.config import Point, ReplayConfig
@@ -252,6 +251,7 @@ def _run_point(
     run = _core.start_point(spec, requests)
     started = _core.now_us()
     interrupted = False
+    written: list[pa.RecordBatch] = []  # this point's rows, as in the file
 
     def progress() -> Progress:
         scheduled, sent, finished, failed, tokens = run.progress()
@@ -268,11 +268,11 @@ def _run_point(
             continue
         if batch is None:
             break
-        if batch.num_rows:
-            writer.write(pa.record_batch(batch), run_id=run_id, label=label, point=point.name, point_index=index)
+        out = writer.write(pa.record_batch(batch), run_id=run_id, label=label, point=point.name, point_index=index)
+        if out is not None:
+            written.append(out)
         hooks.progress(progress())
-    table = writer.table()
-    rows = table.filter(pc.equal(table["point_index"], index))
+    rows = pa.Table.from_batches(written, schema=writer.schema)
     hooks.point_finished(point, progress(), rows)
     return not interrupted
 

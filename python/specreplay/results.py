@@ -41,10 +41,11 @@ class ResultsWriter:
         self._batches: list[pa.RecordBatch] = []
         self.rows = 0
 
-    def write(self, batch: pa.RecordBatch, *, run_id: str, label: str, point: str, point_index: int) -> None:
+    def write(self, batch: pa.RecordBatch, *, run_id: str, label: str, point: str, point_index: int) -> pa.RecordBatch | None:
+        """Appends `batch` with its run columns; returns it as written (None if empty)."""
         n = batch.num_rows
         if n == 0:
-            return
+            return None
         run_columns = [
             pa.repeat(pa.scalar(run_id, pa.string()), n),
             pa.repeat(pa.scalar(label, pa.string()), n),
@@ -57,6 +58,7 @@ class ResultsWriter:
         self._sink.flush()
         self._batches.append(out)
         self.rows += n
+        return out
 
     def table(self) -> pa.Table:
         """Every row written so far."""
