@@ -4,7 +4,6 @@ each API, a streaming body with usage requested, and the user's overrides
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +49,10 @@ def redact_url(url: str) -> str:
 
 
 def shape_body(record: TraceRecord, config: ReplayConfig, model: str | None) -> dict[str, Any]:
-    body = copy.deepcopy(record.body)
+    """The body to send for `record`. Only top-level keys are set, so the
+    record's own body is copied one level deep (nested values are shared,
+    and never changed here)."""
+    body = dict(record.body)
     api = record.api
     if model is not None:
         body["model"] = model
@@ -74,7 +76,7 @@ def shape_body(record: TraceRecord, config: ReplayConfig, model: str | None) -> 
         body[field] = config.max_tokens
     if config.ignore_eos and api in ("chat", "completions"):
         body["ignore_eos"] = True
-    body.update(copy.deepcopy(config.extra_body))
+    body.update(config.extra_body)
     return body
 
 
