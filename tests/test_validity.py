@@ -1,3 +1,4 @@
+import json
 from typing import Any
 
 import pytest
@@ -44,6 +45,14 @@ def test_reasoning_ate_budget_five_of_eight(make_results: MakeResults) -> None:
 def test_reasoning_ate_budget_reads_max_tokens_from_the_config(make_results: MakeResults) -> None:
     df = make_results([budget_eaten(64)], config_metadata([], max_tokens=64))
     assert "max_tokens=64" in only(check(df, FEW), "reasoning_ate_budget").message
+
+
+def test_one_run_of_several_is_advised_with_its_own_max_tokens(make_results: MakeResults) -> None:
+    runs = [{"label": "a", "max_tokens": 64, "points": []}, {"label": "b", "max_tokens": 128, "points": []}]
+    metadata = {"specreplay.version": "0.1.0", "specreplay.runs": json.dumps(runs)}
+    # The file's rows of run "b" only, as `load(...)` filtered by label gives them.
+    df = make_results([{**budget_eaten(128), "label": "b"}], metadata)
+    assert "max_tokens=128" in only(check(df, FEW), "reasoning_ate_budget").message
 
 
 def test_reasoning_ate_budget_across_dialects_and_not_for_truncated_answers(make_results: MakeResults) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from specreplay import metrics
-from specreplay.results import config_points, run_config, run_configs
+from specreplay.results import config_points, run_configs
 from specreplay.summary import OPEN_LOOP_MODES, by_label, is_ok, measured, point_mode, summarize
 
 Level = Literal["note", "warning", "error"]
@@ -111,8 +111,8 @@ def check(
             for f in check(group, thresholds, points=points, max_tokens=max_tokens or _configured_max_tokens(df, label))
         ]
     if max_tokens is None:
-        configured = run_config(df).get("max_tokens")
-        max_tokens = int(configured) if isinstance(configured, (int, float)) else None
+        label = df["label"].iloc[0] if "label" in df.columns and len(df) else None
+        max_tokens = _configured_max_tokens(df, label)
     data = measured(df)
     summary = summarize(df, points=points)
     findings: list[Finding] = []
@@ -132,11 +132,14 @@ def check(
     return findings
 
 
-def _configured_max_tokens(df: pd.DataFrame, label: str) -> int | None:
-    for run in run_configs(df):
-        if run.get("label") == label and isinstance(run.get("max_tokens"), (int, float)):
-            return int(run["max_tokens"])
-    return None
+def _configured_max_tokens(df: pd.DataFrame, label: str | None) -> int | None:
+    """The `max_tokens` the run labelled `label` was configured with; in a
+    file of one run, that run's (its label may be unset)."""
+    runs = run_configs(df)
+    if len(runs) > 1:
+        runs = [run for run in runs if run.get("label") == label]
+    value = runs[0].get("max_tokens") if runs else None
+    return int(value) if isinstance(value, (int, float)) else None
 
 
 def _pct(part: float, whole: float) -> str:
