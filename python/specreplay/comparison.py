@@ -197,10 +197,10 @@ def thresholds_of(run: Run) -> Thresholds:
     return Thresholds.from_dict(dict(values))
 
 
-def validate(run: Run, points: list[str] | None = None) -> list[Finding]:
+def validate(run: Run, points: list[str] | None = None, summary: pd.DataFrame | None = None) -> list[Finding]:
     """The validity findings of `run` (on `points` only, if given); also
-    stored in `run.findings`."""
-    findings = check(run.df, thresholds_of(run))
+    stored in `run.findings`. `summary`: `summarize(run.df)`, if already made."""
+    findings = check(run.df, thresholds_of(run), summary=summary)
     if points is not None:
         findings = [f for f in findings if f.point in points]
     run.findings = findings

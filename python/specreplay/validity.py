@@ -96,15 +96,18 @@ def check(
     *,
     points: list[dict[str, Any]] | None = None,
     max_tokens: int | None = None,
+    summary: pd.DataFrame | None = None,
 ) -> list[Finding]:
     """Run every check on every sweep point of `df`; findings in point order,
     errors first, then warnings, then notes within a point. `points` and `max_tokens` default to the run
     config in `df.attrs` (see `specreplay.load`); `max_tokens` only makes the
-    advice more precise."""
+    advice more precise. `summary`: `summarize(df)` when the caller has it
+    already (one run only; several are summarized here, run by run)."""
     thresholds = thresholds or Thresholds()
     if points is None:
         points = config_points(df)
     if "label" in df.columns and df["label"].nunique() > 1:
+        # Each run on its own: a summary of them all cannot be used.
         return [
             replace(f, point=f"{label}: {f.point}")
             for label, group in by_label(df)
@@ -114,7 +117,8 @@ def check(
         label = df["label"].iloc[0] if "label" in df.columns and len(df) else None
         max_tokens = _configured_max_tokens(df, label)
     data = measured(df)
-    summary = summarize(df, points=points)
+    if summary is None:
+        summary = summarize(df, points=points)
     findings: list[Finding] = []
     for _, row in summary.iterrows():
         point = str(row["point"])

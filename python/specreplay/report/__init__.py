@@ -47,9 +47,9 @@ def build(run: RunSpec | list[Run], vs: RunSpec | None = None, **compare_options
     if len({r.name for r in runs}) < len(runs):
         for r in runs:
             r.name = f"{r.path}:{r.label}" if r.path else r.label
-    for r in runs:
-        comparison.validate(r)
     prepared = [data.prepare(r) for r in runs]
+    for r, p in zip(runs, prepared):
+        comparison.validate(r, summary=p.summary)
     table = comparison.compare_all(runs, **compare_options) if len(runs) > 1 else None
     return html.render(prepared, table, compare_options.get("confidence", comparison.CONFIDENCE))
 

@@ -51,7 +51,8 @@ class RunData:
 
 
 def prepare(run: Run) -> RunData:
-    """Summary and per-point plot data of `run` (findings must already be in `run.findings`)."""
+    """Summary and per-point plot data of `run` (its findings are read from
+    `run.findings` when the page is rendered)."""
     data = metrics.add_derived(measured(run.df))
     out = RunData(run=run, summary=summarize(run.df))
     for point in out.summary["point"].astype(str):
