@@ -8,6 +8,7 @@ import pytest
 
 from specreplay.config import ReplayConfig
 from specreplay.errors import ConfigError
+from specreplay.schema import request_schema
 from specreplay.shaping import auth_headers, base_url, prepare, redact_url, shape_body
 from specreplay.trace import TraceRecord
 
@@ -58,8 +59,10 @@ def test_urls() -> None:
     assert base_url("https://h/openai/v1") == "https://h/openai/v1"
     assert redact_url("https://user:secret@h:443/v1?key=abc") == "https://h:443/v1"
     reqs = prepare([rec("chat", {"messages": []}), rec("completions", {"prompt": "p"})], ReplayConfig(trace="t"), "http://h:1", "m")
-    assert [r.url for r in reqs] == ["http://h:1/v1/chat/completions", "http://h:1/v1/completions"]
-    assert json.loads(reqs[0].body)["model"] == "m"
+    assert reqs.schema == request_schema()
+    assert reqs.column("url").to_pylist() == ["http://h:1/v1/chat/completions", "http://h:1/v1/completions"]
+    assert json.loads(reqs.column("body")[0].as_py())["model"] == "m"
+    assert reqs.column("arrival_s").to_pylist() == [1.0, 1.0]
 
 
 def test_api_key_becomes_headers_and_never_metadata() -> None:

@@ -5,29 +5,19 @@ each API, a streaming body with usage requested, and the user's overrides
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import pyarrow as pa
+
 from specreplay.config import ReplayConfig
+from specreplay.schema import REQUEST_COLUMNS, request_schema
 from specreplay.trace import APIS, TraceRecord
 
 #: Which body field carries the output budget, per API. Chat keeps whichever
 #: of the two names the recorded body used (OpenAI's newer models want
 #: `max_completion_tokens`; Ollama reads only `max_tokens`).
 _BUDGET_FIELD = {"chat": "max_tokens", "completions": "max_tokens", "responses": "max_output_tokens", "anthropic": "max_tokens"}
-
-
-@dataclass(frozen=True)
-class PreparedRequest:
-    trace_id: str
-    api: str
-    url: str
-    body: bytes
-    arrival: float
-
-    def as_tuple(self) -> tuple[str, str, str, bytes, float]:
-        return (self.trace_id, self.api, self.url, self.body, self.arrival)
 
 
 def base_url(url: str) -> str:
@@ -80,21 +70,18 @@ def shape_body(record: TraceRecord, config: ReplayConfig, model: str | None) -> 
     return body
 
 
-def prepare(records: list[TraceRecord], config: ReplayConfig, url: str, model: str | None) -> list[PreparedRequest]:
+def prepare(records: list[TraceRecord], config: ReplayConfig, url: str, model: str | None) -> pa.RecordBatch:
+    """The requests to send, as the engine takes them: one row per record,
+    the columns of `schema.REQUEST_COLUMNS`."""
     base = base_url(url)
-    out = []
+    columns: dict[str, list[Any]] = {c.name: [] for c in REQUEST_COLUMNS}
     for rec in records:
-        body = shape_body(rec, config, model)
-        out.append(
-            PreparedRequest(
-                trace_id=rec.id,
-                api=rec.api,
-                url=base + APIS[rec.api][0],
-                body=json.dumps(body, ensure_ascii=False).encode(),
-                arrival=rec.arrival or 0.0,
-            )
-        )
-    return out
+        columns["trace_id"].append(rec.id)
+        columns["api"].append(rec.api)
+        columns["url"].append(base + APIS[rec.api][0])
+        columns["body"].append(json.dumps(shape_body(rec, config, model), ensure_ascii=False).encode())
+        columns["arrival_s"].append(rec.arrival or 0.0)
+    return pa.record_batch(list(columns.values()), schema=request_schema())
 
 
 def auth_headers(config: ReplayConfig, apis: set[str]) -> list[tuple[str, str]]:
