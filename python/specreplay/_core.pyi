@@ -151,9 +151,10 @@ def start_point(spec: RunSpec, requests: ArrowArrayExportable) -> EngineRun:
 
 # --- decoding ------------------------------------------------------------------------
 
-@final
-class DecodedResponse:
-    """What one whole response said (token counts: the server's; None: never reported)."""
+@disjoint_base
+class ResponseCounts:
+    """What a response said, as a captured trace record's `response` keeps it
+    (token counts: the server's; None: never reported)."""
 
     @property
     def prompt_tokens(self) -> int | None: ...
@@ -167,6 +168,11 @@ class DecodedResponse:
     def finish_reason(self) -> str | None: ...
     @property
     def error(self) -> str | None: ...
+
+@final
+class DecodedResponse(ResponseCounts):
+    """A whole response decoded by `decode_response`."""
+
     @property
     def complete(self) -> bool: ...
     @property
@@ -224,7 +230,7 @@ class CapturedRequest:
     def error(self) -> str | None: ...
 
 @final
-class CapturedResponse:
+class CapturedResponse(ResponseCounts):
     """Its response once ended, decoded: a captured trace record's `response`."""
 
     @property
@@ -235,18 +241,6 @@ class CapturedResponse:
     def ttfb_us(self) -> int | None: ...
     @property
     def end_us(self) -> int: ...
-    @property
-    def prompt_tokens(self) -> int | None: ...
-    @property
-    def completion_tokens(self) -> int | None: ...
-    @property
-    def reasoning_tokens(self) -> int | None: ...
-    @property
-    def cached_tokens(self) -> int | None: ...
-    @property
-    def finish_reason(self) -> str | None: ...
-    @property
-    def error(self) -> str | None: ...
 
 @final
 class CaptureProxy(BackgroundServer):

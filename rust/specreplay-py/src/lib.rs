@@ -25,6 +25,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<replay::EngineRun>()?;
     m.add_class::<replay::EngineProgress>()?;
     m.add_class::<arrow::ArrowBatch>()?;
+    m.add_class::<decode::ResponseCounts>()?;
     m.add_class::<decode::DecodedResponse>()?;
     errors::register(m)?;
     m.add_class::<served::BackgroundServer>()?;

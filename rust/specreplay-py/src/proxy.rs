@@ -12,6 +12,7 @@ use pyo3::types::PyBytes;
 use specreplay_core::proxy::{Captured, Captures, ProxyConfig, ProxyServer};
 
 use crate::config::from_mapping;
+use crate::decode::ResponseCounts;
 use crate::runtime::PROXY_RUNTIME;
 use crate::served::{start_on, BackgroundServer};
 
@@ -40,9 +41,9 @@ pub struct CapturedRequest {
     error: Option<String>,
 }
 
-/// A request's response once it has ended: the `response` object of a
-/// captured trace record, decoded in the core.
-#[pyclass(module = "specreplay._core", frozen, get_all)]
+/// A request's response once it has ended: with its `ResponseCounts`, the
+/// `response` object of a captured trace record, decoded in the core.
+#[pyclass(module = "specreplay._core", extends = ResponseCounts, frozen, get_all)]
 pub struct CapturedResponse {
     seq: u64,
     /// The upstream's status, or the proxy's own (502, 400, 413).
@@ -51,14 +52,6 @@ pub struct CapturedResponse {
     ttfb_us: Option<i64>,
     /// Last byte, break or abandonment, µs after arrival.
     end_us: i64,
-    prompt_tokens: Option<u64>,
-    completion_tokens: Option<u64>,
-    reasoning_tokens: Option<u64>,
-    cached_tokens: Option<u64>,
-    finish_reason: Option<String>,
-    /// The forwarding's error, else the response's own, else a stream cut
-    /// before its end marker.
-    error: Option<String>,
 }
 
 fn to_python(py: Python<'_>, captured: Captured) -> PyResult<Py<PyAny>> {
@@ -76,22 +69,19 @@ fn to_python(py: Python<'_>, captured: Captured) -> PyResult<Py<PyAny>> {
             },
         )?
         .into_any(),
-        Captured::Response(r) => Py::new(
-            py,
-            CapturedResponse {
-                seq: r.seq,
-                status: r.status,
-                ttfb_us: r.ttfb_us,
-                end_us: r.end_us,
-                prompt_tokens: r.usage.prompt_tokens,
-                completion_tokens: r.usage.completion_tokens,
-                reasoning_tokens: r.usage.reasoning_tokens,
-                cached_tokens: r.usage.cached_tokens,
-                finish_reason: r.finish_reason,
-                error: r.error,
-            },
-        )?
-        .into_any(),
+        Captured::Response(r) => {
+            let counts = ResponseCounts::new(&r.usage, r.finish_reason, r.error);
+            Py::new(
+                py,
+                PyClassInitializer::from(counts).add_subclass(CapturedResponse {
+                    seq: r.seq,
+                    status: r.status,
+                    ttfb_us: r.ttfb_us,
+                    end_us: r.end_us,
+                }),
+            )?
+            .into_any()
+        }
     })
 }
 
