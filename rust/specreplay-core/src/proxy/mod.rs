@@ -43,14 +43,14 @@ pub use record::{Captured, CapturedResponse, Captures};
 
 /// Largest request body accepted (requests with images or long contexts are big).
 pub const MAX_REQUEST_BYTES: usize = 256 << 20;
-/// Response bytes kept per request for the recorder; beyond this the response
-/// is still forwarded in full but the event carries no body (`truncated`).
+/// Response bytes kept per request for decoding; beyond this the response is
+/// still forwarded in full but recorded without usage (status and times only).
 pub const MAX_KEPT_RESPONSE_BYTES: usize = 64 << 20;
 
 /// A request has arrived and its body has been read.
 #[derive(Debug, Clone)]
 pub struct RequestEvent {
-    /// Identifies the request's [`ResponseEvent`]; unique per proxy.
+    /// Identifies the request's [`CapturedResponse`]; unique per proxy.
     pub seq: u64,
     /// When the request head was read, `clock::now_us()`.
     pub arrival_us: i64,
