@@ -77,6 +77,14 @@ def test_prompt_blocks_become_the_input_of_each_api() -> None:
     assert sent["prompt"] == text
 
 
+def test_only_the_requests_a_run_can_send_are_built() -> None:
+    records = [TraceRecord(id=str(i), api="completions", body={}, arrival=float(i),
+                           prompt_blocks=PromptBlocks(tokens=8, block_size=8, hash_ids=[i])) for i in range(10)]
+    assert [r.trace_id for r in prepare(records, ReplayConfig(trace="t", num_requests=3), "http://h:1", None)] == ["0", "1", "2"]
+    assert len(prepare(records, ReplayConfig(trace="t", num_requests=25), "http://h:1", None)) == 10  # the engine loops them
+    assert len(prepare(records, ReplayConfig(trace="t"), "http://h:1", None)) == 10
+
+
 def test_no_continuous_usage() -> None:
     cfg = ReplayConfig(trace="t", continuous_usage=False)
     assert shape_body(rec("completions", {"prompt": "p"}), cfg, None)["stream_options"] == {"include_usage": True}

@@ -120,8 +120,14 @@ def clamp_to_budget(body: dict[str, Any], budget: int) -> None:
 
 
 def prepare(records: list[TraceRecord], config: ReplayConfig, url: str, model: str | None) -> list[PreparedRequest]:
+    """Every request the run can send, built. With `--num-requests N` under
+    the trace's length only the first N can be sent (the engine takes them
+    in order, warm-up included), so only they are built: a synthesized
+    prompt costs its text in memory until the request is sent."""
     base = base_url(url)
     out = []
+    if config.num_requests is not None:
+        records = records[: config.num_requests]
     for rec in records:
         body = shape_body(rec, config, model)
         out.append(
