@@ -19,8 +19,8 @@
 //! tokenizer's own single-token words can replace the list (`Filler::new`).
 //!
 //! Nothing is shared between prompts: a request is built from its own ids,
-//! with no table of blocks (the Mooncake conversation trace has 170 885
-//! distinct full blocks, about 350 MB of text). The word choice is part of
+//! with no table of blocks (the Mooncake conversation trace has 170 899
+//! distinct whole blocks, about 350 MB of text). The word choice is part of
 //! the trace format: changing it changes every synthesized prompt.
 
 use std::sync::OnceLock;
