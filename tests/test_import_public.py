@@ -86,6 +86,16 @@ def test_mooncake_prompts_share_text_exactly_as_far_as_their_blocks(tmp_path: Pa
     assert words(seeded[0])[:50] != prompts[0][:50]
 
 
+def test_limit_keeps_the_first_rows_and_reads_no_further(tmp_path: Path) -> None:
+    lines = MOONCAKE.read_text().splitlines()
+    src = tmp_path / "m.jsonl"
+    src.write_text("\n".join(lines[:5] + ["{not json"] + lines[5:]) + "\n")
+    recs, _, _ = run("mooncake", src, tmp_path, limit=5)
+    assert [r.id for r in recs] == ["1", "2", "3", "4", "5"]
+    with pytest.raises(TraceError, match="invalid JSON"):
+        run("mooncake", src, tmp_path, limit=6)
+
+
 def test_azure_prompts_get_fresh_blocks_and_share_nothing(tmp_path: Path) -> None:
     recs, report, out = run("azure", AZURE, tmp_path)
     with AZURE.open() as f:

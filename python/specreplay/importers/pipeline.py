@@ -92,7 +92,7 @@ def _checked(fmt: str, opts: Options) -> Options:
             setattr(opts, k, v)
     if opts.api not in ("chat", "completions"):
         raise ConfigError(f"--api: expected chat or completions, got {opts.api!r}")
-    for name in ("block_size", "default_output_tokens", "max_prompt_tokens"):
+    for name in ("block_size", "default_output_tokens", "max_prompt_tokens", "limit"):
         value = getattr(opts, name)
         if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')}: must be at least 1, got {value}")
@@ -106,8 +106,6 @@ def _usable_rows(items: Iterator[Item], opts: Options, report: ImportReport, sou
     with the first one kept, under --skip-invalid); at most --limit rows."""
     kept = 0
     for item in items:
-        if opts.limit is not None and kept >= opts.limit:
-            return
         if isinstance(item, RowError):
             if not opts.skip_invalid:
                 raise TraceError(source, item.line, item.field, item.message) from None
@@ -119,6 +117,8 @@ def _usable_rows(items: Iterator[Item], opts: Options, report: ImportReport, sou
         else:
             kept += 1
             yield item
+            if opts.limit is not None and kept >= opts.limit:
+                return  # read no further
 
 
 def in_arrival_order(rows: Iterator[Row], source: str, report: ImportReport) -> Iterator[Row]:
