@@ -243,7 +243,8 @@ def _check_response(response: Any, fail: Callable[[str | None, str], TraceError]
             raise fail(f"response.{key}", f"must be a string or null, got {v!r}")
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw bytes) of each line, a line at a time."""
     with path.open("rb") as f:
         line_no = 0
         while True:
@@ -267,7 +268,7 @@ def load_trace(path: str | Path) -> Trace:
     trace = Trace(path=name)
     digest = hashlib.sha256()
     seen: dict[str, int] = {}
-    for line_no, raw in _lines(p):
+    for line_no, raw in read_lines(p):
         digest.update(raw)
         text = raw.strip()
         if not text or text.startswith(b"#"):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specreplay.errors import TraceError
-from specreplay.trace import MAX_LINE_BYTES, TraceRecord
+from specreplay.trace import MAX_LINE_BYTES, TraceRecord, read_lines
 
 
 @dataclass
@@ -101,24 +101,20 @@ def csv_cell(value: str | None, line: int, column: str) -> str:
 
 
 def csv_int(value: str | None, line: int, column: str) -> int:
-    text = csv_cell(value, line, column)
-    try:
-        f = float(text)
-    except ValueError:
-        raise RowError(line, column, f"not a number: {text!r}") from None
-    if not math.isfinite(f) or f < 0 or not f.is_integer():
-        raise RowError(line, column, f"must be a non-negative integer, got {text!r}")
+    f = csv_seconds(value, line, column, what="integer")
+    if not f.is_integer():
+        raise RowError(line, column, f"must be a non-negative integer, got {csv_cell(value, line, column)!r}")
     return int(f)
 
 
-def csv_seconds(value: str | None, line: int, column: str) -> float:
+def csv_seconds(value: str | None, line: int, column: str, what: str = "number of seconds") -> float:
     text = csv_cell(value, line, column)
     try:
         f = float(text)
     except ValueError:
         raise RowError(line, column, f"not a number: {text!r}") from None
     if not math.isfinite(f) or f < 0:
-        raise RowError(line, column, f"must be a non-negative number of seconds, got {text!r}")
+        raise RowError(line, column, f"must be a non-negative {what}, got {text!r}")
     return f
 
 
@@ -127,22 +123,14 @@ def csv_seconds(value: str | None, line: int, column: str) -> float:
 
 def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     """(line, parsed JSON or RowError) per non-blank, non-comment line."""
-    with path.open("rb") as f:
-        line_no = 0
-        while True:
-            raw = f.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                return
-            line_no += 1
-            if len(raw) > MAX_LINE_BYTES:
-                raise TraceError(str(path), line_no, None, f"line longer than {MAX_LINE_BYTES} bytes")
-            text = raw.strip()
-            if not text or text.startswith(b"#"):
-                continue
-            try:
-                yield line_no, json.loads(text)
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                yield line_no, RowError(line_no, None, f"invalid JSON: {e}")
+    for line_no, raw in read_lines(path):
+        text = raw.strip()
+        if not text or text.startswith(b"#"):
+            continue
+        try:
+            yield line_no, json.loads(text)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            yield line_no, RowError(line_no, None, f"invalid JSON: {e}")
 
 
 def csv_rows(path: Path, required: dict[str, str], optional: dict[str, str] | None = None) -> Iterator[tuple[int, dict[str, str]]]:
