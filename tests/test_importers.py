@@ -124,6 +124,14 @@ def test_rows_are_put_in_order_within_a_window_and_a_file_beyond_it_is_refused(t
     assert not (tmp_path / "o.jsonl").exists()
 
 
+def test_prompts_beyond_what_can_be_synthesized_are_skipped(tmp_path: Path) -> None:
+    small = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}
+    huge = {"timestamp": 5, "input_length": 2**24 + 1, "output_length": 1, "hash_ids": [1]}
+    recs, report = run_import("mooncake", write(tmp_path, "m.jsonl", jsonl([small, huge])), tmp_path, block_size=2**25)
+    assert len(recs) == 1
+    assert report.skipped == {"prompts longer than 16777216 tokens (the most specreplay synthesizes)": 1}  # type: ignore[attr-defined]
+
+
 def test_skip_invalid_counts_and_reports_malformed_rows(tmp_path: Path) -> None:
     src = write(tmp_path, "m.jsonl", jsonl([MOONCAKE[0], "{broken", {"timestamp": 5}, MOONCAKE[2]]))
     recs, report = run_import("mooncake", src, tmp_path, skip_invalid=True)

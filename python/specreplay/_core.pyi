@@ -1,7 +1,7 @@
 """Type stubs of the Rust extension `specreplay._core` (checked by mypy stubtest)."""
 
 from types import TracebackType
-from typing import Any, final
+from typing import Any, ClassVar, final
 
 from specreplay.errors import ConfigError as ConfigError
 from specreplay.errors import EngineError as EngineError
@@ -36,6 +36,7 @@ def decode_response(api: str, body: bytes, content_type: str) -> dict[str, int |
 class Filler:
     """Prompt text synthesized from block ids (docs/trace-format.md, `prompt_blocks`)."""
 
+    MAX_TOKENS: ClassVar[int]
     def __new__(cls, words: list[str] | None = None) -> Filler: ...
     @property
     def words(self) -> list[str]: ...

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specreplay._core import Filler
 from specreplay.errors import TraceError
 
 #: API name → (path under the base URL, the body field that must be present).
@@ -200,12 +201,12 @@ def _prompt_blocks(value: Any, fail: Callable[[str | None, str], TraceError]) ->
     if unknown:
         raise fail(f"prompt_blocks.{unknown[0]}", f"unknown field (known: {', '.join(_PROMPT_BLOCKS_FIELDS)})")
     nums: dict[str, int] = {}
-    for key, minimum in (("tokens", 1), ("block_size", 1), ("seed", 0)):
+    for key, minimum, limit in (("tokens", 1, Filler.MAX_TOKENS), ("block_size", 1, _U64 - 1), ("seed", 0, _U64 - 1)):
         v = value.get(key, 0 if key == "seed" else None)
         if v is None:
             raise fail(f"prompt_blocks.{key}", "missing")
-        if not _is_int(v) or not minimum <= v < _U64:
-            raise fail(f"prompt_blocks.{key}", f"must be an integer ≥ {minimum}, got {v!r}")
+        if not _is_int(v) or not minimum <= v <= limit:
+            raise fail(f"prompt_blocks.{key}", f"must be an integer from {minimum} to {limit}, got {v!r}")
         nums[key] = v
     ids = value.get("hash_ids")
     if ids is None:

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from specreplay._core import Filler
 from specreplay.errors import ConfigError, TraceError
 from specreplay.importers.formats import DEFAULTS, FORMATS, SOURCE_IDS, Options
 from specreplay.importers.report import CONTEXT_SIZES, MALFORMED, ImportReport
@@ -216,6 +217,9 @@ class RecordBuilder:
 
     def _token_prompt(self, row: Row) -> tuple[str | None, PromptBlocks | None, bool] | None:
         tokens = row.input_tokens or 0
+        if tokens > Filler.MAX_TOKENS:
+            self.report.skipped[f"prompts longer than {Filler.MAX_TOKENS} tokens (the most specreplay synthesizes)"] += 1
+            return None
         block_size = self.block_size
         if row.hash_ids is not None:
             ids = row.hash_ids

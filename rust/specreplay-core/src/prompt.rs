@@ -55,6 +55,11 @@ pub const FILLER: [&str; 238] = [
     "full", "late",
 ];
 
+/// Longest prompt synthesized, in tokens: 64 times the longest public trace
+/// prompts (~200K tokens), and a bound on the memory one prompt can take
+/// (about 5 bytes per token).
+pub const MAX_TOKENS: u64 = 1 << 24;
+
 /// A prompt given by its blocks: `tokens` tokens made of the blocks
 /// `hash_ids`, `block_size` tokens each (the last one may be cut short).
 #[derive(Debug, Clone, Copy)]
@@ -70,10 +75,10 @@ impl PromptBlocks<'_> {
     /// The blocks must cover the prompt exactly: `ceil(tokens / block_size)`
     /// of them, as in the Mooncake and Bailian traces.
     pub fn check(&self) -> Result<(), CoreError> {
-        if self.tokens == 0 {
+        if self.tokens == 0 || self.tokens > MAX_TOKENS {
             return Err(CoreError::config(
                 "prompt_blocks.tokens",
-                "must be at least 1",
+                format!("must be from 1 to {MAX_TOKENS}, got {}", self.tokens),
             ));
         }
         if self.block_size == 0 {

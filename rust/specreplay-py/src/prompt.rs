@@ -25,6 +25,10 @@ impl Filler {
         Ok(Filler { inner })
     }
 
+    /// Longest prompt synthesized, in tokens.
+    #[classattr]
+    const MAX_TOKENS: u64 = prompt::MAX_TOKENS;
+
     /// The vocabulary, in the order the synthesis indexes it.
     #[getter]
     fn words(&self) -> Vec<String> {
