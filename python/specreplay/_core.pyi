@@ -13,7 +13,7 @@ What crosses the boundary, and how:
 """
 
 from types import TracebackType
-from typing import Literal, Protocol, final, type_check_only
+from typing import ClassVar, Literal, Protocol, final, type_check_only
 
 from typing_extensions import NotRequired, Self, TypedDict, disjoint_base
 
@@ -148,6 +148,18 @@ class EngineRun:
 
 def start_point(spec: RunSpec, requests: ArrowArrayExportable) -> EngineRun:
     """Starts a point: `requests` has the columns of `schema.REQUEST_COLUMNS`."""
+
+# --- prompts -------------------------------------------------------------------------
+
+@final
+class Filler:
+    """Prompt text synthesized from block ids (docs/trace-format.md, `prompt_blocks`)."""
+
+    MAX_TOKENS: ClassVar[int]
+    def __new__(cls, words: list[str] | None = None) -> Filler: ...
+    @property
+    def words(self) -> list[str]: ...
+    def text(self, tokens: int, block_size: int, hash_ids: list[int], seed: int = 0) -> str: ...
 
 # --- decoding ------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from specreplay import _core
 from specreplay.errors import ConfigError, StreamFormatError
-from specreplay.shaping import base_url, redact_url
+from specreplay.shaping import base_url, clamp_to_budget, redact_url
 
 if TYPE_CHECKING:
     from specreplay._core import SimConfig
@@ -102,6 +102,7 @@ def probe_usage(url: str, api: str, body: dict[str, Any], headers: list[tuple[st
     probe = dict(body)
     probe.update({"stream": True, "max_tokens": 1, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
     probe.pop("max_completion_tokens", None)
+    clamp_to_budget(probe, 1)  # an imported trace's min_tokens would make it a 400
     req = urllib.request.Request(
         url,
         data=json.dumps(probe).encode(),

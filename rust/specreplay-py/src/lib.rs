@@ -9,6 +9,7 @@ mod arrow;
 mod config;
 mod decode;
 mod errors;
+mod prompt;
 mod proxy;
 mod replay;
 mod runtime;
@@ -33,6 +34,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<proxy::CaptureProxy>()?;
     m.add_class::<proxy::CapturedRequest>()?;
     m.add_class::<proxy::CapturedResponse>()?;
+    m.add_class::<prompt::Filler>()?;
     Ok(())
 }
 
