@@ -6,12 +6,16 @@
 //! on the same schedule. See `docs/simulator.md`.
 //!
 //! One module per job: `config` (what to simulate), `request` (reading a
-//! request), `script` (the per-request plan), `render` (the JSON), `stream`
-//! (the timed SSE body), `routes` (handlers), `server` (life cycle),
-//! `fault` (fault injection: kinds, the seeded draw, the connection kill switch).
+//! request), `script` (the per-request plan and its text), `render` (the
+//! JSON), `stream` (the timed SSE body), `full` (the non-streaming answer),
+//! `generate` (a generation request from bytes to answer), `routes`
+//! (routing), `server` (life cycle), `fault/` (fault injection: kinds and
+//! draw, counters, the connection kill switch, payload surgery, staged bodies).
 
 pub mod config;
 pub mod fault;
+mod full;
+mod generate;
 pub mod render;
 pub mod request;
 mod routes;

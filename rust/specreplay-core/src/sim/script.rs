@@ -57,6 +57,16 @@ pub const CONTENT_WORDS: [&str; 16] = [
     "get", "this", "one", "yes", "done",
 ];
 
+/// Where the text of the answer goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextLayout {
+    /// Reasoning and content apart (chat with a reasoning parser).
+    Split,
+    /// Everything as content; `think_tags` wraps the reasoning in
+    /// `<think>…</think>` (chat without a reasoning parser).
+    Inline { think_tags: bool },
+}
+
 /// One decode step: `tokens` tokens starting at token index `first`, all
 /// written in one chunk at `due_us` after the request arrived.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,9 +206,33 @@ impl Script {
 
     /// How many of `step`'s tokens belong to the reasoning phase.
     pub fn reasoning_in(&self, step: &Step) -> u32 {
-        self.reasoning_tokens
-            .saturating_sub(step.first)
-            .min(step.tokens)
+        self.reasoning_among(step.first, step.tokens)
+    }
+
+    /// How many of tokens `first..first + count` belong to the reasoning phase.
+    fn reasoning_among(&self, first: u32, count: u32) -> u32 {
+        self.reasoning_tokens.saturating_sub(first).min(count)
+    }
+
+    /// Appends the text of tokens `first..first + count` as `layout` says:
+    /// the reasoning part to `reasoning` and the rest to `content` (a server
+    /// with a reasoning parser), or all of it to `content`.
+    pub fn push_range(
+        &self,
+        first: u32,
+        count: u32,
+        layout: TextLayout,
+        reasoning: &mut String,
+        content: &mut String,
+    ) {
+        match layout {
+            TextLayout::Split => {
+                let in_reasoning = self.reasoning_among(first, count);
+                self.push_text(first, in_reasoning, false, reasoning);
+                self.push_text(first + in_reasoning, count - in_reasoning, false, content);
+            }
+            TextLayout::Inline { think_tags } => self.push_text(first, count, think_tags, content),
+        }
     }
 
     /// Appends the text of tokens `first..first + count` (one word with a

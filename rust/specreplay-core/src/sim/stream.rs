@@ -93,7 +93,7 @@ impl SseStream {
             start += f.stall;
         }
         let next = script.next_step();
-        let report_reasoning = render.endpoint == Endpoint::Chat && render.reasoning_key.is_some();
+        let report_reasoning = render.reports_reasoning();
         let trigger_from = script.total_tokens() / 2;
         let mut stream = SseStream {
             script,
@@ -157,25 +157,15 @@ impl SseStream {
             let usage = self.continuous_usage.then(|| self.usage(0, 0, false));
             self.render.role_chunk(&mut self.buf, usage);
         }
-        let in_reasoning = self.script.reasoning_in(&step);
         self.reasoning.clear();
         self.content.clear();
-        match self.render.reasoning_key.filter(|_| chat) {
-            Some(_) => {
-                self.script
-                    .push_text(step.first, in_reasoning, false, &mut self.reasoning);
-                self.script.push_text(
-                    step.first + in_reasoning,
-                    step.tokens - in_reasoning,
-                    false,
-                    &mut self.content,
-                );
-            }
-            // No reasoning parser: everything is content (with think tags in chat).
-            None => self
-                .script
-                .push_text(step.first, step.tokens, chat, &mut self.content),
-        }
+        self.script.push_range(
+            step.first,
+            step.tokens,
+            self.render.layout(),
+            &mut self.reasoning,
+            &mut self.content,
+        );
         let emitted = step.first + step.tokens;
         let usage = self.continuous_usage.then(|| self.usage(emitted, 0, false));
         let trigger = match self.fault_kind() {
