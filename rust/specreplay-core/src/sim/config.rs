@@ -64,6 +64,15 @@ pub struct SimConfig {
     pub send_timestamps: bool,
     /// Context length: the default output budget is `max_model_len - prompt_tokens`.
     pub max_model_len: u32,
+    /// The capacity model (continuous batching with a step cost that grows
+    /// with the batch, a KV-cache budget and a FIFO waiting queue). Absent:
+    /// every request runs on its own clock whatever else is in flight.
+    pub capacity: Option<Capacity>,
+    /// Reason before answering a fixed-length request too (`ignore_eos`, or
+    /// `min_tokens` at least the budget). Off: such a request, which asks
+    /// for a length rather than an answer (an imported trace's), gets only
+    /// answer tokens.
+    pub fixed_length_reasoning: bool,
     /// Fault injection: the fraction of generation requests that get each
     /// fault kind (each in `[0, 1]`, sum at most 1). Empty: no faults.
     pub faults: BTreeMap<FaultKind, f64>,
@@ -93,6 +102,8 @@ impl Default for SimConfig {
             spec_step_cost: 0.1,
             send_timestamps: false,
             max_model_len: 32768,
+            capacity: None,
+            fixed_length_reasoning: false,
             faults: BTreeMap::new(),
             fault_stall_ms: 2000.0,
             fault_slow_headers_ms: 2000.0,
@@ -101,6 +112,68 @@ impl Default for SimConfig {
         }
     }
 }
+
+/// The capacity model's limits and costs, vLLM's continuous batching in
+/// small (see "Capacity model" in docs/simulator.md).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Capacity {
+    /// Most sequences in one batch (vLLM's `--max-num-seqs`); the rest wait.
+    pub max_num_seqs: u32,
+    /// KV-cache budget in tokens; each running request holds its prompt plus
+    /// its whole answer. 0: no budget.
+    pub kv_cache_tokens: u64,
+    /// Extra decode-step time per running sequence beyond the first, as a
+    /// fraction of the one-sequence step.
+    pub batch_step_cost: f64,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Capacity {
+            max_num_seqs: 256,
+            kv_cache_tokens: 0,
+            batch_step_cost: 0.01,
+        }
+    }
+}
+
+impl Capacity {
+    /// Duration of a decode step with `decoding` sequences in the batch, µs:
+    /// `step_us × (1 + batch_step_cost × (decoding − 1))`; 0 with none.
+    pub fn decode_step_us(&self, step_us: u64, decoding: usize) -> u64 {
+        if decoding == 0 {
+            return 0;
+        }
+        let extra = self.batch_step_cost * (decoding - 1) as f64;
+        (step_us as f64 * (1.0 + extra)).round() as u64
+    }
+
+    /// The KV-cache budget, `None` when there is none.
+    pub fn kv_budget(&self) -> Option<u64> {
+        (self.kv_cache_tokens > 0).then_some(self.kv_cache_tokens)
+    }
+
+    fn validate(&self) -> Result<(), CoreError> {
+        if !(1..=MAX_NUM_SEQS).contains(&self.max_num_seqs) {
+            return Err(CoreError::config(
+                "capacity.max_num_seqs",
+                format!("must be in [1, {MAX_NUM_SEQS}], got {}", self.max_num_seqs),
+            ));
+        }
+        let c = self.batch_step_cost;
+        if !c.is_finite() || !(0.0..=100.0).contains(&c) {
+            return Err(CoreError::config(
+                "capacity.batch_step_cost",
+                format!("must be a number in [0, 100], got {c}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Largest accepted `capacity.max_num_seqs`.
+pub const MAX_NUM_SEQS: u32 = 1_000_000;
 
 /// Largest accepted `spec_draft_len` (real drafters propose a handful).
 pub const MAX_DRAFT_LEN: u32 = 64;
@@ -129,13 +202,14 @@ impl SimConfig {
                 .map_err(|e| e.to_string())
         };
         for (key, v) in &map {
-            if let (true, serde_json::Value::Object(kinds)) = (key == "faults", v) {
-                // One fault kind at a time: `faults.KIND` names the bad entry.
-                for (kind, fraction) in kinds {
+            let nested = key == "faults" || key == "capacity";
+            if let (true, serde_json::Value::Object(entries)) = (nested, v) {
+                // One entry at a time: `faults.KIND` or `capacity.KEY` names the bad one.
+                for (name, inner_value) in entries {
                     let mut inner = serde_json::Map::new();
-                    inner.insert(kind.clone(), fraction.clone());
+                    inner.insert(name.clone(), inner_value.clone());
                     one(key, &serde_json::Value::Object(inner))
-                        .map_err(|e| CoreError::config(format!("faults.{kind}"), e))?;
+                        .map_err(|e| CoreError::config(format!("{key}.{name}"), e))?;
                 }
             }
             one(key, v).map_err(|e| CoreError::config(key.as_str(), e))?;
@@ -212,6 +286,9 @@ impl SimConfig {
         if self.max_model_len == 0 {
             return Err(CoreError::config("max_model_len", "must be at least 1"));
         }
+        if let Some(capacity) = &self.capacity {
+            capacity.validate()?;
+        }
         self.validate_faults()
     }
 
@@ -285,6 +362,18 @@ impl SimConfig {
     pub fn prefill_us(&self, prompt_tokens: u32) -> u64 {
         (self.ttft_ms * 1000.0 + self.prefill_us_per_token * f64::from(prompt_tokens)).round()
             as u64
+    }
+
+    /// The prompt-dependent part of `prefill_us`: what a prefill costs the
+    /// capacity model's batch, µs.
+    pub fn prefill_compute_us(&self, prompt_tokens: u32) -> u64 {
+        (self.prefill_us_per_token * f64::from(prompt_tokens)).round() as u64
+    }
+
+    /// The fixed part of `prefill_us` (`ttft_ms`): under the capacity model,
+    /// the time before a request joins the waiting queue.
+    pub fn frontend_delay(&self) -> std::time::Duration {
+        std::time::Duration::from_micros((self.ttft_ms * 1000.0).round() as u64)
     }
 }
 
@@ -425,6 +514,44 @@ mod tests {
         // Fractions that add up to exactly 1 are fine.
         SimConfig::from_json(r#"{"faults": {"http_503": 0.7, "http_500": 0.2, "http_429": 0.1}}"#)
             .unwrap();
+    }
+
+    #[test]
+    fn capacity_is_read_and_validated() {
+        assert_eq!(SimConfig::default().capacity, None);
+        let c = SimConfig::from_json(r#"{"capacity": {}}"#).unwrap();
+        assert_eq!(c.capacity, Some(Capacity::default()));
+        let c = SimConfig::from_json(
+            r#"{"capacity": {"max_num_seqs": 8, "kv_cache_tokens": 4000, "batch_step_cost": 0.05}}"#,
+        )
+        .unwrap();
+        let cap = c.capacity.unwrap();
+        assert_eq!((cap.max_num_seqs, cap.kv_budget()), (8, Some(4000)));
+        assert_eq!(cap.decode_step_us(10_000, 0), 0);
+        assert_eq!(cap.decode_step_us(10_000, 1), 10_000);
+        assert_eq!(cap.decode_step_us(10_000, 5), 12_000);
+        for (json, field) in [
+            (r#"{"capacity": {"max_seqs": 8}}"#, "capacity.max_seqs"),
+            (
+                r#"{"capacity": {"max_num_seqs": 0}}"#,
+                "capacity.max_num_seqs",
+            ),
+            (
+                r#"{"capacity": {"max_num_seqs": -1}}"#,
+                "capacity.max_num_seqs",
+            ),
+            (
+                r#"{"capacity": {"batch_step_cost": -0.1}}"#,
+                "capacity.batch_step_cost",
+            ),
+            (r#"{"capacity": 8}"#, "capacity"),
+        ] {
+            assert_eq!(
+                field_of(SimConfig::from_json(json).unwrap_err()),
+                field,
+                "{json}"
+            );
+        }
     }
 
     #[test]

@@ -3,13 +3,13 @@
 //! "Fault injection" in docs/simulator.md).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::{header, Response, StatusCode};
 
 use super::fault::{self, ConnControl, FaultKind, StagedBody, StagedEnd};
 use super::generate::shutting_down;
+use super::pace::Pacer;
 use super::render::{self, Renderer, Usage};
 use super::routes::{json, SimBody};
 use super::script::Script;
@@ -22,16 +22,25 @@ pub(super) async fn answer(
     fault: Option<FaultKind>,
     render: Renderer,
     mut script: Script,
-    arrived: Instant,
+    mut pacer: Pacer,
 ) -> Response<SimBody> {
-    let mut last_due = 0;
-    while let Some(step) = script.next_step() {
-        last_due = step.due_us;
-    }
-    let deadline = arrived + Duration::from_micros(last_due);
-    tokio::select! {
-        _ = tokio::time::sleep_until(deadline.into()) => {}
-        _ = shared.shutdown_signal() => return shutting_down(),
+    let ready = async {
+        let mut deadline = None;
+        while let Some(paced) = pacer.next(&mut script).await {
+            deadline = Some(paced.at);
+        }
+        if let Some(at) = deadline {
+            tokio::time::sleep_until(at.into()).await;
+        }
+        deadline.is_some()
+    };
+    let answered = tokio::select! {
+        // No step at all: the engine stopped under it.
+        answered = ready => answered,
+        _ = shared.shutdown_signal() => false,
+    };
+    if !answered {
+        return shutting_down();
     }
     let reasoning_tokens = render
         .reports_reasoning()

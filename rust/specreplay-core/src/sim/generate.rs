@@ -15,6 +15,7 @@ use hyper::{header, Request, Response, StatusCode};
 
 use super::fault::{self, ConnControl, FaultKind, Forced, FAULT_HEADER};
 use super::full;
+use super::pace::Pacer;
 use super::render::Renderer;
 use super::request::{Endpoint, SimRequest};
 use super::routes::{error, SimBody};
@@ -56,10 +57,11 @@ pub(super) async fn generate(
         Err(answered) => return answered,
     };
     let render = renderer(shared, endpoint, &request, n);
+    let pacer = shared.pacer(&script, arrived);
     if request.stream {
-        stream(shared, control, fault, render, script, &request, arrived)
+        stream(shared, control, fault, render, script, pacer, &request)
     } else {
-        full::answer(shared, control, fault, render, script, arrived).await
+        full::answer(shared, control, fault, render, script, pacer).await
     }
 }
 
@@ -208,8 +210,8 @@ fn stream(
     fault: Option<FaultKind>,
     render: Renderer,
     script: Script,
+    pacer: Pacer,
     request: &SimRequest,
-    arrived: Instant,
 ) -> Response<SimBody> {
     let fault = fault.map(|kind| StreamFault {
         kind,
@@ -220,7 +222,7 @@ fn stream(
     let stream = SseStream::new(
         script,
         render,
-        arrived,
+        pacer,
         shared.shutdown_signal(),
         request.include_usage,
         request.continuous_usage,

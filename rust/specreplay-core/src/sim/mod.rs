@@ -13,9 +13,12 @@
 //! draw, counters, the connection kill switch, payload surgery, staged bodies).
 
 pub mod config;
+mod engine;
 pub mod fault;
 mod full;
 mod generate;
+pub mod metrics;
+mod pace;
 pub mod render;
 pub mod request;
 mod routes;
@@ -23,6 +26,6 @@ pub mod script;
 mod server;
 pub mod stream;
 
-pub use config::{ReasoningField, SimConfig};
+pub use config::{Capacity, ReasoningField, SimConfig};
 pub use fault::{FaultKind, FAULT_HEADER};
 pub use server::SimServer;

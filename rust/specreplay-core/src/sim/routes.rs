@@ -14,6 +14,7 @@ use hyper::{header, Method, Request, Response, StatusCode};
 
 use super::fault::{ConnControl, StagedBody};
 use super::generate::generate;
+use super::metrics;
 use super::render;
 use super::request::Endpoint;
 use super::server::Shared;
@@ -89,6 +90,14 @@ pub(crate) async fn handle(
             render::models_body(&shared.model, shared.created, shared.config.max_model_len),
         ),
         (Method::GET, "/sim/stats") => json(StatusCode::OK, shared.stats.to_json()),
+        (Method::GET, "/metrics") => {
+            let mut resp = Response::new(SimBody::Full(Some(shared.metrics.render().into())));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(metrics::CONTENT_TYPE),
+            );
+            resp
+        }
         (Method::POST, "/v1/chat/completions") => {
             generate(&shared, &control, Endpoint::Chat, req, arrived).await
         }
@@ -97,7 +106,12 @@ pub(crate) async fn handle(
         }
         (
             _,
-            "/health" | "/v1/models" | "/sim/stats" | "/v1/chat/completions" | "/v1/completions",
+            "/health"
+            | "/v1/models"
+            | "/sim/stats"
+            | "/metrics"
+            | "/v1/chat/completions"
+            | "/v1/completions",
         ) => error(
             StatusCode::METHOD_NOT_ALLOWED,
             "invalid_request_error",
