@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub use super::capacity::Capacity;
 use super::fault::FaultKind;
 use crate::error::CoreError;
 
@@ -112,68 +113,6 @@ impl Default for SimConfig {
         }
     }
 }
-
-/// The capacity model's limits and costs, vLLM's continuous batching in
-/// small (see "Capacity model" in docs/simulator.md).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Capacity {
-    /// Most sequences in one batch (vLLM's `--max-num-seqs`); the rest wait.
-    pub max_num_seqs: u32,
-    /// KV-cache budget in tokens; each running request holds its prompt plus
-    /// its whole answer. 0: no budget.
-    pub kv_cache_tokens: u64,
-    /// Extra decode-step time per running sequence beyond the first, as a
-    /// fraction of the one-sequence step.
-    pub batch_step_cost: f64,
-}
-
-impl Default for Capacity {
-    fn default() -> Self {
-        Capacity {
-            max_num_seqs: 256,
-            kv_cache_tokens: 0,
-            batch_step_cost: 0.01,
-        }
-    }
-}
-
-impl Capacity {
-    /// Duration of a decode step with `decoding` sequences in the batch, µs:
-    /// `step_us × (1 + batch_step_cost × (decoding − 1))`; 0 with none.
-    pub fn decode_step_us(&self, step_us: u64, decoding: usize) -> u64 {
-        if decoding == 0 {
-            return 0;
-        }
-        let extra = self.batch_step_cost * (decoding - 1) as f64;
-        (step_us as f64 * (1.0 + extra)).round() as u64
-    }
-
-    /// The KV-cache budget, `None` when there is none.
-    pub fn kv_budget(&self) -> Option<u64> {
-        (self.kv_cache_tokens > 0).then_some(self.kv_cache_tokens)
-    }
-
-    fn validate(&self) -> Result<(), CoreError> {
-        if !(1..=MAX_NUM_SEQS).contains(&self.max_num_seqs) {
-            return Err(CoreError::config(
-                "capacity.max_num_seqs",
-                format!("must be in [1, {MAX_NUM_SEQS}], got {}", self.max_num_seqs),
-            ));
-        }
-        let c = self.batch_step_cost;
-        if !c.is_finite() || !(0.0..=100.0).contains(&c) {
-            return Err(CoreError::config(
-                "capacity.batch_step_cost",
-                format!("must be a number in [0, 100], got {c}"),
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// Largest accepted `capacity.max_num_seqs`.
-pub const MAX_NUM_SEQS: u32 = 1_000_000;
 
 /// Largest accepted `spec_draft_len` (real drafters propose a handful).
 pub const MAX_DRAFT_LEN: u32 = 64;

@@ -12,6 +12,7 @@
 //! (routing), `server` (life cycle), `fault/` (fault injection: kinds and
 //! draw, counters, the connection kill switch, payload surgery, staged bodies).
 
+pub mod capacity;
 pub mod config;
 mod engine;
 pub mod fault;
