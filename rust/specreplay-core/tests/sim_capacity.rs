@@ -367,3 +367,50 @@ async fn reasoning_speculation_and_faults_work_inside_the_model() {
     assert_eq!((finished("stop"), finished("abort")), (3.0, 1.0));
     server.shutdown().await;
 }
+
+/// p99 TTFT (ms, client side) of a constant-rate run at `rate`.
+async fn p99_ttft_ms(config: &SimConfig, rate: f64, duration: Duration) -> f64 {
+    let server = start(config.clone()).await;
+    let replies = open_loop(
+        server.local_addr(),
+        &fixed_length(PROMPT, 10),
+        rate,
+        duration,
+        duration * 4,
+    )
+    .await;
+    server.shutdown().await;
+    let mut ttft: Vec<f64> = replies
+        .iter()
+        .map(|r| (r.chunks[0].read - r.sent).as_secs_f64() * 1000.0)
+        .collect();
+    ttft.sort_by(f64::total_cmp);
+    ttft[(ttft.len() * 99).div_ceil(100) - 1]
+}
+
+/// What a capacity search relies on: with constant arrivals of a fixed mix,
+/// p99 TTFT stays near its unloaded value up to the knee the config implies
+/// and climbs past it (the queue grows by (rate − knee) × run length), so
+/// the highest rate that holds `p99 TTFT < 60 ms` is within 10% of the knee.
+#[tokio::test]
+async fn p99_ttft_crosses_an_slo_at_the_knee() {
+    let config = SimConfig {
+        prefill_us_per_token: 100.0,
+        tpot_ms: 5.0,
+        ..config(Capacity {
+            max_num_seqs: 8,
+            kv_cache_tokens: 0,
+            batch_step_cost: 0.05,
+        })
+    };
+    // 10 tokens (9 steps after the first), 8 slots: 0.8 admitted and 7.2
+    // decoding per iteration, T = 5 ms × (1 + 0.05 × 6.2) + 1 ms × 0.8 =
+    // 7.35 ms, so the knee is 0.8 / 7.35 ms ≈ 108.8 req/s.
+    let knee = config.capacity.as_ref().unwrap().knee_rate(&config, 10, 10);
+    assert!((knee - 0.8 / 0.00735).abs() < 0.01, "{knee}");
+    let run = Duration::from_millis(1500);
+    let below = p99_ttft_ms(&config, 0.9 * knee, run).await;
+    let above = p99_ttft_ms(&config, 1.1 * knee, run).await;
+    assert!(below < 60.0, "p99 TTFT {below} ms at 0.9 × the knee");
+    assert!(above > 100.0, "p99 TTFT {above} ms at 1.1 × the knee");
+}
