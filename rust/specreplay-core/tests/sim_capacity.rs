@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use serde_json::Value;
-use sim_support::{chat, chat_with_fault, fixed_length, metric, scrape, start, Reply};
+use sim_support::{chat, chat_with_fault, finished, fixed_length, metric, scrape, start, Reply};
 use specreplay_core::sim::{Capacity, SimConfig};
 
 /// Ten prompt tokens: six words and the chat template's four.
@@ -26,6 +26,20 @@ fn config(capacity: Capacity) -> SimConfig {
         send_timestamps: true,
         capacity: Some(capacity),
         ..SimConfig::default()
+    }
+}
+
+/// The mix of the knee tests: 100 µs of prefill per prompt token, 5 ms
+/// steps, 5% more per extra sequence decoding, `slots` sequences at most.
+fn knee_config(slots: u32) -> SimConfig {
+    SimConfig {
+        prefill_us_per_token: 100.0,
+        tpot_ms: 5.0,
+        ..config(Capacity {
+            max_num_seqs: slots,
+            kv_cache_tokens: 0,
+            batch_step_cost: 0.05,
+        })
     }
 }
 
@@ -210,15 +224,7 @@ async fn throughput_saturates_at_the_computed_knee() {
     // slots, 5% per extra sequence: an iteration admits 0.2 and decodes 3.8
     // on average, lasting 5 ms × (1 + 0.05 × 2.8) + 1 ms × 0.2 = 5.9 ms, so
     // the knee is 0.2 / 5.9 ms ≈ 33.9 req/s.
-    let config = SimConfig {
-        prefill_us_per_token: 100.0,
-        tpot_ms: 5.0,
-        ..config(Capacity {
-            max_num_seqs: 4,
-            kv_cache_tokens: 0,
-            batch_step_cost: 0.05,
-        })
-    };
+    let config = knee_config(4);
     let knee = config.capacity.as_ref().unwrap().knee_rate(&config, 10, 20);
     assert!((knee - 0.2 / 0.0059).abs() < 0.01, "{knee}");
     let server = start(config).await;
@@ -253,15 +259,7 @@ async fn throughput_saturates_at_the_computed_knee() {
 
 #[tokio::test]
 async fn below_the_knee_nothing_waits() {
-    let config = SimConfig {
-        prefill_us_per_token: 100.0,
-        tpot_ms: 5.0,
-        ..config(Capacity {
-            max_num_seqs: 4,
-            kv_cache_tokens: 0,
-            batch_step_cost: 0.05,
-        })
-    };
+    let config = knee_config(4);
     let knee = config.capacity.as_ref().unwrap().knee_rate(&config, 10, 20);
     let server = start(config).await;
     let addr = server.local_addr();
@@ -357,14 +355,10 @@ async fn reasoning_speculation_and_faults_work_inside_the_model() {
 
     let page = scrape(addr).await;
     assert_eq!(metric(&page, "vllm:num_requests_running", &[]), 0.0);
-    let finished = |reason| {
-        metric(
-            &page,
-            "vllm:request_success_total",
-            &[("finished_reason", reason)],
-        )
-    };
-    assert_eq!((finished("stop"), finished("abort")), (3.0, 1.0));
+    assert_eq!(
+        (finished(&page, "stop"), finished(&page, "abort")),
+        (3.0, 1.0)
+    );
     server.shutdown().await;
 }
 
@@ -394,15 +388,7 @@ async fn p99_ttft_ms(config: &SimConfig, rate: f64, duration: Duration) -> f64 {
 /// the highest rate that holds `p99 TTFT < 60 ms` is within 10% of the knee.
 #[tokio::test]
 async fn p99_ttft_crosses_an_slo_at_the_knee() {
-    let config = SimConfig {
-        prefill_us_per_token: 100.0,
-        tpot_ms: 5.0,
-        ..config(Capacity {
-            max_num_seqs: 8,
-            kv_cache_tokens: 0,
-            batch_step_cost: 0.05,
-        })
-    };
+    let config = knee_config(8);
     // 10 tokens (9 steps after the first), 8 slots: 0.8 admitted and 7.2
     // decoding per iteration, T = 5 ms × (1 + 0.05 × 6.2) + 1 ms × 0.8 =
     // 7.35 ms, so the knee is 0.8 / 7.35 ms ≈ 108.8 req/s.

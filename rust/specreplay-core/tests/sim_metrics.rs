@@ -7,7 +7,7 @@ mod sim_support;
 
 use std::time::Duration;
 
-use sim_support::{chat, fixed_length, metric, scrape, start, Reply};
+use sim_support::{chat, finished, fixed_length, metric, scrape, start, Reply};
 use specreplay_core::sim::SimConfig;
 
 #[tokio::test]
@@ -132,17 +132,10 @@ async fn gauges_and_finishes_follow_the_requests() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let page = scrape(addr).await;
     assert_eq!(metric(&page, "vllm:num_requests_running", &[]), 0.0);
-    let finished = |reason| {
-        metric(
-            &page,
-            "vllm:request_success_total",
-            &[("finished_reason", reason)],
-        )
-    };
     // ignore_eos runs to the budget: `length`, as vLLM says.
-    assert_eq!(finished("length"), 5.0);
-    assert_eq!(finished("stop"), 0.0);
-    assert_eq!(finished("abort"), 1.0);
+    assert_eq!(finished(&page, "length"), 5.0);
+    assert_eq!(finished(&page, "stop"), 0.0);
+    assert_eq!(finished(&page, "abort"), 1.0);
     // Chat prompts: the words and the template's four tokens each.
     assert_eq!(
         metric(&page, "vllm:prompt_tokens_total", &[]),

@@ -165,3 +165,12 @@ pub fn metric(page: &HashMap<String, f64>, name: &str, labels: &[(&str, &str)]) 
         .get(&key)
         .unwrap_or_else(|| panic!("{key} not on the page: {page:?}"))
 }
+
+/// `vllm:request_success_total` for one finish reason.
+pub fn finished(page: &HashMap<String, f64>, reason: &str) -> f64 {
+    metric(
+        page,
+        "vllm:request_success_total",
+        &[("finished_reason", reason)],
+    )
+}
