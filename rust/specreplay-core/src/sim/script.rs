@@ -68,7 +68,8 @@ pub enum TextLayout {
 }
 
 /// One decode step: `tokens` tokens starting at token index `first`, all
-/// written in one chunk at `due_us` after the request arrived.
+/// written in one chunk. On the request's own clock it is due `due_us` after
+/// the request arrived; under the capacity model the engine decides when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Step {
     pub index: u32,

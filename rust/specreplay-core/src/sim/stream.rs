@@ -15,7 +15,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use std::sync::Arc;
@@ -249,6 +249,49 @@ impl SseStream {
             .text_chunk(&mut self.buf, &self.reasoning, &self.content, finish, usage);
     }
 
+    /// The next step once it is due: taken from the pacer, then held until
+    /// its time. `None` when the pacer has no more (the engine stopped).
+    fn poll_due(&mut self, cx: &mut Context<'_>) -> Poll<Option<Step>> {
+        if self.next.is_none() {
+            let Some(pacer) = self.pacer.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match ready!(pacer.poll_next(&mut self.script, cx)) {
+                Some(paced) => self.arm(paced),
+                None => return Poll::Ready(None),
+            }
+        }
+        ready!(self.sleep.as_mut().poll(cx));
+        Poll::Ready(self.next.take())
+    }
+
+    /// A `reset_mid_stream` stream after its trigger: flush, reset, linger, end.
+    fn poll_dying(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        ready!(self.sleep.as_mut().poll(cx));
+        if self.dying == Dying::Resetting {
+            if let Some(f) = &self.fault {
+                f.control.reset();
+            }
+            // The request is gone: out of the batch, counted as aborted.
+            self.pacer = None;
+            self.dying = Dying::Dead;
+            let at = tokio::time::Instant::now() + fault::DEAD_LINGER;
+            self.sleep.as_mut().reset(at);
+            // Poll once so the timer holds our waker.
+            ready!(self.sleep.as_mut().poll(cx));
+        }
+        self.done = true;
+        Poll::Ready(None)
+    }
+
+    /// What was rendered since the last frame.
+    fn frame(&mut self) -> Frame<Bytes> {
+        Frame::data(self.buf.split().freeze())
+    }
+
     /// The server is going away: a last chunk with `finish_reason: "abort"` (vLLM's word).
     fn render_abort(&mut self) {
         let usage = self
@@ -273,71 +316,28 @@ impl Body for SseStream {
         if this.done {
             return Poll::Ready(None);
         }
-        match this.dying {
-            Dying::Alive => {}
-            Dying::Resetting => {
-                if this.sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                if let Some(f) = &this.fault {
-                    f.control.reset();
-                }
-                // The request is gone: out of the batch, counted as aborted.
-                this.pacer = None;
-                this.dying = Dying::Dead;
-                let at = tokio::time::Instant::now() + fault::DEAD_LINGER;
-                this.sleep.as_mut().reset(at);
-                // Poll once so the timer holds our waker.
-                if this.sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                this.done = true;
-                return Poll::Ready(None);
-            }
-            Dying::Dead => {
-                if this.sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                this.done = true;
-                return Poll::Ready(None);
-            }
+        if this.dying != Dying::Alive {
+            return this.poll_dying(cx);
         }
         if this.shutdown.as_mut().poll(cx).is_ready() {
             this.render_abort();
-        } else {
-            if this.next.is_none() {
-                let Some(pacer) = this.pacer.as_mut() else {
-                    this.done = true;
-                    return Poll::Ready(None);
-                };
-                match pacer.poll_next(&mut this.script, cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Some(paced)) => this.arm(paced),
-                    // The engine stopped before the answer ended.
-                    Poll::Ready(None) => {
-                        this.render_abort();
-                        return Poll::Ready(Some(Ok(Frame::data(this.buf.split().freeze()))));
-                    }
-                }
-            }
-            if this.sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            let Some(step) = this.next.take() else {
-                this.done = true;
-                return Poll::Ready(None);
-            };
-            if this.fault_kind() == Some(FaultKind::ResetMidStream) && this.is_trigger(&step) {
-                // Everything before this step is out; this step never is.
-                this.triggered = true;
-                this.dying = Dying::Resetting;
-                let at = tokio::time::Instant::now() + fault::RESET_FLUSH;
-                this.sleep.as_mut().reset(at);
-                return Pin::new(this).poll_frame(cx);
-            }
-            this.render_step(step);
+            return Poll::Ready(Some(Ok(this.frame())));
         }
-        Poll::Ready(Some(Ok(Frame::data(this.buf.split().freeze()))))
+        let Some(step) = ready!(this.poll_due(cx)) else {
+            // The engine stopped before the answer ended.
+            this.render_abort();
+            return Poll::Ready(Some(Ok(this.frame())));
+        };
+        if this.fault_kind() == Some(FaultKind::ResetMidStream) && this.is_trigger(&step) {
+            // Everything before this step is out; this step never is.
+            this.triggered = true;
+            this.dying = Dying::Resetting;
+            let at = tokio::time::Instant::now() + fault::RESET_FLUSH;
+            this.sleep.as_mut().reset(at);
+            return this.poll_dying(cx);
+        }
+        this.render_step(step);
+        Poll::Ready(Some(Ok(this.frame())))
     }
 
     fn is_end_stream(&self) -> bool {
