@@ -247,6 +247,7 @@ fn knee_mode() {
             max_num_seqs: 8,
             kv_cache_tokens: 0,
             batch_step_cost: 0.05,
+            ..Capacity::default()
         }),
         ..SimConfig::default()
     };
@@ -297,6 +298,7 @@ fn main() {
                 max_num_seqs: specreplay_core::sim::capacity::MAX_NUM_SEQS,
                 kv_cache_tokens: 0,
                 batch_step_cost: 0.0,
+                ..Capacity::default()
             });
         } else if args[i] == "--tpot-ms" {
             tpot_ms = args

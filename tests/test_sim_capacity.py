@@ -115,13 +115,14 @@ def post(url: str, body: dict[str, object]) -> dict[str, Any]:
 
 
 def test_cli_serve_capacity_and_fixed_length_flags() -> None:
-    flags = ("--max-num-seqs", "2", "--kv-cache-tokens", "1000", "--batch-step-cost", "0.2", "--fixed-length-reasoning", "--tpot-ms", "1")
+    flags = ("--max-num-seqs", "2", "--kv-cache-tokens", "1000", "--batch-step-cost", "0.2", "--no-prefix-caching", "--fixed-length-reasoning", "--tpot-ms", "1")
     with serving(*flags) as url:
         with urllib.request.urlopen(f"{url.removesuffix('/v1')}/metrics", timeout=10) as resp:
             assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
             page = resp.read().decode()
         assert "# TYPE vllm:num_requests_waiting gauge" in page
         assert 'vllm:kv_cache_usage_perc{engine="0",model_name="specreplay-sim"} 0' in page
+        assert "prefix_cache" not in page  # --no-prefix-caching
         # --kv-cache-tokens reached the server: a request larger than the cache is refused.
         with pytest.raises(urllib.error.HTTPError) as err:
             post(url, {"messages": prompt(0), "max_tokens": 2000, "ignore_eos": True})

@@ -24,7 +24,7 @@ REASONING_FIELDS = ("reasoning_content", "reasoning", "none")
 # Config keys that hold a table; a flag replaces one entry and keeps the file's others.
 NESTED = ("faults", "capacity")
 # The flags of the `capacity` table's keys.
-CAPACITY_FLAGS = ("max_num_seqs", "kv_cache_tokens", "batch_step_cost")
+CAPACITY_FLAGS = ("max_num_seqs", "kv_cache_tokens", "batch_step_cost", "prefix_caching")
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
@@ -120,6 +120,7 @@ def wait_for_interrupt() -> None:
 @click.option("--max-num-seqs", type=int, help="Capacity model: most sequences in a batch (turns the model on).")
 @click.option("--kv-cache-tokens", type=int, help="Capacity model: KV-cache budget in tokens (0 = none).")
 @click.option("--batch-step-cost", type=float, help="Capacity model: extra step time per running sequence, as a fraction of tpot.")
+@click.option("--prefix-caching/--no-prefix-caching", default=None, help="Capacity model: reuse cached prompt prefixes (on by default).")
 @click.option(
     "--fault",
     "faults",

@@ -21,6 +21,9 @@ pub struct Capacity {
     /// Extra decode-step time per running sequence beyond the first, as a
     /// fraction of the one-sequence step.
     pub batch_step_cost: f64,
+    /// Reuse the prompt blocks of earlier requests (vLLM's automatic prefix
+    /// caching, on by default there too): a cached prefix costs no prefill.
+    pub prefix_caching: bool,
 }
 
 impl Default for Capacity {
@@ -29,6 +32,7 @@ impl Default for Capacity {
             max_num_seqs: 256,
             kv_cache_tokens: 0,
             batch_step_cost: 0.01,
+            prefix_caching: true,
         }
     }
 }
@@ -47,6 +51,12 @@ impl Capacity {
     /// The KV-cache budget, `None` when there is none.
     pub fn kv_budget(&self) -> Option<u64> {
         (self.kv_cache_tokens > 0).then_some(self.kv_cache_tokens)
+    }
+
+    /// Tokens the prefix cache keeps: the KV budget (cached blocks live in
+    /// the cache's free space), else 16 Mi tokens.
+    pub fn prefix_cache_tokens(&self) -> u64 {
+        self.kv_budget().unwrap_or(16 << 20)
     }
 
     /// The knee: the highest arrival rate (requests/s) the server sustains
@@ -114,6 +124,7 @@ mod tests {
             max_num_seqs: 4,
             kv_cache_tokens: 0,
             batch_step_cost: 0.05,
+            prefix_caching: true,
         };
         // 20 tokens: 19 steps, 0.2 admitted and 3.8 decoding per iteration;
         // T = 10 ms × (1 + 0.05 × 2.8) + 1 ms × 0.2 = 11.6 ms.

@@ -461,11 +461,12 @@ mod tests {
         let c = SimConfig::from_json(r#"{"capacity": {}}"#).unwrap();
         assert_eq!(c.capacity, Some(Capacity::default()));
         let c = SimConfig::from_json(
-            r#"{"capacity": {"max_num_seqs": 8, "kv_cache_tokens": 4000, "batch_step_cost": 0.05}}"#,
+            r#"{"capacity": {"max_num_seqs": 8, "kv_cache_tokens": 4000, "batch_step_cost": 0.05, "prefix_caching": false}}"#,
         )
         .unwrap();
         let cap = c.capacity.unwrap();
         assert_eq!((cap.max_num_seqs, cap.kv_budget()), (8, Some(4000)));
+        assert!(!cap.prefix_caching && Capacity::default().prefix_caching);
         assert_eq!(cap.decode_step_us(10_000, 0), 0);
         assert_eq!(cap.decode_step_us(10_000, 1), 10_000);
         assert_eq!(cap.decode_step_us(10_000, 5), 12_000);
@@ -484,6 +485,10 @@ mod tests {
                 "capacity.batch_step_cost",
             ),
             (r#"{"capacity": 8}"#, "capacity"),
+            (
+                r#"{"capacity": {"prefix_caching": "yes"}}"#,
+                "capacity.prefix_caching",
+            ),
         ] {
             assert_eq!(
                 field_of(SimConfig::from_json(json).unwrap_err()),

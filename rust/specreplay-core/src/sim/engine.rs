@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 use super::config::{Capacity, SimConfig};
 use super::metrics::Metrics;
 use super::pace::Paced;
+use super::prefix::PrefixCache;
 use super::script::Script;
 use super::stream::ShutdownSignal;
 
@@ -32,6 +33,8 @@ pub struct Job {
     pub ready_at: Instant,
     /// The engine's copy of the plan: it draws the steps.
     pub script: Script,
+    /// The prompt's full blocks, for the prefix cache.
+    pub prefix_blocks: Vec<u64>,
     /// Where its steps go; closed when the client has gone.
     pub steps: mpsc::UnboundedSender<Paced>,
 }
@@ -59,6 +62,9 @@ impl EngineHandle {
         let engine = Engine {
             step_us: config.step_us(),
             config: config.clone(),
+            prefix: capacity
+                .prefix_caching
+                .then(|| PrefixCache::new(capacity.prefix_cache_tokens())),
             capacity,
             metrics,
             arriving: Vec::new(),
@@ -91,6 +97,7 @@ struct Engine {
     /// The config, for the prefill cost of a prompt.
     config: SimConfig,
     capacity: Capacity,
+    prefix: Option<PrefixCache>,
     metrics: Arc<Metrics>,
     /// Submitted, still in their frontend delay.
     arriving: Vec<Job>,
@@ -180,7 +187,13 @@ impl Engine {
             let job = self.waiting.pop_front().expect("the head exists");
             let prompt = job.script.prompt_tokens;
             self.metrics.count_prompt(prompt);
-            prefill_us += self.config.prefill_compute_us(prompt);
+            let cached = match &mut self.prefix {
+                // As in vLLM, the last prompt token is always computed.
+                Some(cache) => cache.admit(&job.prefix_blocks).min(prompt - 1),
+                None => 0,
+            };
+            self.metrics.count_prefix(prompt, cached);
+            prefill_us += self.config.prefill_compute_us(prompt - cached);
             self.kv_used += kv;
             self.running.push(Running {
                 job,

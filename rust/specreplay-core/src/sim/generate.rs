@@ -44,7 +44,7 @@ pub(super) async fn generate(
 ) -> Response<SimBody> {
     let Admitted {
         forced,
-        request,
+        mut request,
         script,
     } = match admit(shared, endpoint, req).await {
         Ok(admitted) => admitted,
@@ -57,7 +57,8 @@ pub(super) async fn generate(
         Err(answered) => return answered,
     };
     let render = renderer(shared, endpoint, &request, n);
-    let pacer = shared.pacer(&script, arrived);
+    let prefix_blocks = std::mem::take(&mut request.prefix_blocks);
+    let pacer = shared.pacer(&script, prefix_blocks, arrived);
     if request.stream {
         stream(shared, control, fault, render, script, pacer, &request)
     } else {

@@ -45,6 +45,9 @@ pub struct Metrics {
     running: IntGauge,
     waiting: IntGauge,
     kv_usage: Gauge,
+    /// `vllm:prefix_cache_queries_total` and `..._hits_total` (tokens), when
+    /// the capacity model caches prefixes.
+    prefix: Option<(IntCounter, IntCounter)>,
     spec: Option<SpecCounters>,
 }
 
@@ -121,6 +124,21 @@ impl Metrics {
                 "KV-cache usage. 1 means 100 percent usage.",
             ))
             .expect("a valid metric definition"),
+            prefix: config
+                .capacity
+                .as_ref()
+                .filter(|c| c.prefix_caching)
+                .map(|_| {
+                    let queries = counter(&opts(
+                        "vllm:prefix_cache_queries_total",
+                        "Prefix cache queries, in terms of number of queried tokens.",
+                    ));
+                    let hits = counter(&opts(
+                        "vllm:prefix_cache_hits_total",
+                        "Prefix cache hits, in terms of number of cached tokens.",
+                    ));
+                    (queries, hits)
+                }),
             spec,
             registry,
         };
@@ -137,6 +155,10 @@ impl Metrics {
             Box::new(self.generation_tokens.clone()),
             Box::new(self.success.clone()),
         ];
+        if let Some((queries, hits)) = &self.prefix {
+            all.push(Box::new(queries.clone()));
+            all.push(Box::new(hits.clone()));
+        }
         if let Some(spec) = &self.spec {
             all.push(Box::new(spec.drafts.clone()));
             all.push(Box::new(spec.draft_tokens.clone()));
@@ -153,6 +175,15 @@ impl Metrics {
     /// A prompt went through prefill.
     pub fn count_prompt(&self, tokens: u32) {
         self.prompt_tokens.inc_by(u64::from(tokens));
+    }
+
+    /// The prefix cache was asked for `queried` prompt tokens and held
+    /// `cached` of them.
+    pub fn count_prefix(&self, queried: u32, cached: u32) {
+        if let Some((queries, hits)) = &self.prefix {
+            queries.inc_by(u64::from(queried));
+            hits.inc_by(u64::from(cached));
+        }
     }
 
     /// A decode step ran: its tokens, and its drafts when it verified some.

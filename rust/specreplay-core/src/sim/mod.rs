@@ -20,6 +20,7 @@ mod full;
 mod generate;
 pub mod metrics;
 mod pace;
+pub mod prefix;
 pub mod render;
 pub mod request;
 mod routes;

@@ -299,6 +299,7 @@ mod tests {
             ignore_eos: false,
             prompt_tokens: 10,
             prompt_hash: 42,
+            prefix_blocks: Vec::new(),
         }
     }
 

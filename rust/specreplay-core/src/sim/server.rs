@@ -46,7 +46,7 @@ impl Shared {
 
     /// What paces a request that arrived at `arrived`: its own clock, or the
     /// engine's batch (the request is submitted to it now).
-    pub fn pacer(&self, script: &Script, arrived: Instant) -> Pacer {
+    pub fn pacer(&self, script: &Script, prefix_blocks: Vec<u64>, arrived: Instant) -> Pacer {
         let Some(engine) = &self.engine else {
             return Pacer::own(arrived, script, self.metrics.clone());
         };
@@ -54,6 +54,7 @@ impl Shared {
         engine.submit(Job {
             ready_at: arrived + self.config.frontend_delay(),
             script: script.clone(),
+            prefix_blocks,
             steps,
         });
         // A stopped engine drops the job: the pacer then ends the answer.
