@@ -77,9 +77,10 @@ impl EngineHandle {
         EngineHandle(tx)
     }
 
-    /// Queues `job`; false if the engine has stopped.
-    pub fn submit(&self, job: Job) -> bool {
-        self.0.send(job).is_ok()
+    /// Queues `job`. A stopped engine drops it, and with it the sender of
+    /// its steps: the request's pacer then ends the answer.
+    pub fn submit(&self, job: Job) {
+        let _ = self.0.send(job);
     }
 }
 

@@ -57,7 +57,6 @@ impl Shared {
             prefix_blocks,
             steps,
         });
-        // A stopped engine drops the job: the pacer then ends the answer.
         Pacer::engine(rx, script, self.metrics.clone())
     }
 }
