@@ -1,7 +1,7 @@
 """Type stubs of the Rust extension `specreplay._core` (checked by mypy stubtest)."""
 
 from types import TracebackType
-from typing import Any, final
+from typing import Any, ClassVar, final
 
 from specreplay.errors import ConfigError as ConfigError
 from specreplay.errors import EngineError as EngineError
@@ -31,6 +31,16 @@ class EngineRun:
 
 def decode_response(api: str, body: bytes, content_type: str) -> dict[str, int | str | bool | None]:
     """Usage, finish reason, error and completeness of one recorded response."""
+
+@final
+class Filler:
+    """Prompt text synthesized from block ids (docs/trace-format.md, `prompt_blocks`)."""
+
+    MAX_TOKENS: ClassVar[int]
+    def __new__(cls, words: list[str] | None = None) -> Filler: ...
+    @property
+    def words(self) -> list[str]: ...
+    def text(self, tokens: int, block_size: int, hash_ids: list[int], seed: int = 0) -> str: ...
 
 def start_point(spec_json: str, requests: list[tuple[str, str, str, bytes, float]]) -> EngineRun: ...
 

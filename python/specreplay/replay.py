@@ -24,7 +24,7 @@ from specreplay.config import Point, ReplayConfig
 from specreplay.errors import ConfigError
 from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
-from specreplay.shaping import auth_headers, base_url, prepare, redact_url
+from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url
 from specreplay.target import Target, preflight, probe_usage, start_embedded
 from specreplay.trace import APIS, Trace, load_trace
 
@@ -106,7 +106,7 @@ def _probe_continuous_usage(config: ReplayConfig, trace: Trace, target: Target, 
     if first is None:
         return
     url = base_url(target.url) + APIS[first.api][0]
-    body = dict(first.body)
+    body = body_with_prompt(first)
     if target.model or config.model:
         body["model"] = config.model or target.model
     probe = probe_usage(url, body, headers)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specreplay.errors import ConfigError
-from specreplay.shaping import base_url, redact_url
+from specreplay.shaping import base_url, clamp_to_budget, redact_url
 
 PREFLIGHT_TIMEOUT_S = 10.0
 
@@ -98,6 +98,7 @@ def probe_usage(url: str, body: dict[str, Any], headers: list[tuple[str, str]]) 
     probe = dict(body)
     probe.update({"stream": True, "max_tokens": 1, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
     probe.pop("max_completion_tokens", None)
+    clamp_to_budget(probe, 1)  # an imported trace's min_tokens would make it a 400
     req = urllib.request.Request(
         url,
         data=json.dumps(probe).encode(),

@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 mod arrow_export;
 mod decode;
 mod errors;
+mod prompt;
 mod proxy;
 mod replay;
 mod runtime;
@@ -23,6 +24,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<sim::SimServer>()?;
     m.add_class::<proxy::CaptureProxy>()?;
+    m.add_class::<prompt::Filler>()?;
     Ok(())
 }
 
