@@ -71,6 +71,9 @@ def test_sim_and_proxy_typed_dicts_name_exactly_the_core_fields() -> None:
         _core.SimServer(config={"__nope__": 1})  # type: ignore[typeddict-unknown-key]
     assert accepted_keys(str(err.value)) == stub_keys("SimConfig")
     with pytest.raises(ConfigError) as err:
+        _core.SimServer(config={"capacity": {"__nope__": 1}})  # type: ignore[typeddict-unknown-key]
+    assert accepted_keys(str(err.value)) == stub_keys("SimCapacity")
+    with pytest.raises(ConfigError) as err:
         _core.CaptureProxy({"upstream": "http://127.0.0.1:9", "__nope__": 1})  # type: ignore[typeddict-unknown-key]
     assert accepted_keys(str(err.value)) == stub_keys("ProxyConfig")
 

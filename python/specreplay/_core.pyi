@@ -90,11 +90,23 @@ class SimConfig(TypedDict, total=False):
     spec_step_cost: float
     send_timestamps: bool
     max_model_len: int
+    capacity: SimCapacity
+    fixed_length_reasoning: bool
     faults: dict[str, float]
     fault_stall_ms: float
     fault_slow_headers_ms: float
     fault_retry_after_s: int
     fault_oversized_bytes: int
+
+@type_check_only
+class SimCapacity(TypedDict, total=False):
+    """The simulator's capacity model (rust/specreplay-core/src/sim/capacity.rs
+    `Capacity`); `{}` turns it on with the defaults."""
+
+    max_num_seqs: int
+    kv_cache_tokens: int
+    batch_step_cost: float
+    prefix_caching: bool
 
 @type_check_only
 class ProxyConfig(TypedDict):
