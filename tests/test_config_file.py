@@ -146,7 +146,8 @@ def test_single_run_round_trip_keeps_every_field(tmp_path: Path) -> None:
     config = ReplayConfig.from_mapping(
         {"trace": REASONING, "rate": [2.0, 4.0], "arrival": "gamma", "burstiness": 0.5, "seed": 9, "max_tokens": 64,
          "ignore_eos": True, "extra_body": {"temperature": 0}, "headers": {"X-Team": "a"}, "label": "x",
-         "sim": {"tpot_ms": 3}, "thresholds": {"max_error_rate": 0.05}, "warmup": 1, "timeout": 30.0}
+         "sim": {"tpot_ms": 3}, "thresholds": {"max_error_rate": 0.05}, "warmup": 1, "timeout": 30.0,
+         "think_time": "exp:2", "think_time_scale": 0.5}
     )
     text = to_toml([config])
     [back] = load_config_file(write(tmp_path, text), {})

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from specreplay._core import is_secret_header
+from specreplay.distributions import Dist
 from specreplay.errors import ConfigError
 
 #: Arrival processes of the open loop (the engine's `Arrival`).
@@ -71,6 +72,10 @@ class ReplayConfig:
     continuous_usage: bool = True
     sim: dict[str, Any] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=dict)
+    #: Think time of a session's later turn where the trace knows none:
+    #: fixed seconds or a distribution (`specreplay.sessions`).
+    think_time: str | None = None
+    think_time_scale: float = 1.0
     #: Set by the probe before a run when the server is llama.cpp: requests
     #: then ask for `timings_per_token` (its per-chunk token counts). Not an
     #: option: never read from a file, never written.
@@ -106,6 +111,9 @@ class ReplayConfig:
         if trace_has_arrivals:
             return [Point("speedup", 1.0)]
         raise ConfigError("this trace has no arrival times: give --rate R or --concurrency N")
+
+    def think_time_dist(self) -> Dist | None:
+        return None if self.think_time is None else Dist.parse(self.think_time, "think_time", allow_zero=True)
 
     def resolve_api_key(self, environ: Mapping[str, str] | None = None) -> None:
         """Reads the API key from the environment variable `api_key_env`."""
@@ -155,7 +163,7 @@ def _type_name(value: Any) -> str:
 
 @dataclass(frozen=True)
 class FieldSpec:
-    kind: str  # str | url | int | float | bool | list[float] | list[int] | table | str_table
+    kind: str  # str | url | int | float | bool | list[float] | list[int] | table | str_table | dist
     optional: bool = False
     minimum: float | None = None  # inclusive lower bound
     positive: bool = False
@@ -188,6 +196,10 @@ class FieldSpec:
                 raise ConfigError(f"{where}: expected a string, got {_type_name(value)} ({value!r})")
             self.check(where, value)
             return value
+        if kind == "dist":  # fixed seconds (a number) or a distribution (a string)
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise ConfigError(f"{where}: expected seconds or a distribution such as exp:2, got {_type_name(value)} ({value!r})")
+            return str(Dist.parse(str(value), where, allow_zero=True))
         if kind in ("table", "str_table"):
             if isinstance(value, list) and kind == "str_table":  # [["Name", "value"], …]
                 value = dict(value)
@@ -215,6 +227,8 @@ class FieldSpec:
                 raise ConfigError(f"{where}: must be positive, got {value:g}")
             if self.minimum is not None and value < self.minimum:
                 raise ConfigError(f"{where}: must be at least {self.minimum:g}, got {value:g}")
+        if self.kind == "dist":
+            Dist.parse(str(value), where, allow_zero=True)
         if self.kind == "url" and not str(value).startswith(("http://", "https://")):
             raise ConfigError(f"{where}: expected an http:// or https:// URL, got {value!r}")
 
@@ -246,4 +260,6 @@ FIELDS: dict[str, FieldSpec] = {
     "continuous_usage": FieldSpec("bool"),
     "sim": FieldSpec("table"),
     "thresholds": FieldSpec("table"),
+    "think_time": FieldSpec("dist", optional=True),
+    "think_time_scale": FieldSpec("float", minimum=0),
 }

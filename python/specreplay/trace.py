@@ -29,8 +29,8 @@ APIS: dict[str, tuple[str, str]] = {
 MAX_LINE_BYTES = 64 << 20
 
 _KNOWN_FIELDS = {
-    "id", "arrival", "api", "path", "body", "prompt_blocks", "session_id", "expected_output_tokens", "approximate",
-    "response",
+    "id", "arrival", "api", "path", "body", "prompt_blocks", "session_id", "think_time", "expected_output_tokens",
+    "approximate", "response",
 }
 _PROMPT_BLOCKS_FIELDS = ("tokens", "block_size", "hash_ids", "seed")
 #: Block ids and seeds are unsigned 64-bit integers (the Rust synthesis's key).
@@ -74,6 +74,10 @@ class TraceRecord:
     body: dict[str, Any]
     arrival: float | None = None
     session_id: str | None = None
+    #: Seconds the user took between the answer to the session's previous
+    #: turn and this request, as recorded or synthesized (docs/trace-format.md,
+    #: "Sessions"); only on a later turn of a session.
+    think_time: float | None = None
     expected_output_tokens: int | None = None
     #: The request path as captured, only when it is not the API's default
     #: (`/v1` + `APIS[api][0]`). Informational: replay sends to `--url` + the API's path.
@@ -97,6 +101,8 @@ class TraceRecord:
             out["path"] = self.path
         if self.session_id is not None:
             out["session_id"] = self.session_id
+        if self.think_time is not None:
+            out["think_time"] = self.think_time
         if self.expected_output_tokens is not None:
             out["expected_output_tokens"] = self.expected_output_tokens
         if self.approximate:
@@ -163,6 +169,13 @@ def _parse_record(path: str, line_no: int, obj: Any) -> TraceRecord:
     if session is not None and not isinstance(session, (str, int)):
         raise fail("session_id", "must be a string")
 
+    think = obj.get("think_time")
+    if think is not None:
+        if not isinstance(think, (int, float)) or isinstance(think, bool) or not math.isfinite(think) or think < 0:
+            raise fail("think_time", f"must be a non-negative number of seconds, got {think!r}")
+        if session is None:
+            raise fail("think_time", "given without session_id (it is the pause before a session's next turn)")
+
     expected = obj.get("expected_output_tokens")
     if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool) or expected < 0):
         raise fail("expected_output_tokens", f"must be a non-negative integer, got {expected!r}")
@@ -185,6 +198,7 @@ def _parse_record(path: str, line_no: int, obj: Any) -> TraceRecord:
         body=body,
         arrival=float(arrival) if arrival is not None else None,
         session_id=str(session) if session is not None else None,
+        think_time=float(think) if think is not None else None,
         expected_output_tokens=expected,
         path=req_path,
         approximate=approximate,
@@ -269,6 +283,7 @@ def load_trace(path: str | Path) -> Trace:
     trace = Trace(path=name)
     digest = hashlib.sha256()
     seen: dict[str, int] = {}
+    sessions: set[str] = set()
     for line_no, raw in read_lines(p):
         digest.update(raw)
         text = raw.strip()
@@ -284,6 +299,12 @@ def load_trace(path: str | Path) -> Trace:
         if rec.id in seen:
             raise TraceError(name, line_no, "id", f"duplicate id {rec.id!r} (first on line {seen[rec.id]})")
         seen[rec.id] = line_no
+        if rec.session_id is not None:
+            if rec.think_time is not None and rec.session_id not in sessions:
+                raise TraceError(
+                    name, line_no, "think_time", f"on the first turn of session {rec.session_id!r} (no turn before it to think after)"
+                )
+            sessions.add(rec.session_id)
         if trace.records:
             prev = trace.records[-1]
             if (rec.arrival is None) != (prev.arrival is None):

@@ -216,6 +216,8 @@ class ListOptionsCommand(click.Command):
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request timeout, seconds (retries included).")
 @click.option("--stall-timeout", type=float, help="Fail a request when no bytes arrive for this many seconds.")
 @click.option("--retries", type=int, default=0, show_default=True, help="Retry connection failures, 429 and 5xx this many times, with backoff (a retry changes the load).")
+@click.option("--think-time", help="Sessions: seconds between an answer and the session's next turn where the trace records none: fixed (0.5) or a distribution (exp:2, uniform:1:3, ...).")
+@click.option("--think-time-scale", type=float, default=1.0, show_default=True, help="Sessions: multiply every think time (recorded or drawn) by this; 0 = none.")
 @click.option("--max-tokens", type=int, help="Output budget, set in the field each API uses.")
 @click.option("--ignore-eos", is_flag=True, default=None, help="Ask the server to generate up to the budget (vLLM, SGLang).")
 @click.option("--extra-body", help="JSON object merged into every request body.")
