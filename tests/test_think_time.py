@@ -15,9 +15,11 @@ from specreplay.cli import cli
 from specreplay.config import ReplayConfig
 from specreplay.distributions import Dist
 from specreplay.errors import ConfigError, TraceError
-from specreplay.sessions import SessionPlanner, plan_turns
+from specreplay.think_time import ThinkTimes
 from specreplay.synth import SynthConfig, synthesize
 from specreplay.trace import TraceRecord, load_trace
+
+from session_walk import think_times
 
 
 def rec(rid: str, session: str | None, arrival: float | None = None, end_us: int | None = None, think: float | None = None) -> TraceRecord:
@@ -26,54 +28,46 @@ def rec(rid: str, session: str | None, arrival: float | None = None, end_us: int
                        think_time=think, response=response)
 
 
-def test_turns_are_numbered_per_session_in_trace_order() -> None:
-    records = [rec("a", "s1"), rec("b", None), rec("c", "s2"), rec("d", "s1"), rec("e", "s1"), rec("f", "s2")]
-    plans, _ = plan_turns(records, None, 1.0, 0)
-    assert [(p.session_id, p.turn_index) for p in plans] == [
-        ("s1", 0), (None, None), ("s2", 0), ("s1", 1), ("s1", 2), ("s2", 1)]
-    # A first turn and a request on its own have no think time.
-    assert [p.think_time_us is None for p in plans] == [True, True, True, False, False, False]
+def config(**values: Any) -> ReplayConfig:
+    return ReplayConfig.from_mapping({"trace": "t.jsonl", **values})
 
 
 def test_recorded_arrival_minus_recorded_end_then_the_fallbacks() -> None:
     records = [
         rec("1", "cap", arrival=10.0, end_us=2_500_000),    # ends at 12.5 s
+        rec("0", None, arrival=11.0),                       # a request on its own: none
         rec("2", "cap", arrival=13.0, end_us=1_000_000),    # 0.5 s after → ends at 14.0
         rec("3", "cap", arrival=13.5, end_us=100),          # arrived before 14.0: overlapped → 0
         rec("4", "cap", arrival=20.0, think=1.25),          # the record's own think time wins
         rec("5", "cap", arrival=30.0),                      # "4" has no recorded end: unknown → 0
     ]
-    plans, sources = plan_turns(records, None, 1.0, 0)
-    assert [p.think_time_us for p in plans] == [None, 500_000, 0, 1_250_000, 0]
-    assert (sources.measured, sources.overlapped, sources.recorded, sources.unknown, sources.drawn) == (1, 1, 1, 1, 0)
-    notes = sources.notes()
+    got, times = think_times(records)
+    assert got == [None, None, 500_000, 0, 1_250_000, 0]
+    s = times.sources
+    assert (s.measured, s.overlapped, s.recorded, s.unknown, s.drawn) == (1, 1, 1, 1, 0)
+    notes = s.notes()
     assert any("1 of 4 later turns" in n and "--think-time is not set" in n for n in notes)
     assert any("1 later turns were recorded arriving before" in n for n in notes)
     # --think-time fills only what the trace does not know; the scale applies to all.
-    plans, sources = plan_turns(records, Dist.parse("2", "t"), 3.0, 0)
-    assert [p.think_time_us for p in plans] == [None, 1_500_000, 0, 3_750_000, 6_000_000]
-    assert sources.drawn == 1 and not sources.unknown and len(sources.notes()) == 1
+    got, times = think_times(records, config(think_time=2, think_time_scale=3))
+    assert got == [None, None, 1_500_000, 0, 3_750_000, 6_000_000]
+    assert times.sources.drawn == 1 and not times.sources.unknown and len(times.sources.notes()) == 1
 
 
-def test_drawn_think_times_are_seeded_by_seed_and_session() -> None:
-    dist = Dist.parse("exp:2", "t")
-    many = [rec(f"{s}{t}", f"s{s}") for t in range(4) for s in range(50)]
-    a, _ = plan_turns(many, dist, 1.0, seed=7)
-    b, _ = plan_turns(many, dist, 1.0, seed=7)
-    c, _ = plan_turns(many, dist, 1.0, seed=8)
-    assert [p.think_time_us for p in a] == [p.think_time_us for p in b]
-    assert [p.think_time_us for p in a] != [p.think_time_us for p in c]
+def test_drawn_think_times_are_seeded_by_seed_session_and_turn() -> None:
+    many = [rec(f"{s}.{t}", f"s{s}") for t in range(4) for s in range(50)]
+    a, _ = think_times(many, config(think_time="exp:2", seed=7))
+    b, _ = think_times(many, config(think_time="exp:2", seed=7))
+    c, _ = think_times(many, config(think_time="exp:2", seed=8))
+    assert a == b and a != c
     # A session's draws do not depend on which other sessions are in the trace.
-    alone, _ = plan_turns([r for r in many if r.session_id == "s3"], dist, 1.0, seed=7)
-    assert [p.think_time_us for p in alone] == [p.think_time_us for p in a if p.session_id == "s3"]
-    drawn = [p.think_time_us / 1e6 for p in a if p.think_time_us is not None]
+    alone, _ = think_times([r for r in many if r.session_id == "s3"], config(think_time="exp:2", seed=7))
+    assert alone == [t for t, r in zip(a, many) if r.session_id == "s3"]
+    drawn = [t / 1e6 for t in a if t is not None]
     assert len(drawn) == 150 and 1.5 < sum(drawn) / len(drawn) < 2.5 and min(drawn) >= 0
-
-
-def test_the_planner_reads_one_record_at_a_time() -> None:
-    planner = SessionPlanner(None, 0.5, 0)
-    assert planner.plan(rec("a", "s", arrival=0.0, end_us=1_000_000)).think_time_us is None
-    assert planner.plan(rec("b", "s", arrival=3.0)).think_time_us == 1_000_000  # (3 − 1) × 0.5
+    # Asked in any order, a turn gets the same draw.
+    times = ThinkTimes(config(think_time="exp:2", seed=7))
+    assert times.us(many[3], many[53], 1) == a[53] == times.us(many[3], many[53], 1)
 
 
 # --- the trace field ---------------------------------------------------------------
@@ -119,9 +113,9 @@ def test_synth_records_each_later_turns_think_time() -> None:
             # The arrival is the turn before's plus the think time (answers taking no time).
             assert after.arrival == pytest.approx((before.arrival or 0) + after.think_time, abs=2e-6)
     # The rule at replay takes the recorded think times as they are.
-    plans, sources = plan_turns(recs, None, 1.0, 0)
-    assert sources.recorded == sum(len(t) - 1 for t in by_session.values()) and not sources.notes()
-    assert [p.think_time_us for p in plans] == [None if r.think_time is None else round(r.think_time * 1e6) for r in recs]
+    got, times = think_times(recs)
+    assert times.sources.recorded == sum(len(t) - 1 for t in by_session.values()) and not times.sources.notes()
+    assert got == [None if r.think_time is None else round(r.think_time * 1e6) for r in recs]
     fixed = synthesize(SynthConfig(num_requests=10, turns="2", think_time="0", seed=1))
     assert {r.think_time for r in fixed} == {None, 0.0}
 

@@ -115,6 +115,7 @@ class ProxyConfig(TypedDict):
     upstream: str
     drain_s: NotRequired[float]
     apis: NotRequired[dict[str, str]]
+    session_header: NotRequired[str | None]
 
 # --- rows ---------------------------------------------------------------------------
 
@@ -252,6 +253,9 @@ class CapturedRequest:
     def body(self) -> bytes: ...
     @property
     def error(self) -> str | None: ...
+    @property
+    def session(self) -> str | None:
+        """The value of the configured session header, when the request has it."""
 
 @final
 class CapturedResponse(ResponseCounts):
@@ -265,6 +269,9 @@ class CapturedResponse(ResponseCounts):
     def ttfb_us(self) -> int | None: ...
     @property
     def end_us(self) -> int: ...
+    @property
+    def answer(self) -> str | None:
+        """The answer's text (content, then tool-call arguments); never written."""
 
 @final
 class CaptureProxy(BackgroundServer):
