@@ -34,6 +34,8 @@ from specreplay import metrics
 from specreplay.summary import describe
 
 SKIPPED = "skipped_after_failure"
+_PER_SESSION = ("turns", "ok", "skipped", "session_turns", "start_us", "end_us", "completed", "duration_s")
+_BY_TURN = ("requests", "ttft_p50_ms", "ttft_p90_ms")
 
 #: Summary keys this module adds to a point's summary row, in order.
 SUMMARY_KEYS: tuple[str, ...] = (
@@ -61,7 +63,8 @@ def per_session(rows: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
     turns, ok, skipped, session_turns (NaN where not given), start_us,
     end_us, completed, duration_s (NaN unless completed)."""
     if not has_sessions(rows):
-        return pd.DataFrame(columns=["turns", "ok", "skipped", "session_turns", "start_us", "end_us", "completed", "duration_s"])
+        empty: pd.DataFrame = pd.DataFrame(columns=list(_PER_SESSION))
+        return empty
     frame = pd.DataFrame(
         {
             "session_id": rows["session_id"].to_numpy(),
@@ -87,7 +90,8 @@ def per_session(rows: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
     all_turns = out["session_turns"].isna() | (out["turns"] >= out["session_turns"])
     out["completed"] = (out["ok"] == out["turns"]) & all_turns
     out["duration_s"] = ((out["end_us"] - out["start_us"]) / 1e6).where(out["completed"])
-    return out
+    sessions: pd.DataFrame = out
+    return sessions
 
 
 def summary_of(rows: pd.DataFrame, ok: np.ndarray) -> dict[str, Any]:
@@ -112,10 +116,12 @@ def ttft_by_turn(rows: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
     ttft_p50_ms, ttft_p90_ms; indexed by turn_index, in order. `rows` has
     the derived `ttft_us` (`metrics.add_derived`)."""
     if not has_sessions(rows):
-        return pd.DataFrame(columns=["requests", "ttft_p50_ms", "ttft_p90_ms"])
+        none: pd.DataFrame = pd.DataFrame(columns=list(_BY_TURN))
+        return none
     done = rows[ok & rows["turn_index"].notna().to_numpy(dtype=bool)]
     out = []
     for turn, group in done.groupby(metrics.as_float(done, "turn_index").astype("int64"), sort=True):
         figures = describe(group["ttft_us"], scale=1000.0)
         out.append({"turn_index": int(turn), "requests": len(group), "ttft_p50_ms": figures["p50"], "ttft_p90_ms": figures["p90"]})
-    return pd.DataFrame(out, columns=["turn_index", "requests", "ttft_p50_ms", "ttft_p90_ms"]).set_index("turn_index")
+    by_turn: pd.DataFrame = pd.DataFrame(out, columns=["turn_index", *_BY_TURN]).set_index("turn_index")
+    return by_turn
