@@ -48,6 +48,11 @@ pub struct RunSpec {
     /// are unchanged; `bench/client_bench.py` compares the two clocks.
     #[serde(default)]
     pub server_stamps: bool,
+    /// Open the connections before the clock starts, so the first requests
+    /// do not pay for (or queue behind) a storm of handshakes. None: on for
+    /// closed loop, off for open loop (`RunSpec::preconnections`).
+    #[serde(default)]
+    pub preconnect: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
@@ -131,6 +136,25 @@ impl RunSpec {
         serde_json::from_str(json).map_err(|e| CoreError::config("run spec", e.to_string()))
     }
 
+    /// How many connections to open before the clock starts: closed loop
+    /// opens one per concurrent request (on by default); open loop, where the
+    /// number in flight follows the arrivals, opens `max_concurrency` of them
+    /// when asked to (off by default: a real client population connects as it
+    /// arrives).
+    pub fn preconnections(&self) -> Result<usize, CoreError> {
+        match (self.load, self.preconnect) {
+            (_, Some(false)) => Ok(0),
+            (LoadMode::Concurrency { concurrency }, _) => Ok(concurrency),
+            (_, None) => Ok(0),
+            (_, Some(true)) => self.max_concurrency.ok_or_else(|| {
+                CoreError::config(
+                    "preconnect",
+                    "an open-loop run opens --max-concurrency connections before the clock: set --max-concurrency, or leave --preconnect off",
+                )
+            }),
+        }
+    }
+
     pub fn validate(&self) -> Result<(), CoreError> {
         let positive = |v: f64, field: &str| {
             if v.is_finite() && v > 0.0 {
@@ -168,6 +192,7 @@ impl RunSpec {
         if self.max_concurrency == Some(0) {
             return Err(CoreError::config("max_concurrency", "must be at least 1"));
         }
+        self.preconnections()?;
         Ok(())
     }
 }

@@ -29,6 +29,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::engine::http::{build_client, HttpClient};
+use crate::engine::net::StampingConnector;
 use crate::error::CoreError;
 use crate::serve::{accept_until, bind, until_stopped, Background};
 
@@ -134,7 +135,7 @@ impl ProxyServer {
         let shared = Arc::new(Shared {
             base,
             // Every stream keeps its own upstream connection; idle ones are reused.
-            client: build_client(usize::MAX),
+            client: build_client(StampingConnector::new(), usize::MAX, false),
             events,
             next_seq: AtomicU64::new(1),
             stopping: AtomicBool::new(false),

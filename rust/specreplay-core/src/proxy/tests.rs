@@ -11,7 +11,7 @@ const CHAT: &str =
     r#"{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}"#;
 
 async fn post(base: &str, path: &str, body: &str) -> (StatusCode, Bytes) {
-    let client = build_client(4);
+    let client = build_client(StampingConnector::new(), 4, false);
     let req = Request::post(format!("{base}{path}"))
         .header("content-type", "application/json")
         .header("authorization", "Bearer sk-SECRET")
