@@ -244,15 +244,16 @@ pub fn start(
         }
         None => Mode::Closed { concurrency, limit },
     };
-    runtime.spawn(launch(
-        make_shared,
-        first_uri,
+    let plan = Launch {
+        uri: first_uri,
         preconnections,
-        concurrency,
+        cancel: cancel.clone(),
+        max_idle: concurrency,
         mode,
         duration,
-        runtime.clone(),
-    ));
+        runtime: runtime.clone(),
+    };
+    runtime.spawn(launch(make_shared, plan));
     Ok(EngineRun {
         results: rx,
         progress,
@@ -270,22 +271,40 @@ enum Mode {
     },
 }
 
-/// Opens the connections (when asked), then starts the clock and the
-/// requests. The connector hands the opened connections out before it opens
-/// any new one, so the first requests are the ones that use them.
-async fn launch(
-    make_shared: impl FnOnce(http::HttpClient) -> Shared,
+/// What `launch` needs besides the shared state.
+struct Launch {
+    /// The origin to preconnect to (every request of a point goes there).
     uri: ::http::Uri,
     preconnections: usize,
+    cancel: CancellationToken,
     max_idle: usize,
     mode: Mode,
     duration: Option<Duration>,
     runtime: Handle,
-) {
+}
+
+/// Opens the connections (when asked), then starts the clock and the
+/// requests. The connector hands the opened connections out before it opens
+/// any new one, so the first requests are the ones that use them.
+async fn launch(make_shared: impl FnOnce(http::HttpClient) -> Shared, plan: Launch) {
+    let Launch {
+        uri,
+        preconnections,
+        cancel,
+        max_idle,
+        mode,
+        duration,
+        runtime,
+    } = plan;
     let connector = net::StampingConnector::new();
     let mut h2 = false;
     if preconnections > 0 {
-        h2 = connector.preconnect(&uri, preconnections).await.h2;
+        // A cancelled run still starts its workers: they see the
+        // cancellation and report what they did not send.
+        tokio::select! {
+            opened = connector.preconnect(&uri, preconnections) => h2 = opened.h2,
+            _ = cancel.cancelled() => {}
+        }
     }
     let shared = Arc::new(make_shared(http::build_client(connector, max_idle, h2)));
     let start_at = Instant::now() + START_LEAD;
