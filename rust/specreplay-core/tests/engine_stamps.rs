@@ -4,11 +4,13 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use specreplay_core::engine::record::StampSource;
-use specreplay_core::engine::{self, LoadMode, PreparedRequest, RequestRecord, RunSpec};
+use specreplay_core::engine::{self, PreparedRequest, RequestRecord, RunSpec};
 use specreplay_core::sim::{SimConfig, SimServer};
+
+mod common;
+use common::drain;
 
 fn requests(url: &str, n: usize) -> Vec<PreparedRequest> {
     (0..n)
@@ -31,20 +33,14 @@ fn requests(url: &str, n: usize) -> Vec<PreparedRequest> {
 }
 
 fn spec(concurrency: usize, n: u64, preconnect: Option<bool>, server_stamps: bool) -> RunSpec {
-    RunSpec {
-        headers: vec![],
-        load: LoadMode::Concurrency { concurrency },
-        num_requests: Some(n),
-        duration_s: None,
-        max_concurrency: None,
-        warmup: 0,
-        timeout_s: Some(30.0),
-        stall_timeout_s: None,
-        retries: 0,
-        seed: 1,
-        server_stamps,
-        preconnect,
-    }
+    let json = serde_json::json!({
+        "load": {"mode": "concurrency", "concurrency": concurrency},
+        "num_requests": n,
+        "timeout_s": 30.0,
+        "server_stamps": server_stamps,
+        "preconnect": preconnect,
+    });
+    RunSpec::from_json(&json.to_string()).unwrap()
 }
 
 async fn sim(send_timestamps: bool) -> SimServer {
@@ -63,16 +59,8 @@ async fn sim(send_timestamps: bool) -> SimServer {
 }
 
 async fn run(spec: RunSpec, requests: Vec<PreparedRequest>) -> Vec<RequestRecord> {
-    let mut run = engine::start(spec, requests, &tokio::runtime::Handle::current()).unwrap();
-    let mut out = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while let Some(batch) = run.next_records(64, Duration::from_millis(100)).await {
-        out.extend(batch);
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run did not end"
-        );
-    }
+    let run = engine::start(spec, requests, &tokio::runtime::Handle::current()).unwrap();
+    let mut out = drain(run).await;
     out.sort_by_key(|r| r.request_index);
     out
 }
@@ -127,13 +115,21 @@ async fn every_chunk_has_the_kernel_stamp_between_the_servers_write_and_the_engi
     server.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn preconnected_connections_carry_the_first_wave_and_its_rows_have_no_connect_time() {
+/// Eight requests, four at a time, through a relay that counts connections:
+/// the records and the number of connections the server saw.
+async fn through_relay(preconnect: Option<bool>) -> (Vec<RequestRecord>, usize) {
     let server = sim(false).await;
     let (relay, accepted) = counting_relay(server.local_addr()).await;
     let url = format!("http://{relay}/v1/chat/completions");
-    let records = run(spec(4, 8, None, false), requests(&url, 8)).await;
-    assert!(records.iter().all(|r| r.error.is_none()));
+    let records = run(spec(4, 8, preconnect, false), requests(&url, 8)).await;
+    server.shutdown().await;
+    assert!(records.iter().all(|r| r.error.is_none()), "{records:?}");
+    (records, accepted.load(Ordering::SeqCst))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preconnected_connections_carry_the_first_wave_and_its_rows_have_no_connect_time() {
+    let (records, accepted) = through_relay(None).await;
     // The first four requests went out on the four connections opened before
     // the clock. A request that found no idle connection later (hyper returns
     // one to the pool a moment after its body ends) opened its own and says so.
@@ -143,17 +139,12 @@ async fn preconnected_connections_carry_the_first_wave_and_its_rows_have_no_conn
         records
     );
     let connected = records.iter().filter(|r| r.connect_us.is_some()).count();
-    assert_eq!(accepted.load(Ordering::SeqCst), 4 + connected);
-    server.shutdown().await;
+    assert_eq!(accepted, 4 + connected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_preconnect_the_first_wave_connects_and_reports_it() {
-    let server = sim(false).await;
-    let (relay, accepted) = counting_relay(server.local_addr()).await;
-    let url = format!("http://{relay}/v1/chat/completions");
-    let records = run(spec(4, 8, Some(false), false), requests(&url, 8)).await;
-    assert!(records.iter().all(|r| r.error.is_none()));
+    let (records, accepted) = through_relay(Some(false)).await;
     for r in &records[..4] {
         let us = r
             .connect_us
@@ -161,6 +152,5 @@ async fn without_preconnect_the_first_wave_connects_and_reports_it() {
         assert!(us > 0 && us < 10_000_000, "{us}");
     }
     let connected = records.iter().filter(|r| r.connect_us.is_some()).count();
-    assert_eq!(accepted.load(Ordering::SeqCst), connected);
-    server.shutdown().await;
+    assert_eq!(accepted, connected);
 }

@@ -203,27 +203,18 @@ async fn exchange(
         mut body,
     } = read_head(response, rec, &mut attempt.retry_after);
     if !status.is_success() {
-        let (snippet, _) = read_limited(&mut body, ERROR_BODY_LIMIT, &mut clock).await;
-        return Err((
-            ErrorKind::Http,
-            format!(
-                "HTTP {status}: {}",
-                String::from_utf8_lossy(&snippet).trim()
-            ),
-        ));
+        let snippet = error_snippet(&mut body, &mut clock).await;
+        return Err((ErrorKind::Http, format!("HTTP {status}: {snippet}")));
     }
     if content_type.starts_with("application/json") {
         read_json_body(req, body, clock, attempt).await;
         return Ok(());
     }
     if !content_type.starts_with("text/event-stream") {
-        let (snippet, _) = read_limited(&mut body, ERROR_BODY_LIMIT, &mut clock).await;
+        let snippet = error_snippet(&mut body, &mut clock).await;
         return Err((
             ErrorKind::Decode,
-            format!(
-                "expected an event stream, got content-type {content_type:?}: {}",
-                String::from_utf8_lossy(&snippet).trim()
-            ),
+            format!("expected an event stream, got content-type {content_type:?}: {snippet}"),
         ));
     }
     read_sse_body(ctx, req, body, clock, attempt).await
@@ -406,6 +397,12 @@ fn sim_sent_us(data: &str) -> Option<i64> {
         .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
         .map_or(rest.len(), |(i, _)| i);
     rest[..end].parse().ok()
+}
+
+/// The start of a body that is not the answer, as text for a message.
+async fn error_snippet(body: &mut Incoming, clock: &mut FrameClock) -> String {
+    let (bytes, _) = read_limited(body, ERROR_BODY_LIMIT, clock).await;
+    String::from_utf8_lossy(&bytes).trim().to_string()
 }
 
 /// Up to `limit` bytes of the body, and the stamp of the frame that

@@ -58,6 +58,16 @@ struct Reader {
 }
 
 impl Reader {
+    fn new(log: &std::sync::Arc<ConnLog>, lag: usize) -> Self {
+        Reader {
+            clock: FrameClock::new(Some(log.clone())),
+            parser: SseParser::new(),
+            pending: VecDeque::new(),
+            lag,
+            stamps: Vec::new(),
+        }
+    }
+
     fn push(&mut self, frame: Bytes, last: usize) {
         self.pending.push_back((frame, last));
         while self.pending.len() > self.lag {
@@ -89,13 +99,7 @@ fn kernel_stamp(read: usize) -> i64 {
 /// HTTP/1.1: each read is split into frames before the next read.
 fn h1(bytes: &[u8], read_ends: &[usize], frame_points: &[usize], lag: usize) -> Vec<i64> {
     let log = std::sync::Arc::new(ConnLog::new(H1_READS));
-    let mut reader = Reader {
-        clock: FrameClock::new(Some(log.clone())),
-        parser: SseParser::new(),
-        pending: VecDeque::new(),
-        lag,
-        stamps: Vec::new(),
-    };
+    let mut reader = Reader::new(&log, lag);
     let mut buf = BytesMut::new();
     let mut from = 0;
     for (i, &end) in read_ends.iter().enumerate() {
@@ -120,13 +124,7 @@ fn h1(bytes: &[u8], read_ends: &[usize], frame_points: &[usize], lag: usize) -> 
 /// HTTP/2: frames of their own sizes, split off only when complete.
 fn h2(bytes: &[u8], read_ends: &[usize], frame_ends: &[usize], lag: usize) -> Vec<i64> {
     let log = std::sync::Arc::new(ConnLog::new(H2_READS));
-    let mut reader = Reader {
-        clock: FrameClock::new(Some(log.clone())),
-        parser: SseParser::new(),
-        pending: VecDeque::new(),
-        lag,
-        stamps: Vec::new(),
-    };
+    let mut reader = Reader::new(&log, lag);
     let mut buf = BytesMut::new();
     let (mut from, mut consumed, mut next_frame) = (0, 0, 0);
     for (i, &end) in read_ends.iter().enumerate() {
