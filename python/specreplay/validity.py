@@ -40,8 +40,11 @@ class Thresholds:
     """client_saturated: p99 send lag (sent − scheduled) above this."""
     min_rate_ratio: float = 0.95
     """client_saturated: send rate below this share of the scheduled rate."""
-    engine_delay_p99_ms: float = 1.0
-    """engine_delay: p99 of the engine's own delay per chunk above this."""
+    engine_delay_p99_ms: float = 5.0
+    """engine_delay: p99 of the engine's own delay per chunk above this. Looser
+    than the send lag's: the kernel stamps do not move with it, and open-loop
+    sends are watched by client_saturated; what it warns of is a closed loop
+    whose next request waits for the engine to read the previous answer."""
     max_error_rate: float = 0.01
     """error_rate: share of failed requests above this."""
     min_requests_p90: int = 10
