@@ -131,7 +131,9 @@ def test_replay_over_tls(tmp_path: Path, ca: tuple[trustme.CA, Path], offered: l
     # The first wave used the preconnected connections; a request that opened
     # one later says so.
     assert df["connect_us"].iloc[:4].isna().all(), df["connect_us"].tolist()
-    assert df["connect_us"].notna().sum() == engine_connections - (1 if expected == "h2" else 4)
+    # (A connection hyper-util opened for a request that then took an idle one
+    # may serve nobody, so the rows can claim fewer than were opened.)
+    assert df["connect_us"].notna().sum() <= engine_connections - (1 if expected == "h2" else 4)
     if sys.platform == "linux":
         # Under TLS too, every chunk has the kernel stamp of the ciphertext
         # read that completed it.

@@ -139,7 +139,12 @@ async fn preconnected_connections_carry_the_first_wave_and_its_rows_have_no_conn
         records
     );
     let connected = records.iter().filter(|r| r.connect_us.is_some()).count();
-    assert_eq!(accepted, 4 + connected);
+    // A connection hyper-util opened for a request that then took an idle
+    // one is kept idle and may serve nobody: no row claims it.
+    assert!(
+        accepted >= 4 + connected,
+        "{accepted} connections, {connected} claimed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,5 +157,8 @@ async fn without_preconnect_the_first_wave_connects_and_reports_it() {
         assert!(us > 0 && us < 10_000_000, "{us}");
     }
     let connected = records.iter().filter(|r| r.connect_us.is_some()).count();
-    assert_eq!(accepted, connected);
+    assert!(
+        connected >= 4 && accepted >= connected,
+        "{accepted} connections, {connected} claimed"
+    );
 }
