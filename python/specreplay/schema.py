@@ -51,7 +51,7 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("warmup", pa.bool_(), "", "true for the first `--warmup` requests: kept in the file, left out of summaries"),
     Column("scheduled_us", pa.int64(), _US, "when the schedule said the request should be sent"),
     Column("sent_us", pa.int64(), _US, "when the engine started sending it"),
-    Column("first_byte_us", pa.int64(), _US, "response status line and headers read from the socket (time to first byte)"),
+    Column("first_byte_us", pa.int64(), _US, "the response's first byte: the kernel's receive stamp of the first read after the request was written (HTTP/1.1), else the engine's when the head was parsed, never after the first chunk"),
     Column("first_token_us", pa.int64(), _US, "first chunk carrying output text of any channel (reasoning, content or tool)"),
     Column("first_reasoning_us", pa.int64(), _US, "first chunk carrying reasoning text"),
     Column("first_content_us", pa.int64(), _US, "first chunk carrying the answer: content or tool-call text"),

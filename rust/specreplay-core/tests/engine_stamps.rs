@@ -111,6 +111,18 @@ async fn every_chunk_has_the_kernel_stamp_between_the_servers_write_and_the_engi
             );
         }
         assert_eq!(r.first_token_us, r.chunks.first().map(|c| c.ts_us));
+        // The head's first byte (the first read after the request was
+        // written, kernel-stamped too) comes after the send and not after
+        // the first chunk.
+        let (sent, head, first) = (
+            r.sent_us.unwrap(),
+            r.first_byte_us.unwrap(),
+            r.first_token_us.unwrap(),
+        );
+        assert!(
+            sent <= head && head <= first,
+            "sent {sent}, head {head}, first chunk {first}"
+        );
     }
     server.shutdown().await;
 }

@@ -125,6 +125,12 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
     let done = account.done;
     let stream_error = account.stream_error.take();
     account.finish_into(rec);
+    // The head precedes the first chunk on the wire, so the first chunk's
+    // kernel stamp bounds it too (over HTTP/2 the head's own stamp is the
+    // engine's, possibly taken after that chunk arrived).
+    if let (Some(head), Some(first)) = (rec.first_byte_us, rec.first_token_us) {
+        rec.first_byte_us = Some(head.min(first));
+    }
     rec.error = match (outcome, stream_error, decode_error) {
         (Err(failure), _, _) => Some(failure),
         (Ok(()), Some(msg), _) => Some((ErrorKind::StreamError, msg)),
@@ -268,13 +274,21 @@ struct Head {
 }
 
 /// Records the head's time, status and (for a request that opened its
-/// connection) the connection's set-up time; keeps `Retry-After`.
+/// connection) the connection's set-up time; keeps `Retry-After`. The head's
+/// time is the kernel stamp of the response's first byte over HTTP/1.1 (the
+/// first read after the request was written), else the engine's stamp now.
 fn read_head(
     response: http::Response<Incoming>,
     rec: &mut RequestRecord,
     retry_after: &mut Option<Duration>,
 ) -> Head {
-    rec.first_byte_us = Some(now_us());
+    // The connection's log, put in the response by hyper-util (`Connected::extra`).
+    let log = response.extensions().get::<Arc<ConnLog>>().cloned();
+    rec.first_byte_us = Some(
+        log.as_ref()
+            .and_then(|log| log.response_start())
+            .unwrap_or_else(now_us),
+    );
     let status = response.status();
     rec.http_status = Some(i32::from(status.as_u16()));
     let headers = response.headers();
@@ -289,8 +303,6 @@ fn read_head(
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64);
-    // The connection's log, put in the response by hyper-util (`Connected::extra`).
-    let log = response.extensions().get::<Arc<ConnLog>>().cloned();
     if let Some(connect_us) = log.as_ref().and_then(|log| log.claim_connect_us()) {
         // Every connection this request had to open (a retry may open another).
         rec.connect_us = Some(rec.connect_us.unwrap_or(0) + connect_us);

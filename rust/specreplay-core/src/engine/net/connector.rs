@@ -13,7 +13,7 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::{Connection, HttpConnector};
 use tower_service::Service;
 
-use super::read_log::{ConnLog, H1_READS, H2_READS};
+use super::read_log::{ConnLog, H1_READS};
 use super::stream::{KernelStamped, Recording};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -111,7 +111,7 @@ impl StampingConnector {
         };
         log.set_connect_us(started.elapsed().as_micros() as i64);
         if stream.connected().is_negotiated_h2() {
-            log.set_capacity(H2_READS);
+            log.set_h2();
         }
         Ok(Recording::new(stream, log))
     }

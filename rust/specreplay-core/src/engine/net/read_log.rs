@@ -65,6 +65,12 @@ pub struct ConnLog {
     connect_us: AtomicI64,
     preconnected: AtomicBool,
     connect_claimed: AtomicBool,
+    /// HTTP/2: streams interleave, so no read answers one write.
+    h2: AtomicBool,
+    /// A request was written and no byte has been read since.
+    awaiting_response: AtomicBool,
+    /// Kernel stamp of the first read after the latest write (NO_STAMP: none).
+    response_start: AtomicI64,
 }
 
 /// Where a frame's stamp came from.
@@ -91,6 +97,9 @@ impl ConnLog {
             connect_us: AtomicI64::new(-1),
             preconnected: AtomicBool::new(false),
             connect_claimed: AtomicBool::new(false),
+            h2: AtomicBool::new(false),
+            awaiting_response: AtomicBool::new(false),
+            response_start: AtomicI64::new(NO_STAMP),
         }
     }
 
@@ -104,6 +113,9 @@ impl ConnLog {
     /// stamp is the latest socket read's.
     pub fn record(&self, start: usize, len: usize) {
         let stamp = self.last_rx.load(Ordering::Relaxed);
+        if self.awaiting_response.swap(false, Ordering::Relaxed) {
+            self.response_start.store(stamp, Ordering::Relaxed);
+        }
         let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
         if reads.ring.len() == reads.capacity {
             reads.ring.pop_front();
@@ -118,10 +130,29 @@ impl ConnLog {
         });
     }
 
-    /// HTTP/2 multiplexes every stream over one connection: keep more reads.
-    pub fn set_capacity(&self, capacity: usize) {
+    /// HTTP/2 multiplexes every stream over one connection: keep more reads,
+    /// and no read answers a particular write.
+    pub fn set_h2(&self) {
+        self.h2.store(true, Ordering::Relaxed);
         let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
-        reads.capacity = capacity.max(1);
+        reads.capacity = H2_READS;
+    }
+
+    /// Bytes were written: the next read starts the answer (HTTP/1.1 does not
+    /// pipeline, so the request just written is the one answered next).
+    pub fn note_write(&self) {
+        self.awaiting_response.store(true, Ordering::Relaxed);
+        self.response_start.store(NO_STAMP, Ordering::Relaxed);
+    }
+
+    /// The kernel stamp of the response's first byte: the first read after
+    /// the request was written. HTTP/1.1 only (None over HTTP/2, or without a
+    /// kernel stamp).
+    pub fn response_start(&self) -> Option<i64> {
+        if self.h2.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(self.response_start.load(Ordering::Relaxed)).filter(|&s| s != NO_STAMP)
     }
 
     /// The read that wrote the last byte of `data` (a body frame from hyper).
@@ -281,6 +312,31 @@ mod tests {
             log.lookup(slice_at(&buf, 2, 3)),
             FrameStamp::Kernel { us: 2, seq: 3 }
         );
+    }
+
+    #[test]
+    fn the_first_read_after_a_write_starts_the_response() {
+        let buf = [0u8; 8];
+        let base = buf.as_ptr() as usize;
+        let log = ConnLog::new(H1_READS);
+        log.set_last_rx(Some(5));
+        log.record(base, 1);
+        assert_eq!(log.response_start(), None, "nothing was written yet");
+        log.note_write();
+        log.set_last_rx(Some(7));
+        log.record(base + 1, 1);
+        log.set_last_rx(Some(9));
+        log.record(base + 2, 1);
+        assert_eq!(log.response_start(), Some(7));
+        log.note_write();
+        assert_eq!(
+            log.response_start(),
+            None,
+            "the next answer has not started"
+        );
+        log.set_h2();
+        log.record(base + 3, 1);
+        assert_eq!(log.response_start(), None, "HTTP/2 streams interleave");
     }
 
     #[test]

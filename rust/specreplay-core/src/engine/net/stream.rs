@@ -4,7 +4,8 @@
 //!   read's kernel receive stamp in the connection's [`ConnLog`].
 //! - [`Recording`], what hyper reads from (above TLS, when there is TLS):
 //!   records the address range of hyper's buffer each read filled, with the
-//!   stamp of the latest socket read. Under TLS that is the ciphertext read
+//!   stamp of the latest socket read, and which read was the first after a
+//!   write (the first byte of a response, over HTTP/1.1). Under TLS that is the ciphertext read
 //!   that completed the record(s) this plaintext came from: tokio-rustls only
 //!   reads the socket when rustls has no plaintext left, so the plaintext a
 //!   read returns was completed by the latest socket read.
@@ -22,16 +23,21 @@ use tokio::net::TcpStream;
 use super::read_log::ConnLog;
 
 /// hyper's `Write` by way of a field's writes (tokio's `AsyncWrite` or
-/// hyper's `Write`: the methods have the same names): writes are not
-/// instrumented.
+/// hyper's `Write`: the methods have the same names), calling `$wrote` on
+/// `self` after each write that took bytes.
 macro_rules! forward_write {
-    ($field:ident) => {
+    ($field:ident $(, $wrote:ident)?) => {
         fn poll_write(
             self: Pin<&mut Self>,
             cx: &mut Context<'_>,
             buf: &[u8],
         ) -> Poll<io::Result<usize>> {
-            Pin::new(&mut self.get_mut().$field).poll_write(cx, buf)
+            let this = self.get_mut();
+            let written = Pin::new(&mut this.$field).poll_write(cx, buf);
+            $(if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+                this.$wrote();
+            })?
+            written
         }
 
         fn poll_write_vectored(
@@ -39,7 +45,12 @@ macro_rules! forward_write {
             cx: &mut Context<'_>,
             bufs: &[io::IoSlice<'_>],
         ) -> Poll<io::Result<usize>> {
-            Pin::new(&mut self.get_mut().$field).poll_write_vectored(cx, bufs)
+            let this = self.get_mut();
+            let written = Pin::new(&mut this.$field).poll_write_vectored(cx, bufs);
+            $(if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+                this.$wrote();
+            })?
+            written
         }
 
         fn is_write_vectored(&self) -> bool {
@@ -159,6 +170,10 @@ impl<S> Recording<S> {
     pub fn log(&self) -> &Arc<ConnLog> {
         &self.log
     }
+
+    fn wrote(&self) {
+        self.log.note_write();
+    }
 }
 
 impl<S: Read + Unpin> Read for Recording<S> {
@@ -185,7 +200,7 @@ impl<S: Read + Unpin> Read for Recording<S> {
 }
 
 impl<S: Write + Unpin> Write for Recording<S> {
-    forward_write!(inner);
+    forward_write!(inner, wrote);
 }
 
 impl<S: Connection> Connection for Recording<S> {
