@@ -40,7 +40,7 @@ fn spec(concurrency: usize, n: u64, preconnect: Option<bool>, server_stamps: boo
         "server_stamps": server_stamps,
         "preconnect": preconnect,
     });
-    RunSpec::from_json(&json.to_string()).unwrap()
+    serde_json::from_value(json).unwrap()
 }
 
 async fn sim(send_timestamps: bool) -> SimServer {

@@ -13,11 +13,17 @@ use super::net::StampingConnector;
 
 pub type HttpClient = Client<StampingConnector, Full<Bytes>>;
 
+/// A client over a new connector, nothing opened in advance (the capture
+/// proxy's).
+pub fn build_client(max_idle_per_host: usize) -> HttpClient {
+    client_over(StampingConnector::new(), max_idle_per_host, false)
+}
+
 /// `h2_only`: the target is known (from a preconnected connection's ALPN) to
 /// speak HTTP/2. hyper-util's pool then lets one request connect while the
 /// others wait for that connection, instead of every first request opening
 /// its own TLS connection only to drop it for the shared one.
-pub fn build_client(
+pub fn client_over(
     connector: StampingConnector,
     max_idle_per_host: usize,
     h2_only: bool,
