@@ -26,8 +26,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::service::service_fn;
 use hyper::header::HeaderName;
+use hyper::service::service_fn;
 use hyper::{Method, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;

@@ -26,9 +26,7 @@ async fn post_with(
     for (name, value) in headers {
         req = req.header(*name, *value);
     }
-    let req = req
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
+    let req = req.body(Full::new(Bytes::from(body.to_string()))).unwrap();
     let resp = client.request(req).await.unwrap();
     let status = resp.status();
     (status, resp.into_body().collect().await.unwrap().to_bytes())
@@ -118,7 +116,10 @@ async fn forwards_streams_and_reports_both_ends() {
     assert_eq!(resp.finish_reason.as_deref(), Some("stop"));
     // The answer the client got (reasoning left out), for finding the next turn.
     assert_eq!(resp.answer.as_deref(), Some(direct.answer.as_str()));
-    assert_eq!(resp.answer.as_deref().unwrap().split_whitespace().count(), 5);
+    assert_eq!(
+        resp.answer.as_deref().unwrap().split_whitespace().count(),
+        5
+    );
     // The reader ends once the proxy has stopped.
     assert!(rx.next(1, Duration::from_millis(100)).is_none());
 }
