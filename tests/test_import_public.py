@@ -20,6 +20,8 @@ from specreplay.shaping import body_with_prompt
 from specreplay.text import approx_tokens
 from specreplay.trace import TraceRecord, load_trace
 
+from session_walk import think_times
+
 PUBLIC = Path(__file__).resolve().parent.parent / "traces" / "public"
 MOONCAKE = PUBLIC / "mooncake-conversation-head.jsonl"
 MOONCAKE_LONG = PUBLIC / "mooncake-synthetic-241-260.jsonl"
@@ -191,6 +193,11 @@ def test_burstgpt_elapsed_time_is_kept_as_the_sources_response(tmp_path: Path) -
     assert first.response == {"status": 200, "end_us": 43_000_000, "prompt_tokens": 906, "completion_tokens": 446}
     assert [r.response["end_us"] for r in recs[:4] if r.response] == [43_000_000, 2_000_000, 8_000_000, 3_000_000]
     assert all(r.response is None for r in recs[4:])  # the excerpt has no Elapsed time there
+    # Replay's think time where the turn before has its end: the user's real pause.
+    got, times = think_times(recs)
+    by_id = dict(zip((r.id for r in recs), got))
+    assert (by_id["6"], by_id["8"]) == ((191 - 0 - 43) * 1_000_000, (419 - 144 - 3) * 1_000_000)
+    assert times.sources.measured == 2 and times.sources.unknown == 63
 
 
 def test_single_turn_sharegpt_is_accepted_with_its_source_ids(tmp_path: Path) -> None:

@@ -11,11 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from specreplay.cli import cli
+from specreplay.config import ReplayConfig
 from specreplay.errors import TraceError
 from specreplay.importers import Options, import_trace, parse_timestamp_us
 from specreplay.shaping import body_with_prompt
 from specreplay.text import approx_tokens
 from specreplay.trace import TraceRecord, load_trace
+
+from session_walk import think_times
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -88,6 +91,10 @@ def test_bailian_defaults_sessions_and_block_size(tmp_path: Path) -> None:
     assert [len(x) for x in p] == [40, 16, 70, 80]
     assert p[2][:40] == p[0]  # blocks 1–3 (16 tokens each, last one partial in the first turn)
     assert p[3][:70] == p[2]
+    # Bailian records no end times: the think times are --think-time's, else 0 (said in a note).
+    assert think_times(recs)[0] == [None, None, 0, 0]
+    got, times = think_times(recs, ReplayConfig(think_time="1.5"))
+    assert got == [None, None, 1_500_000, 1_500_000] and times.sources.drawn == 2
 
 
 @pytest.mark.parametrize(
