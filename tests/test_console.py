@@ -5,7 +5,7 @@ from conftest import MakeResults
 from rich.console import Console
 
 from specreplay import console as render
-from specreplay.summary import summarize
+from specreplay.summary import per_request, summarize
 from specreplay.validity import Finding
 
 
@@ -80,7 +80,7 @@ def test_per_request_listing(make_results: MakeResults) -> None:
         {"trace_id": "code-[1]", "chunks": None, "error_kind": "timeout", "error_message": "no byte in 30 s"},
     ]
     out = recording()
-    render.print_per_request(out, make_results(rows))
+    render.print_per_request(out, per_request(make_results(rows)))
     text = out.export_text()
     assert "math-7" in text and "code-[1]" in text
     assert "0/11" in text

@@ -17,7 +17,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from specreplay.summary import STATS, per_request
+from specreplay.summary import STATS
 from specreplay.validity import Finding
 
 # Summary prefix -> row label. TTFC is spelled out: it is the figure a user waits for.
@@ -101,9 +101,10 @@ def _latency_table(row: pd.Series) -> Table:
     return table
 
 
-def print_per_request(console: Console, df: pd.DataFrame) -> None:
-    """The `--per-request` listing of a results frame (warmup rows left out)."""
-    lines = per_request(df).sort_values(["point", "request_index"], kind="stable")
+def print_per_request(console: Console, lines: pd.DataFrame) -> None:
+    """The `--per-request` listing: `summary.per_request`'s lines (or
+    `summary.request_lines` of an analysis' rows)."""
+    lines = lines.sort_values(["point", "request_index"], kind="stable")
     # One point (as after each sweep point): name it once, not on every line.
     single = lines["point"].nunique() == 1
     title = f"per request · {lines['point'].iloc[0]}" if single else "per request"

@@ -174,6 +174,16 @@ def run_configs(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [config] if config else []
 
 
+def run_config_of(df: pd.DataFrame, label: str | None) -> dict[str, Any]:
+    """The resolved config of the run labelled `label`; in a file of one run,
+    that run's (its label may be unset); {} when the file recorded none."""
+    runs = run_configs(df)
+    for run in runs:
+        if run.get("label") == label:
+            return run
+    return runs[0] if len(runs) == 1 else {}
+
+
 def config_points(df: pd.DataFrame) -> list[dict[str, Any]] | None:
     """The `points` (point, mode, value) of every run, or None when unknown."""
     points: dict[str, dict[str, Any]] = {}

@@ -43,7 +43,7 @@ def gate(runs: list[Run], force: bool, err: Console) -> None:
     """Checks every run on the points it shares with the base, prints what
     the checks found, and exits unless every run is valid or `force`."""
     base = runs[0]
-    points = sorted({p for other in runs[1:] for p in comparison.shared_points(base.df, other.df)})
+    points = sorted({p for other in runs[1:] for p in comparison.shared_points(base, other)})
     for run in runs:
         comparison.validate(run, points)
         shown = [f for f in run.findings if f.level != "note"]

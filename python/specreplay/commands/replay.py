@@ -15,14 +15,15 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from specreplay import summary as summary_mod
 from specreplay import validity
+from specreplay.analysis import analyse
 from specreplay.config import ARRIVALS, Point, ReplayConfig
 from specreplay.config_file import apply_overrides, env_overrides, load_config_file
 from specreplay.console import print_findings, print_per_request, print_summary
 from specreplay.errors import ConfigError
 from specreplay.replay import Hooks, Progress, run_replay
 from specreplay.results import VALIDITY_KEY, to_frame
+from specreplay.summary import request_lines
 from specreplay.target import Target
 from specreplay.tomlfile import read_toml
 
@@ -68,7 +69,6 @@ class ConsoleHooks(Hooks):
         self.err = err
         self.per_request = per_request
         self.live: Live | None = None
-        self.points: list[dict[str, Any]] = []
 
     def target(self, target: Target, description: str) -> None:
         self.err.print(description, highlight=False)
@@ -77,7 +77,6 @@ class ConsoleHooks(Hooks):
         self.err.print(f"note: {message}", highlight=False)
 
     def point_started(self, point: Point, index: int, total: int, label: str) -> None:
-        self.points.append(point.to_dict())
         self.err.print(f"[bold]point {index + 1}/{total}: {label} · {point.name}[/bold]")
         if self.err.is_terminal:
             self.live = Live(Text(""), console=self.err, refresh_per_second=4, transient=True)
@@ -98,10 +97,13 @@ class ConsoleHooks(Hooks):
         if self.live is not None:
             self.live.stop()
             self.live = None
-        df = rows.to_pandas()
-        if self.per_request:
-            print_per_request(self.out, df)
-        print_summary(self.out, summary_mod.summarize(df, points=self.points))
+        if rows.num_rows == 0:
+            return
+        # The rows carry the file's metadata: each run's recorded config.
+        for run in analyse(to_frame(rows)):
+            if self.per_request:
+                print_per_request(self.out, request_lines(run.rows))
+            print_summary(self.out, run.summary)
 
 
 def _split_lists(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[float] | None:
