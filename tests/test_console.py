@@ -86,3 +86,32 @@ def test_per_request_listing(make_results: MakeResults) -> None:
     assert "0/11" in text
     assert "110.0" in text  # TPS of the default request
     assert "timeout: no byte in 30 s" in text
+
+
+def test_summary_prints_each_points_findings_after_its_figures(make_results: MakeResults) -> None:
+    rows = [{"point": "rate=8"}, {"point": "rate=16", "point_index": 1}]
+    findings = [
+        Finding("too_few_requests", "note", "rate=16", 1, "only 1"),
+        Finding("estimated_tokens", "warning", "rate=8", 1, "estimates"),
+    ]
+    out = recording()
+    render.print_summary(out, summarize(make_results(rows)), findings)
+    text = out.export_text()
+    assert text.index("rate=8  ·") < text.index("WARNING rate=8  estimated_tokens: estimates") < text.index("rate=16  ·")
+    assert text.index("rate=16  ·") < text.index("NOTE    rate=16  too_few_requests: only 1")
+
+
+def test_the_verdict_names_errors_and_warnings_without_their_messages() -> None:
+    findings = [
+        Finding("too_few_requests", "note", "a: rate=8", 8, "only 8"),
+        Finding("estimated_tokens", "warning", "a: rate=8", 2, "estimates"),
+        Finding("reasoning_ate_budget", "error", "b: rate=8", 5, "5 of 8 requests"),
+    ]
+    out = recording()
+    render.print_verdict(out, findings)
+    assert out.export_text().splitlines() == [
+        "INVALID MEASUREMENT: 1 error(s), 1 warning(s) — read before using any figure",
+        "ERROR   b: rate=8  reasoning_ate_budget",
+        "WARNING a: rate=8  estimated_tokens",
+    ]
+

@@ -10,6 +10,7 @@ parsed as a style tag.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -31,7 +32,6 @@ LATENCY_LABELS: dict[str, str] = {
     "send_lag": "send lag",
 }
 MISSING = "—"
-
 
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
@@ -56,9 +56,10 @@ def fmt_rate(value: Any, digits: int = 1) -> str:
     return MISSING if _missing(value) else f"{float(value):,.{digits}f}"
 
 
-def print_summary(console: Console, summary: pd.DataFrame) -> None:
+def print_summary(console: Console, summary: pd.DataFrame, findings: Sequence[Finding] = ()) -> None:
     """Per sweep point of a `summary.summarize` frame: a heading line (counts,
-    duration, rates), a table of latencies in ms, and a throughput line."""
+    duration, rates), a table of latencies in ms, a throughput line, and the
+    `findings` on that point (those whose `point` is the row's), if any."""
     for _, row in summary.iterrows():
         console.print(Text(_point_heading(row), style="bold"))
         console.print(_latency_table(row))
@@ -70,6 +71,7 @@ def print_summary(console: Console, summary: pd.DataFrame) -> None:
         if not _missing(share):
             throughput += f"  ·  multi-token chunks {float(share):.0%} of {int(row['chunks'])}"
         console.print(Text(throughput))
+        print_finding_lines(console, [f for f in findings if f.point == row["point"]])
         console.print()
 
 
@@ -135,25 +137,46 @@ def _int(value: Any) -> str:
     return MISSING if _missing(value) else str(int(value))
 
 
+#: (style of the level, point and code; style of the message) per level.
+FINDING_STYLES: dict[str, tuple[str, str]] = {"error": ("bold red", "red"), "warning": ("yellow", ""), "note": ("cyan", "")}
+
+
 def print_findings(console: Console, findings: list[Finding]) -> None:
-    """The validity findings under a header no one can miss: errors in bold red
-    under "INVALID MEASUREMENT", warnings in yellow, notes in cyan."""
-    errors = [f for f in findings if f.level == "error"]
-    warnings = [f for f in findings if f.level == "warning"]
-    notes = [f for f in findings if f.level == "note"]
-    if errors:
-        header = f"INVALID MEASUREMENT: {len(errors)} error(s), {len(warnings)} warning(s) — read before using any figure"
-        console.print(Text(header, style="bold white on red"))
-    elif warnings:
-        console.print(Text(f"MEASUREMENT WARNINGS: {len(warnings)} warning(s)", style="bold yellow"))
-    else:
-        console.print(Text("validity: no errors or warnings", style="green"))
-    styles = {"error": ("bold red", "red"), "warning": ("yellow", ""), "note": ("cyan", "")}
-    for finding in errors + warnings + notes:
-        head, body = styles[finding.level]
+    """The validity findings under a header no one can miss (`print_verdict`'s):
+    errors in bold red, then warnings in yellow, then notes in cyan."""
+    _print_header(console, findings)
+    print_finding_lines(console, sorted(findings, key=lambda f: list(FINDING_STYLES).index(f.level)))
+
+
+def print_finding_lines(console: Console, findings: Sequence[Finding]) -> None:
+    """One line per finding, in the order given: level, point, code, message."""
+    for finding in findings:
+        head, body = FINDING_STYLES[finding.level]
         line = Text(f"{finding.level.upper():7} {finding.point}  {finding.code}: ", style=head)
         line.append(finding.message, style=body)
         console.print(line)
+
+
+def print_verdict(console: Console, findings: list[Finding]) -> None:
+    """The verdict over a whole run, for its end (the findings themselves
+    were printed with each point): the header, then the point and code of
+    each error and warning."""
+    _print_header(console, findings)
+    for finding in sorted((f for f in findings if f.level != "note"), key=lambda f: list(FINDING_STYLES).index(f.level)):
+        console.print(Text(f"{finding.level.upper():7} {finding.point}  {finding.code}", style=FINDING_STYLES[finding.level][0]))
+
+
+def _print_header(console: Console, findings: list[Finding]) -> None:
+    # "INVALID MEASUREMENT" as soon as one finding is an error.
+    errors = sum(f.level == "error" for f in findings)
+    warnings = sum(f.level == "warning" for f in findings)
+    if errors:
+        header = f"INVALID MEASUREMENT: {errors} error(s), {warnings} warning(s) — read before using any figure"
+        console.print(Text(header, style="bold white on red"))
+    elif warnings:
+        console.print(Text(f"MEASUREMENT WARNINGS: {warnings} warning(s)", style="bold yellow"))
+    else:
+        console.print(Text("validity: no errors or warnings", style="green"))
 
 
 VERDICT_STYLES: dict[str, str] = {"faster": "bold green", "slower": "bold red", "no significant difference": "dim", "n/a": "dim"}

@@ -16,10 +16,10 @@ from rich.live import Live
 from rich.text import Text
 
 from specreplay import validity
-from specreplay.analysis import analyse
+from specreplay.analysis import RunAnalysis, analyse, findings_of
 from specreplay.config import ARRIVALS, Point, ReplayConfig
 from specreplay.config_file import apply_overrides, env_overrides, load_config_file
-from specreplay.console import print_findings, print_per_request, print_summary
+from specreplay.console import print_per_request, print_summary, print_verdict
 from specreplay.errors import ConfigError
 from specreplay.replay import Hooks, Progress, run_replay
 from specreplay.results import VALIDITY_KEY, to_frame
@@ -62,13 +62,18 @@ def load_sim_config(path: str | None) -> dict[str, Any]:
 
 
 class ConsoleHooks(Hooks):
-    """A one-line live status while a point runs, the summary after it."""
+    """A one-line live status while a point runs; after it, its summary and
+    what the validity checks found on it (each run under its own thresholds).
+    Each point is analysed once, here; `findings` hands the analyses on to
+    the results file."""
 
     def __init__(self, out: Console, err: Console, per_request: bool) -> None:
         self.out = out
         self.err = err
         self.per_request = per_request
         self.live: Live | None = None
+        self.analysed: list[RunAnalysis] = []  # one per finished point, in run order
+        self.analysed_rows = 0
 
     def target(self, target: Target, description: str) -> None:
         self.err.print(description, highlight=False)
@@ -99,11 +104,22 @@ class ConsoleHooks(Hooks):
             self.live = None
         if rows.num_rows == 0:
             return
-        # The rows carry the file's metadata: each run's recorded config.
+        # The rows carry the file's metadata: the run's recorded config, its
+        # thresholds and max_tokens among them.
         for run in analyse(to_frame(rows)):
             if self.per_request:
                 print_per_request(self.out, request_lines(run.rows))
-            print_summary(self.out, run.summary)
+            print_summary(self.out, run.summary, run.findings)
+            self.analysed.append(run)
+        self.analysed_rows += rows.num_rows
+
+    def findings(self, table: pa.Table) -> list[validity.Finding]:
+        """The findings of every point in `table`, the run's rows: those
+        printed with each point, unless rows were written that no finished
+        point reported (a run that failed mid-point), which are then all
+        analysed again."""
+        runs = self.analysed if self.analysed_rows == table.num_rows else analyse(to_frame(table))
+        return findings_of(runs)
 
 
 def _split_lists(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[float] | None:
@@ -236,8 +252,11 @@ def replay(ctx: click.Context, /, **opts: Any) -> None:
     Options can also come from a --config file (several named runs in one
     file run in turn into one results file) and SPECREPLAY_<OPTION>
     environment variables; flags win over both. Results go to an Arrow file
-    with one row per request; a summary and the validity checks are printed
-    after each sweep point.
+    with one row per request. After each sweep point: its summary and what
+    the validity checks found on it (each run under its own thresholds). At
+    the end: the verdict over every point (INVALID MEASUREMENT when a check
+    found an error, with the points and checks concerned), also stored in
+    the results file.
     """
     configs = resolve_configs(ctx, opts)
     run_and_report(configs, per_request=opts["per_request"], strict=opts["strict"])
@@ -251,12 +270,11 @@ def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bo
     found: list[validity.Finding] = []
 
     def finalize(table: pa.Table) -> dict[str, str]:
-        df = to_frame(table)
-        found.extend(validity.check(df, validity.Thresholds.from_dict(configs[0].thresholds)))
+        found.extend(hooks.findings(table))
         return {VALIDITY_KEY: validity.to_json(found)}
 
     result = run_replay(configs, hooks, finalize)
-    print_findings(out, found)
+    print_verdict(out, found)
     err.print(f"results: {result.path}  ({'interrupted, ' if result.interrupted else ''}run id {result.run_id})", highlight=False)
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)
