@@ -182,6 +182,19 @@ def test_each_run_of_a_config_file_is_checked_with_its_own_thresholds(tmp_path: 
     assert text.count("too_few_requests") == 1
 
 
+def test_output_that_is_not_a_terminal_is_not_wrapped(tmp_path: Path, sim_toml: str) -> None:
+    # CliRunner's output is not a terminal, as a pipe or a CI log; without COLUMNS rich would wrap at 80.
+    result = CliRunner().invoke(
+        cli, ["replay", REASONING, "--concurrency", "4", "--max-tokens", "10", "--sim-config", sim_toml, "-o", str(tmp_path / "r.arrow")], env={"COLUMNS": None}
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    finding = next(line for line in lines if line.startswith("ERROR   concurrency=4  reasoning_ate_budget:"))
+    assert finding.endswith("Raise --max-tokens until no request ends this way.")
+    heading = next(line for line in lines if line.startswith("run · concurrency=4  ·"))
+    assert heading.endswith("req/s")
+
+
 def test_findings_cover_rows_that_no_finished_point_reported() -> None:
     """A run that fails mid-point writes rows without a point_finished: the
     stored findings then come from every row written."""

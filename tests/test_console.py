@@ -115,3 +115,17 @@ def test_the_verdict_names_errors_and_warnings_without_their_messages() -> None:
         "WARNING a: rate=8  estimated_tokens",
     ]
 
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_cli_console_is_unwrapped_unless_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert render.cli_console().width == render.UNWRAPPED_WIDTH
+    monkeypatch.setattr(sys, "stdout", _Terminal())
+    assert render.cli_console().width < render.UNWRAPPED_WIDTH

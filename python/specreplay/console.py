@@ -1,6 +1,7 @@
 """Rendering the summary, the per-request listing and the validity findings
 with rich. Every function takes the `Console` to print on, so the CLI, tests
-(`Console(record=True)`) and notebooks choose where it goes.
+(`Console(record=True)`) and notebooks choose where it goes; the CLI's come
+from `cli_console`.
 
 Text that comes from data (trace ids, error messages, findings) is passed as
 `rich.text.Text`, never as markup: a `[` in a server's error must not be
@@ -32,6 +33,33 @@ LATENCY_LABELS: dict[str, str] = {
     "send_lag": "send lag",
 }
 MISSING = "—"
+
+#: The width of a CLI console whose output is not a terminal: wide enough that
+#: no table is wrapped and no line split, so `grep` finds a whole line.
+UNWRAPPED_WIDTH = 100_000
+
+
+def cli_console(*, stderr: bool = False) -> Console:
+    """A console for the CLI on stdout (or stderr). On a terminal, rich's own
+    layout for its width. Anywhere else (a pipe, a file, a CI log) tables
+    keep their natural width and lines are not wrapped: rich would otherwise
+    wrap at 80 columns, and a verdict such as "no significant difference"
+    split over two lines is one `grep` misses."""
+    console = Console(stderr=stderr)
+    if not _is_tty(console):
+        console.width = UNWRAPPED_WIDTH
+    return console
+
+
+def _is_tty(console: Console) -> bool:
+    # The file itself, not rich's is_terminal: FORCE_COLOR (set in many CI
+    # logs for colour) makes rich treat a pipe as a terminal of 80 columns.
+    isatty = getattr(console.file, "isatty", None)
+    try:
+        return bool(isatty is not None and isatty())
+    except ValueError:  # a closed file
+        return False
+
 
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA

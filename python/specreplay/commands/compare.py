@@ -20,7 +20,7 @@ from rich.text import Text
 
 from specreplay import comparison
 from specreplay.comparison import Run
-from specreplay.console import print_comparison, print_findings
+from specreplay.console import cli_console, print_comparison, print_findings
 
 #: Exit status when a run's validity checks failed and --force was not given.
 EXIT_INVALID = 3
@@ -110,7 +110,7 @@ def compare(runs: tuple[str, ...], as_json: bool, as_csv: bool, force: bool, **o
     if as_json and as_csv:
         raise click.UsageError("--json and --csv: choose one")
     selected = load_runs(runs)
-    err = Console(stderr=True)
+    err = cli_console(stderr=True)
     gate(selected, force, err)
     frame = comparison.compare_all(selected, **options)
     if frame.empty:
@@ -120,7 +120,7 @@ def compare(runs: tuple[str, ...], as_json: bool, as_csv: bool, force: bool, **o
     elif as_csv:
         click.echo(frame.to_csv(index=False), nl=False)
     else:
-        out = Console()
+        out = cli_console()
         print_comparison(out, frame, options["confidence"])
         out.print(
             Text(

@@ -19,7 +19,7 @@ from specreplay import validity
 from specreplay.analysis import RunAnalysis, analyse, findings_of
 from specreplay.config import ARRIVALS, Point, ReplayConfig
 from specreplay.config_file import apply_overrides, env_overrides, load_config_file
-from specreplay.console import print_per_request, print_summary, print_verdict
+from specreplay.console import cli_console, print_per_request, print_summary, print_verdict
 from specreplay.errors import ConfigError
 from specreplay.replay import Hooks, Progress, run_replay
 from specreplay.results import VALIDITY_KEY, to_frame
@@ -264,8 +264,8 @@ def replay(ctx: click.Context, /, **opts: Any) -> None:
 
 def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bool) -> None:
     """Runs, prints, and exits with the status the findings call for."""
-    out = Console()
-    err = Console(stderr=True)
+    out = cli_console()
+    err = cli_console(stderr=True)
     hooks = ConsoleHooks(out, err, per_request)
     found: list[validity.Finding] = []
 
