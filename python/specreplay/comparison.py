@@ -57,6 +57,7 @@ import pandas as pd
 from specreplay import metrics
 from specreplay.analysis import PointAnalysis, RunAnalysis, analyse, by_label
 from specreplay.errors import InvalidRunError
+from specreplay.quantiles import UnitQuantiles
 from specreplay.results import load, partial_path, run_config_of
 from specreplay.validity import Finding, Thresholds
 
@@ -429,35 +430,6 @@ def _sorted(values: np.ndarray, weights: np.ndarray, request: np.ndarray) -> _Sa
     return _Samples(values[order], weights[order], request[order])
 
 
-def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: list[float]) -> np.ndarray:
-    """Linear-interpolation quantiles (numpy's and pandas' default) of the
-    multiset in which sorted `values[j]` appears `weights[r, j]` times, for
-    every row r of `weights`: shape (len(qs), rows). NaN for an empty row."""
-    rows, m = weights.shape
-    out = np.full((len(qs), rows), np.nan)
-    if m == 0:
-        return out
-    cum = np.cumsum(weights, axis=1)
-    total = cum[:, -1]
-    stride = float(total.max()) + 1.0
-    offset = np.arange(rows) * stride
-    flat = (cum + offset[:, None]).ravel()
-    nonempty = total > 0
-
-    def at(position: np.ndarray) -> np.ndarray:
-        # The sample at 0-based `position` of each row's expanded multiset.
-        j = np.searchsorted(flat, position + offset, side="right") - np.arange(rows) * m
-        return np.asarray(values[np.clip(j, 0, m - 1)], dtype="float64")
-
-    for i, q in enumerate(qs):
-        h = (total - 1) * q
-        lo = np.floor(h)
-        hi = np.minimum(lo + 1, total - 1)
-        v_lo, v_hi = at(lo), at(hi)
-        out[i] = np.where(nonempty, v_lo + (v_hi - v_lo) * (h - lo), np.nan)
-    return out
-
-
 def _units(ids: list[str], keys: list[str] | None = None) -> tuple[np.ndarray, int]:
     """Per request, the index of its resampling unit (its trace record) among
     `keys` (default: the records of `ids`, in order); and the number of units."""
@@ -475,9 +447,12 @@ def _bootstrap(base: _PointData, other: _PointData, paired: bool, resamples: int
     serves both runs."""
     if paired:
         keys = list(dict.fromkeys(base.ids + other.ids))
-        (map_b, n_units), (map_o, _) = _units(base.ids, keys), _units(other.ids, keys)
+        (map_b, n_b), (map_o, n_o) = _units(base.ids, keys), _units(other.ids, keys)
     else:
         (map_b, n_b), (map_o, n_o) = _units(base.ids), _units(other.ids)
+    quantiles_b, quantiles_o = _quantilers(base, map_b, n_b), _quantilers(other, map_o, n_o)
+    # The block size sets how the draws interleave (unpaired, base and other
+    # draw in turn, block by block): it is part of what a seed reproduces.
     biggest = max([len(s.values) for s in (*base.samples.values(), *other.samples.values())] + [1])
     block = max(1, min(resamples, 2_000_000 // biggest))
     out: dict[str, list[np.ndarray]] = {m: [] for m, _, _, _ in _figures()}
@@ -485,13 +460,12 @@ def _bootstrap(base: _PointData, other: _PointData, paired: bool, resamples: int
     while done < resamples:
         size = min(block, resamples - done)
         if paired:
-            shared = _draw(rng, n_units, size)
-            counts_b, counts_o = shared[:, map_b], shared[:, map_o]
+            units_b = units_o = _draw(rng, n_b, size)
         else:
-            counts_b = _draw(rng, n_b, size)[:, map_b]
-            counts_o = _draw(rng, n_o, size)[:, map_o]
-        fig_b = _figures_of(base, counts_b)
-        fig_o = _figures_of(other, counts_o)
+            units_b = _draw(rng, n_b, size)
+            units_o = _draw(rng, n_o, size)
+        fig_b = _figures_of(base, quantiles_b, units_b, map_b)
+        fig_o = _figures_of(other, quantiles_o, units_o, map_o)
         with np.errstate(divide="ignore", invalid="ignore"):
             for metric in out:
                 out[metric].append(fig_o[metric] / fig_b[metric])
@@ -506,16 +480,22 @@ def _draw(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
     return rng.multinomial(n, np.full(n, 1.0 / n), size=size)
 
 
-def _figures_of(data: _PointData, counts: np.ndarray) -> dict[str, np.ndarray]:
-    """Every compared figure of `data` under per-request `counts` (rows = resamples)."""
+def _quantilers(data: _PointData, unit_of_request: np.ndarray, units: int) -> dict[str, UnitQuantiles]:
+    """Per latency prefix, the quantiles of its samples under unit counts."""
+    return {
+        prefix: UnitQuantiles(s.values, unit_of_request[s.request], s.weights, units)
+        for prefix, s in data.samples.items()
+    }
+
+
+def _figures_of(data: _PointData, quantiles: dict[str, UnitQuantiles], unit_counts: np.ndarray, unit_of_request: np.ndarray) -> dict[str, np.ndarray]:
+    """Every compared figure of `data` under `unit_counts` (rows = resamples)."""
     out: dict[str, np.ndarray] = {}
-    stats = list(LATENCY_STATS)
     for prefix, _ in LATENCY_METRICS:
-        s = data.samples[prefix]
-        weights = counts[:, s.request] * s.weights[None, :]
-        quantiles = weighted_quantiles(s.values, weights, list(LATENCY_STATS.values()))
-        for i, stat in enumerate(stats):
-            out[f"{prefix}_{stat}_ms"] = quantiles[i]
+        figures = quantiles[prefix](unit_counts, list(LATENCY_STATS.values()))
+        for i, stat in enumerate(LATENCY_STATS):
+            out[f"{prefix}_{stat}_ms"] = figures[i]
+    counts = unit_counts[:, unit_of_request]
     with np.errstate(divide="ignore", invalid="ignore"):
         e2e = counts @ data.e2e
         for metric, _, column in THROUGHPUT_METRICS:
