@@ -17,6 +17,7 @@ sample. Both use numpy's and pandas' default ("linear") interpolation.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -26,27 +27,34 @@ def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: list[float])
     multiset in which sorted `values[j]` appears `weights[r, j]` times, for
     every row r of `weights`: shape (len(qs), rows). NaN for an empty row."""
     rows, m = weights.shape
-    out = np.full((len(qs), rows), np.nan)
     if m == 0:
-        return out
+        return np.full((len(qs), rows), np.nan)
     cum = np.cumsum(weights, axis=1)
     total = cum[:, -1]
     stride = float(total.max()) + 1.0
     offset = np.arange(rows) * stride
     flat = (cum + offset[:, None]).ravel()
-    nonempty = total > 0
 
     def at(position: np.ndarray) -> np.ndarray:
         # The sample at 0-based `position` of each row's expanded multiset.
         j = np.searchsorted(flat, position + offset, side="right") - np.arange(rows) * m
         return np.asarray(values[np.clip(j, 0, m - 1)], dtype="float64")
 
-    for i, q in enumerate(qs):
-        h = (total - 1) * q
-        lo = np.floor(h)
-        hi = np.minimum(lo + 1, total - 1)
-        v_lo, v_hi = at(lo), at(hi)
-        out[i] = np.where(nonempty, v_lo + (v_hi - v_lo) * (h - lo), np.nan)
+    return _interpolate(total, qs, at)
+
+
+def _interpolate(total: np.ndarray, qs: list[float], at: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Linear interpolation between the samples at the two positions around
+    `(total - 1) * q` (`at` finds a position's sample in each row); NaN for a
+    row of no samples."""
+    out = np.full((len(qs), len(total)), np.nan)
+    with np.errstate(invalid="ignore"):
+        for i, q in enumerate(qs):
+            h = (total - 1) * q
+            lo = np.floor(h)
+            hi = np.minimum(lo + 1, total - 1)
+            v_lo, v_hi = at(lo), at(hi)
+            out[i] = np.where(total > 0, v_lo + (v_hi - v_lo) * (h - lo), np.nan)
     return out
 
 
@@ -80,13 +88,10 @@ class UnitQuantiles:
     def __call__(self, counts: np.ndarray, qs: list[float]) -> np.ndarray:
         """Shape (len(qs), resamples); NaN for a resample that drew no sample."""
         rows = counts.shape[0]
-        out = np.full((len(qs), rows), np.nan)
         m = len(self.values)
         if m == 0 or counts.shape[1] == 0:
-            return out
+            return np.full((len(qs), rows), np.nan)
         cum_bucket = np.cumsum(counts.astype("float64") @ self.unit_bucket, axis=1)
-        total = cum_bucket[:, -1]
-        nonempty = total > 0
         within = np.arange(self.size)
         resample = np.arange(rows)[:, None]
 
@@ -103,11 +108,4 @@ class UnitQuantiles:
             found: np.ndarray = self.values[np.clip(j, 0, m - 1)]
             return found
 
-        with np.errstate(invalid="ignore"):
-            for i, q in enumerate(qs):
-                h = (total - 1) * q
-                lo = np.floor(h)
-                hi = np.minimum(lo + 1, total - 1)
-                v_lo, v_hi = at(lo), at(hi)
-                out[i] = np.where(nonempty, v_lo + (v_hi - v_lo) * (h - lo), np.nan)
-        return out
+        return _interpolate(cum_bucket[:, -1], qs, at)

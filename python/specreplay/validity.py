@@ -1,7 +1,8 @@
 """Validity checks: what makes a measurement misleading, found and said aloud.
 
-Each check has a stable `code` (scripts may match on it) and yields at most
-one `Finding` per sweep point. Level "error" means the figures do not measure
+Each check (`CHECKS`) is a function of one analysed sweep point
+(`analysis.PointAnalysis`), has a stable `code` (scripts may match on it)
+and yields at most one `Finding`. Level "error" means the figures do not measure
 what they claim; "warning" means they do, with a caveat to read; "note" is
 how to read a figure (few samples, several tokens per chunk), which is not
 wrong and so never fails `--strict`. Warmup rows are left out of every check.
