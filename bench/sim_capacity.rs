@@ -1,7 +1,17 @@
 //! Capacity of the simulated server: can one core keep the chunk schedule of
 //! N concurrent streams? Prints figures; asserts nothing.
 //!
-//!     cargo run --release -p specreplay-core --example sim_capacity -- [N...] [--tpot-ms X]
+//!     cargo run --release -p specreplay-core --example sim_capacity -- [N...] [--tpot-ms X] [--capacity]
+//!     cargo run --release -p specreplay-core --example sim_capacity -- --knee
+//!
+//! `--knee` measures the capacity model's knee instead: p99 TTFT of
+//! constant-rate runs at fractions of the rate the config implies (the
+//! example of "The knee" in docs/simulator.md).
+//!
+//! `--capacity` runs the same streams through the capacity model's engine
+//! (one batch as large as N, no step cost per sequence, so the schedule is the
+//! same) to measure what the scheduler costs; a stream's first token then
+//! waits for the next iteration boundary, up to one step more.
 //!
 //! The server runs alone on a current-thread (1-worker) runtime in its own
 //! thread; the clients run on another current-thread runtime (the machine
@@ -24,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use memchr::memmem;
 use specreplay_core::clock::now_us;
-use specreplay_core::sim::{SimConfig, SimServer};
+use specreplay_core::sim::{Capacity, SimConfig, SimServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -174,13 +184,123 @@ async fn run(addr: SocketAddr, n: usize, tpot_ms: f64) {
     println!("    delivery lag µs          {}", summary(&mut lags));
 }
 
+/// A server with `config` on its own current-thread runtime in its own
+/// thread; send on the returned channel to stop it.
+fn spawn_server(
+    config: SimConfig,
+) -> (
+    std::thread::JoinHandle<()>,
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let server = SimServer::start(config, "127.0.0.1:0".parse().unwrap())
+                .await
+                .unwrap();
+            addr_tx.send(server.local_addr()).unwrap();
+            let _ = stop_rx.await;
+            server.shutdown().await;
+        });
+    });
+    (thread, addr_rx.recv().unwrap(), stop_tx)
+}
+
+/// Fractions of the knee the `--knee` mode runs at, and how long each runs.
+const KNEE_FRACTIONS: [f64; 7] = [0.5, 0.8, 0.9, 0.95, 1.05, 1.1, 1.2];
+const KNEE_RUN: Duration = Duration::from_secs(2);
+
+/// p99 TTFT (client read of the first chunk − send), ms, of constant
+/// arrivals at `rate` for `KNEE_RUN`.
+async fn p99_ttft_ms(addr: SocketAddr, body: &'static str, rate: f64) -> (f64, usize) {
+    let n = (rate * KNEE_RUN.as_secs_f64()) as usize;
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        tokio::time::sleep_until((started + Duration::from_secs_f64(i as f64 / rate)).into()).await;
+        tasks.push(tokio::spawn(one_stream(addr, body)));
+    }
+    let mut ttft = Vec::with_capacity(n);
+    for t in tasks {
+        let r = t.await.unwrap();
+        if r.ok && !r.stamps.is_empty() {
+            ttft.push(r.stamps[0] + r.lags[0] - r.send_us);
+        }
+    }
+    ttft.sort_unstable();
+    (pct(&ttft, 0.99) as f64 / 1000.0, ttft.len())
+}
+
+fn knee_mode() {
+    let config = SimConfig {
+        ttft_ms: 10.0,
+        prefill_us_per_token: 100.0,
+        tpot_ms: 5.0,
+        send_timestamps: true,
+        capacity: Some(Capacity {
+            max_num_seqs: 8,
+            kv_cache_tokens: 0,
+            batch_step_cost: 0.05,
+            ..Capacity::default()
+        }),
+        ..SimConfig::default()
+    };
+    // Ten prompt tokens (six words and the chat template's four), ten answer tokens.
+    let body: &'static str = Box::leak(
+        serde_json::json!({
+            "messages": [{"role": "user", "content": "a b c d e f"}],
+            "max_tokens": 10, "min_tokens": 10, "ignore_eos": true, "stream": true,
+        })
+        .to_string()
+        .into_boxed_str(),
+    );
+    let knee = config.capacity.as_ref().unwrap().knee_rate(&config, 10, 10);
+    println!(
+        "sim_capacity --knee: tpot 5 ms, prefill 100 µs/token, P = O = 10, max_num_seqs 8, \
+         batch_step_cost 0.05: knee {knee:.1} req/s; constant arrivals, {KNEE_RUN:?} per rate"
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A first round warms the process (its first connections and tasks are
+    // slower) and is not reported.
+    for (round, fraction) in std::iter::once(0.5).chain(KNEE_FRACTIONS).enumerate() {
+        let (thread, addr, stop) = spawn_server(config.clone());
+        let (p99, n) = rt.block_on(p99_ttft_ms(addr, body, fraction * knee));
+        if round > 0 {
+            println!("    rate {fraction:.2} × knee: p99 TTFT {p99:>7.1} ms over {n} requests");
+        }
+        let _ = stop.send(());
+        thread.join().unwrap();
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--knee") {
+        knee_mode();
+        return;
+    }
     let mut tpot_ms = TPOT_MS;
     let mut ns = Vec::new();
+    let mut capacity = None;
     let mut i = 0;
     while i < args.len() {
-        if args[i] == "--tpot-ms" {
+        if args[i] == "--capacity" {
+            capacity = Some(Capacity {
+                max_num_seqs: specreplay_core::sim::capacity::MAX_NUM_SEQS,
+                kv_cache_tokens: 0,
+                batch_step_cost: 0.0,
+                ..Capacity::default()
+            });
+        } else if args[i] == "--tpot-ms" {
             tpot_ms = args
                 .get(i + 1)
                 .and_then(|v| v.parse().ok())
@@ -190,7 +310,7 @@ fn main() {
             ns.push(
                 args[i]
                     .parse::<usize>()
-                    .expect("arguments: N... [--tpot-ms X]"),
+                    .expect("arguments: N... [--tpot-ms X] [--capacity], or --knee"),
             );
         }
         i += 1;
@@ -206,28 +326,18 @@ fn main() {
         reasoning_tokens: [REASONING, REASONING],
         content_tokens: [CONTENT, CONTENT],
         send_timestamps: true,
+        capacity,
         ..SimConfig::default()
     };
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server_thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let server = SimServer::start(config, "127.0.0.1:0".parse().unwrap())
-                .await
-                .unwrap();
-            addr_tx.send(server.local_addr()).unwrap();
-            let _ = stop_rx.await;
-            server.shutdown().await;
-        });
-    });
-    let addr = addr_rx.recv().unwrap();
+    let model = if config.capacity.is_some() {
+        "capacity model on"
+    } else {
+        "no capacity model"
+    };
+    let (server_thread, addr, stop_tx) = spawn_server(config);
     println!(
-        "sim_capacity: server on 1 current-thread runtime; {} tokens per stream, ttft {TTFT_MS} ms, \
-         tpot {tpot_ms} ms, connections opened over {:?}",
+        "sim_capacity: server on 1 current-thread runtime ({model}); {} tokens per stream, \
+         ttft {TTFT_MS} ms, tpot {tpot_ms} ms, connections opened over {:?}",
         REASONING + CONTENT,
         RAMP
     );

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from specreplay.cli import cli
 from specreplay.errors import TraceError
 from specreplay.importers import Options, import_trace, parse_timestamp_us
+from specreplay.shaping import body_with_prompt
 from specreplay.text import approx_tokens
 from specreplay.trace import TraceRecord, load_trace
 
@@ -28,7 +29,9 @@ def jsonl(rows: list[object]) -> str:
 
 
 def prompt_of(rec: TraceRecord) -> str:
-    return str(rec.body["messages"][0]["content"]) if rec.api == "chat" else str(rec.body["prompt"])
+    """The prompt replay sends: as written, or synthesized from prompt_blocks."""
+    body = body_with_prompt(rec)
+    return str(body["messages"][0]["content"]) if rec.api == "chat" else str(body["prompt"])
 
 
 def run_import(fmt: str, src: Path, tmp_path: Path, **opts: object) -> tuple[list[TraceRecord], object]:
@@ -68,7 +71,7 @@ def test_mooncake_arrivals_lengths_and_shared_prefixes(tmp_path: Path) -> None:
 def test_mooncake_completions_api_and_model(tmp_path: Path) -> None:
     recs, _ = run_import("mooncake", write(tmp_path, "m.jsonl", jsonl(MOONCAKE[:1])), tmp_path, api="completions", model="m1")
     assert recs[0].api == "completions" and recs[0].body["model"] == "m1"
-    assert len(str(recs[0].body["prompt"]).split()) == 1030
+    assert len(prompt_of(recs[0]).split()) == 1030
 
 
 def test_bailian_defaults_sessions_and_block_size(tmp_path: Path) -> None:
@@ -104,6 +107,29 @@ def test_mooncake_malformed_rows_name_the_line_and_field(tmp_path: Path, row: di
     assert (err.value.line, err.value.field) == (2, field)
     assert fragment in str(err.value)
     assert str(err.value).startswith(f"{src}:2: field '{field}'")
+
+
+def test_rows_are_put_in_order_within_a_window_and_a_file_beyond_it_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import specreplay.importers.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "REORDER_WINDOW", 3)
+    stamps = [0, 2000, 1000, 3000, 4000, 5000, 6000]
+    rows = [{"timestamp": t, "input_length": 10, "output_length": 1, "hash_ids": [i]} for i, t in enumerate(stamps)]
+    recs, report = run_import("mooncake", write(tmp_path, "m.jsonl", jsonl(rows)), tmp_path)
+    assert [r.arrival for r in recs] == sorted(t / 1000 for t in stamps) and report.reordered == 1  # type: ignore[attr-defined]
+    late = rows + [{"timestamp": 500, "input_length": 10, "output_length": 1, "hash_ids": [9]}]
+    with pytest.raises(TraceError) as err:
+        import_trace("mooncake", write(tmp_path, "late.jsonl", jsonl(late)), tmp_path / "o.jsonl")
+    assert err.value.line == 8 and "sort the file by time first" in str(err.value)
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_prompts_beyond_what_can_be_synthesized_are_skipped(tmp_path: Path) -> None:
+    small = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}
+    huge = {"timestamp": 5, "input_length": 2**24 + 1, "output_length": 1, "hash_ids": [1]}
+    recs, report = run_import("mooncake", write(tmp_path, "m.jsonl", jsonl([small, huge])), tmp_path, block_size=2**25)
+    assert len(recs) == 1
+    assert report.skipped == {"prompts longer than 16777216 tokens (the most specreplay synthesizes)": 1}  # type: ignore[attr-defined]
 
 
 def test_skip_invalid_counts_and_reports_malformed_rows(tmp_path: Path) -> None:
@@ -212,15 +238,18 @@ SHAREGPT = [
 ]
 
 
-def test_sharegpt_prompts_and_reference_lengths(tmp_path: Path) -> None:
+def test_sharegpt_prompts_reference_lengths_and_source_ids(tmp_path: Path) -> None:
     src = write(tmp_path, "s.json", json.dumps(SHAREGPT, indent=2))
     recs, report = run_import("sharegpt", src, tmp_path)
-    assert [r.arrival for r in recs] == [None, None]
-    assert [prompt_of(r) for r in recs] == ["Summarize the plot of Hamlet in three sentences.", "Write a haiku."]
+    assert [r.arrival for r in recs] == [None, None, None]
+    assert [r.id for r in recs] == ["QWJhYvA_0", "solo", "i6IyJda_0"]  # the source's ids
+    assert [prompt_of(r) for r in recs] == ["Summarize the plot of Hamlet in three sentences.", "hello?", "Write a haiku."]
     answer = SHAREGPT[0]["conversations"][1]["value"]  # type: ignore[index]
     assert recs[0].expected_output_tokens == approx_tokens(answer) == recs[0].body["max_tokens"]
-    assert all(r.approximate for r in recs)
-    assert report.skipped == {"conversations with fewer than two turns": 1}  # type: ignore[attr-defined]
+    assert recs[0].approximate and not recs[1].approximate
+    # A conversation of one turn has no reply to take a length from: none is set.
+    assert recs[1].expected_output_tokens is None and "max_tokens" not in recs[1].body
+    assert report.no_output_length == 1  # type: ignore[attr-defined]
 
 
 def test_sharegpt_malformed_entries_name_line_and_entry(tmp_path: Path) -> None:

@@ -229,3 +229,40 @@ def test_capture_through_the_proxy_against_llamacpp(tmp_path: Path, scripted: tu
         assert rec.response["finish_reason"] == "stop"
     df = replay(tmp_path, server, str(trace_path), speedup=[1.0])
     assert len(df) == 3 and (df["output_tokens"] == COMPLETION_TOKENS).all()
+
+
+def test_an_imported_mooncake_excerpt_replays_with_no_request_refused(tmp_path: Path) -> None:
+    """Issue 14's end to end: `specreplay import mooncake EXCERPT -o mc.jsonl &&
+    specreplay replay mc.jsonl --url LLAMA --speedup 10 --max-tokens 64`. The
+    excerpt is real Mooncake lines (the conversation trace's first eight
+    prompts under 1K tokens: a byte-level vocabulary makes ~6 tokens of each
+    filler word, so this server needs a 8K context per slot). Every body must
+    be one llama.cpp accepts: the imported min_tokens lowered with the
+    budget, the prompt synthesized from its blocks."""
+    from click.testing import CliRunner
+
+    from specreplay.cli import cli
+    from specreplay.trace import load_trace
+
+    excerpt = Path(__file__).resolve().parent.parent / "traces" / "public" / "mooncake-conversation-short.jsonl"
+    trace = tmp_path / "mc.jsonl"
+    imported = CliRunner().invoke(cli, ["import", "mooncake", str(excerpt), "-o", str(trace)])
+    assert imported.exit_code == 0, imported.output
+    records = load_trace(trace).records
+    assert len(records) == 8 and all(r.prompt_blocks is not None for r in records)
+    assert sum(r.body["min_tokens"] > 64 for r in records) == 6  # what --max-tokens 64 must lower
+    model = tmp_path / "scripted-8k.gguf"
+    write_scripted_gguf(model, REASONING, ANSWER, close_think=True, context=8192)
+    with LlamaCppServer(model, ctx=16384) as server:
+        args = ["replay", str(trace), "--url", server.api_url, "--speedup", "10", "--max-tokens", "64", "--timeout", "60",
+                "-o", str(tmp_path / "r.arrow")]
+        result = CliRunner().invoke(cli, args, env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    df = specreplay.load(tmp_path / "r.arrow")
+    assert len(df) == 8
+    assert df["error_kind"].isna().all(), df["error_message"].dropna().tolist()
+    assert (df["http_status"] == 200).all()
+    assert (df["output_tokens"] == 64).all() and (df["finish_reason"] == "length").all()  # ignore_eos: the whole budget
+    # Each prompt reached the server whole: at least one token per filler word.
+    words = {r.id: r.prompt_blocks.tokens for r in records if r.prompt_blocks}
+    assert all(df["prompt_tokens"] >= df["trace_id"].map(words))

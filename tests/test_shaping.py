@@ -8,8 +8,9 @@ import pytest
 
 from specreplay.config import ReplayConfig
 from specreplay.errors import ConfigError
-from specreplay.shaping import auth_headers, base_url, prepare, redact_url, shape_body
-from specreplay.trace import TraceRecord
+from specreplay.schema import request_schema
+from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url, shape_body
+from specreplay.trace import PromptBlocks, TraceRecord
 
 
 def rec(api: str, body: dict[str, object]) -> TraceRecord:
@@ -40,6 +41,51 @@ def test_budget_goes_in_the_field_each_api_uses() -> None:
     assert "stream_options" not in anthropic
 
 
+def test_lowering_the_budget_keeps_the_body_coherent() -> None:
+    """Issue 14 item 1: an imported body asks for max_tokens = min_tokens = 500;
+    --max-tokens 32 must lower min_tokens too (vLLM and the simulator answer
+    400 'min_tokens 500 is larger than max_tokens 32')."""
+    imported = {"messages": [], "max_tokens": 500, "min_tokens": 500, "ignore_eos": True}
+    body = shape_body(rec("chat", imported), ReplayConfig(trace="t", max_tokens=32), None)
+    assert (body["max_tokens"], body["min_tokens"], body["ignore_eos"]) == (32, 32, True)
+    # A min_tokens already within the budget is kept; raising the budget keeps it too.
+    assert shape_body(rec("chat", {**imported, "min_tokens": 20}), ReplayConfig(trace="t", max_tokens=32), None)["min_tokens"] == 20
+    assert shape_body(rec("chat", imported), ReplayConfig(trace="t", max_tokens=900), None)["min_tokens"] == 500
+    # Both budget names in one body: both are set.
+    both = shape_body(rec("chat", {**imported, "max_completion_tokens": 500}), ReplayConfig(trace="t", max_tokens=8), None)
+    assert (both["max_completion_tokens"], both["max_tokens"], both["min_tokens"]) == (8, 8, 8)
+    responses = shape_body(rec("responses", {"input": "x", "min_tokens": 50}), ReplayConfig(trace="t", max_tokens=10), None)
+    assert (responses["max_output_tokens"], responses["min_tokens"]) == (10, 10)
+    assert imported["min_tokens"] == 500  # the record is not changed
+
+
+def test_prompt_blocks_become_the_input_of_each_api() -> None:
+    pb = PromptBlocks(tokens=600, block_size=512, hash_ids=[4, 9])
+    bodies = {api: body_with_prompt(TraceRecord(id="x", api=api, body={"max_tokens": 3}, prompt_blocks=pb))
+              for api in ("chat", "completions", "responses", "anthropic")}
+    text = bodies["completions"]["prompt"]
+    assert len(text.split()) == 600
+    assert bodies["chat"]["messages"] == [{"role": "user", "content": text}] == bodies["anthropic"]["messages"]
+    assert bodies["responses"]["input"] == text
+    assert all(b["max_tokens"] == 3 for b in bodies.values())
+    # A record with text keeps it; the same blocks always give the same text.
+    assert body_with_prompt(rec("chat", {"messages": [{"role": "user", "content": "hi"}]}))["messages"][0]["content"] == "hi"
+    again = body_with_prompt(TraceRecord(id="y", api="completions", body={}, prompt_blocks=pb))
+    assert again["prompt"] == text
+    seeded = PromptBlocks(tokens=600, block_size=512, hash_ids=[4, 9], seed=3)
+    assert body_with_prompt(TraceRecord(id="z", api="completions", body={}, prompt_blocks=seeded))["prompt"] != text
+    sent = json.loads(prepare([TraceRecord(id="x", api="completions", body={}, prompt_blocks=pb)], ReplayConfig(trace="t"), "http://h:1", None)["body"][0].as_py())
+    assert sent["prompt"] == text
+
+
+def test_only_the_requests_a_run_can_send_are_built() -> None:
+    records = [TraceRecord(id=str(i), api="completions", body={}, arrival=float(i),
+                           prompt_blocks=PromptBlocks(tokens=8, block_size=8, hash_ids=[i])) for i in range(10)]
+    assert prepare(records, ReplayConfig(trace="t", num_requests=3), "http://h:1", None)["trace_id"].to_pylist() == ["0", "1", "2"]
+    assert prepare(records, ReplayConfig(trace="t", num_requests=25), "http://h:1", None).num_rows == 10  # the engine loops them
+    assert prepare(records, ReplayConfig(trace="t"), "http://h:1", None).num_rows == 10
+
+
 def test_no_continuous_usage() -> None:
     cfg = ReplayConfig(trace="t", continuous_usage=False)
     assert shape_body(rec("completions", {"prompt": "p"}), cfg, None)["stream_options"] == {"include_usage": True}
@@ -58,8 +104,10 @@ def test_urls() -> None:
     assert base_url("https://h/openai/v1") == "https://h/openai/v1"
     assert redact_url("https://user:secret@h:443/v1?key=abc") == "https://h:443/v1"
     reqs = prepare([rec("chat", {"messages": []}), rec("completions", {"prompt": "p"})], ReplayConfig(trace="t"), "http://h:1", "m")
-    assert [r.url for r in reqs] == ["http://h:1/v1/chat/completions", "http://h:1/v1/completions"]
-    assert json.loads(reqs[0].body)["model"] == "m"
+    assert reqs.schema == request_schema()
+    assert reqs.column("url").to_pylist() == ["http://h:1/v1/chat/completions", "http://h:1/v1/completions"]
+    assert json.loads(reqs.column("body")[0].as_py())["model"] == "m"
+    assert reqs.column("arrival_s").to_pylist() == [1.0, 1.0]
 
 
 def test_api_key_becomes_headers_and_never_metadata() -> None:

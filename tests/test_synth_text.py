@@ -22,9 +22,13 @@ def test_approximation_and_filler() -> None:
     assert approx_tokens("the cat") == 2
     assert approx_tokens("international,  travel\n") == 4 + 2
     assert len(FILLER) >= 200 and all(1 <= len(w) <= 4 for w in FILLER)
-    text = PromptMaker().unique(300, "k")
+    maker = PromptMaker()
+    text = maker.fresh(300)
     assert len(text.split()) == approx_tokens(text) == 300
-    assert PromptMaker().unique(300, "k") == text and PromptMaker(seed=1).unique(300, "k") != text
+    assert set(text.split()) <= set(FILLER)
+    # Deterministic under the seed; a fresh prompt shares nothing with the one before.
+    assert PromptMaker().fresh(300) == text and PromptMaker(seed=1).fresh(300) != text
+    assert maker.fresh(300) != text
 
 
 def test_redaction_keeps_lengths_whitespace_and_shared_prefixes() -> None:

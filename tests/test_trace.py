@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specreplay.errors import TraceError
-from specreplay.trace import TraceRecord, load_trace, write_trace
+from specreplay.trace import PromptBlocks, TraceRecord, load_trace, write_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,6 +68,26 @@ def test_capture_fields_round_trip(tmp_path: Path) -> None:
     ]
 
 
+def blocks(i: int, **fields: object) -> dict[str, object]:
+    """A compact record: the prompt as blocks, the body without messages."""
+    pb: dict[str, object] = {"tokens": 1030, "block_size": 512, "hash_ids": [0, 1, 2]}
+    pb.update(fields)
+    return {"id": f"b{i}", "arrival": 0.0, "api": "chat", "prompt_blocks": pb, "body": {"max_tokens": 5}}
+
+
+def test_prompt_blocks_round_trip(tmp_path: Path) -> None:
+    recs = [
+        TraceRecord(id="a", api="chat", body={"max_tokens": 5}, arrival=0.0,
+                    prompt_blocks=PromptBlocks(tokens=1030, block_size=512, hash_ids=[0, 1, 2])),
+        TraceRecord(id="b", api="completions", body={}, arrival=1.0,
+                    prompt_blocks=PromptBlocks(tokens=16, block_size=16, hash_ids=[2**64 - 1], seed=7)),
+    ]
+    p = tmp_path / "pb.jsonl"
+    write_trace(recs, p)
+    assert '"seed"' not in p.read_text().splitlines()[0]  # written only when not 0
+    assert [r.prompt_blocks for r in load_trace(p).records] == [r.prompt_blocks for r in recs]
+
+
 def test_comments_and_blank_lines_are_skipped_and_lines_counted(tmp_path: Path) -> None:
     p = write(tmp_path, ["# a comment", "", chat(1), chat(2, arrival=1.0)])
     trace = load_trace(p)
@@ -99,6 +119,18 @@ def test_comments_and_blank_lines_are_skipped_and_lines_counted(tmp_path: Path) 
         ([chat(1, response={"status": 200, "end_us": -1})], 1, "response.end_us", "non-negative integer"),
         ([chat(1, response={"status": 200, "prompt_tokens": 1.5})], 1, "response.prompt_tokens", "non-negative integer"),
         ([chat(1, response={"status": 200, "finish_reason": 3})], 1, "response.finish_reason", "string or null"),
+        ([{"id": "x", "api": "chat", "body": {}}], 1, "body.messages", "or prompt_blocks"),
+        ([blocks(1, tokens=2000)], 1, "prompt_blocks.hash_ids", "3 blocks, but 2000 tokens need ceil(2000/512) = 4"),
+        ([blocks(1, hash_ids=[0, -1, 2])], 1, "prompt_blocks.hash_ids", "integers from 0 to 2^64-1"),
+        ([blocks(1, hash_ids=[0, 1, 2**64])], 1, "prompt_blocks.hash_ids", "integers from 0 to 2^64-1"),
+        ([blocks(1, hash_ids="0,1,2")], 1, "prompt_blocks.hash_ids", "list of integers"),
+        ([blocks(1, tokens=0, hash_ids=[])], 1, "prompt_blocks.tokens", "integer from 1 to 16777216"),
+        ([blocks(1, tokens=2**24 + 1, block_size=2**25, hash_ids=[0])], 1, "prompt_blocks.tokens", "from 1 to 16777216"),
+        ([blocks(1, block_size=None)], 1, "prompt_blocks.block_size", "missing"),
+        ([blocks(1, seed=-1)], 1, "prompt_blocks.seed", "integer from 0 to"),
+        ([blocks(1, text="hi")], 1, "prompt_blocks.text", "unknown field"),
+        ([{**blocks(1), "prompt_blocks": [0, 1]}], 1, "prompt_blocks", "JSON object"),
+        ([{**blocks(1), "body": {"messages": []}}], 1, "body.messages", "must not be given with prompt_blocks"),
     ],
 )
 def test_malformed_traces_name_file_line_and_field(

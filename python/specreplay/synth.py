@@ -114,6 +114,7 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
     turns = Dist.parse(config.turns, "--turns")
     rng = random.Random(config.seed)
     maker = PromptMaker(tokenizer, seed=config.seed)
+    prefixes: dict[int, str] = {}  # each group's shared system prompt
     pending: list[tuple[float, int, int, dict[str, Any], int]] = []  # arrival, session, turn, body, output
     start = 0.0
     session = 0
@@ -123,7 +124,9 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
         group = rng.randrange(config.prefix_groups) if config.prefix_groups else None
         history: list[dict[str, str]] = []
         if group is not None:
-            history.append({"role": "system", "content": " ".join(maker.block(("prefix", group), config.prefix_len))})
+            if group not in prefixes:
+                prefixes[group] = maker.fresh(config.prefix_len)
+            history.append({"role": "system", "content": prefixes[group]})
         t = start
         for turn in range(n_turns):
             if len(pending) >= config.num_requests:
@@ -131,7 +134,7 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
             if turn:
                 t += rng.expovariate(1.0 / config.think_time) if config.think_time > 0 else 0.0
             n_in, n_out = inp.draw(rng), out.draw(rng)
-            history.append({"role": "user", "content": maker.unique(n_in, "user", session, turn)})
+            history.append({"role": "user", "content": maker.fresh(n_in)})
             body: dict[str, Any] = {"model": config.model} if config.model else {}
             if config.api == "chat":
                 body["messages"] = [dict(m) for m in history]
@@ -139,7 +142,7 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
                 body["prompt"] = "\n\n".join(m["content"] for m in history)
             body.update(max_tokens=n_out, min_tokens=n_out, ignore_eos=True)
             pending.append((t, session, turn, body, n_out))
-            history.append({"role": "assistant", "content": maker.unique(n_out, "assistant", session, turn)})
+            history.append({"role": "assistant", "content": maker.fresh(n_out)})
         session += 1
     pending.sort(key=lambda p: (p[0], p[1], p[2]))
     multi = any(p[2] > 0 for p in pending)

@@ -22,35 +22,16 @@ text, so prefix sharing in the source survives in the synthesized prompts.
 from __future__ import annotations
 
 import hashlib
-import random
 import re
 from collections.abc import Sequence
 from typing import Any
 
+from specreplay import _core
 from specreplay.errors import ConfigError
 
-#: Filler vocabulary: 256 short common words, each ≤ 4 characters.
-FILLER: tuple[str, ...] = tuple(
-    """
-    the of and to in is it you that he was for on are as with his they at be
-    this have from or one had by word but not what all were we when your can
-    said there use an each which she do how if will up other about out many
-    then them so some her would make like him into time has look two more go
-    see no way could my than been call who its now find long down day did get
-    come made may part over new take only work know place year live me back
-    give most very good man old any same tell boy came want show also form
-    three small set put end does well must big even such turn here why ask men
-    read need land home us move try kind hand high act air away play line own
-    page letter got left life near plan head cold dark land fire rain four five
-    six nine ten red blue gold pink gray cat dog cow pig hen fox owl bee ant
-    sun moon star sky sea lake hill rock tree leaf rose seed corn rice milk egg
-    salt bread cake fish meat soup tea hat coat shoe bag box cup pan pot door
-    wall roof room bed desk lamp book pen map car bus ship road path town farm
-    shop bank park yard gate east west top low hot warm cool soft hard fast slow
-    open shut rich poor full late early
-    """.split()
-)
-FILLER = tuple(dict.fromkeys(w for w in FILLER if len(w) <= 4))[:256]
+#: Filler vocabulary: short common words, each ≤ 4 characters. The list
+#: lives with the synthesis in Rust (`specreplay_core::prompt::FILLER`).
+FILLER: tuple[str, ...] = tuple(_core.Filler().words)
 
 _WORD_OR_SPACE = re.compile(r"(\s+)")
 
@@ -59,16 +40,6 @@ def approx_tokens(text: str) -> int:
     """Tokens in `text` by the documented approximation: each
     whitespace-separated word of c characters is ceil(c / 4) tokens."""
     return sum(-(-len(w) // 4) for w in text.split())
-
-
-def _rng(*key: object) -> random.Random:
-    digest = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
-    return random.Random(int.from_bytes(digest, "little"))
-
-
-def filler_words(n: int, *key: object) -> list[str]:
-    """`n` filler words, the same for the same key."""
-    return _rng(*key).choices(FILLER, k=n) if n > 0 else []
 
 
 class Redactor:
@@ -170,45 +141,33 @@ class Tokenizer:
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
-    def filler_words(self, n: int, *key: object) -> list[str]:
-        return _rng(*key).choices(self.words, k=n) if n > 0 else []
-
 
 class PromptMaker:
-    """Makes prompt text of a given token length from blocks: block `h` (a
-    hash id) is always the same text, the last block may be a prefix of its
-    block. With a tokenizer the text is re-counted, and `approximate` says
-    whether that count differs from the target."""
+    """Prompt text of given token lengths, synthesized from block ids in Rust
+    (`specreplay._core.Filler`: block `h` is always the same text, a block
+    cut short is a prefix of it). With a tokenizer, the words are its own
+    single-token words and the text is re-counted with it: `is_approximate`
+    says whether that count misses the target. `fresh` hands out block ids
+    no other prompt of this maker uses (text that shares nothing)."""
 
     def __init__(self, tokenizer: Tokenizer | None = None, seed: int = 0) -> None:
         self.tokenizer = tokenizer
         self.seed = seed
-        self._blocks: dict[object, list[str]] = {}
+        self._filler = _core.Filler(list(tokenizer.words)) if tokenizer is not None else _core.Filler()
+        self._next_id = 0
 
-    def words(self, n: int, *key: object) -> list[str]:
-        if self.tokenizer is not None:
-            return self.tokenizer.filler_words(n, self.seed, *key)
-        return filler_words(n, self.seed, *key)
+    def from_blocks(self, total: int, block_size: int, hash_ids: Sequence[int]) -> str:
+        return self._filler.text(total, block_size, list(hash_ids), self.seed)
 
-    def block(self, key: object, size: int) -> list[str]:
-        words = self._blocks.get(key)
-        if words is None or len(words) < size:
-            words = self.words(size, "block", key)
-            if len(self._blocks) < 1 << 20:
-                self._blocks[key] = words
-        return words[:size]
+    def new_ids(self, n: int) -> list[int]:
+        """`n` block ids never handed out before by this maker."""
+        ids = list(range(self._next_id, self._next_id + n))
+        self._next_id += n
+        return ids
 
-    def from_blocks(self, total: int, block_size: int, hash_ids: Sequence[object]) -> str:
-        out: list[str] = []
-        for i, h in enumerate(hash_ids):
-            take = min(block_size, total - i * block_size)
-            if take <= 0:
-                break
-            out += self.block(h, block_size)[:take]
-        return " ".join(out)
-
-    def unique(self, n: int, *key: object) -> str:
-        return " ".join(self.words(n, "unique", *key))
+    def fresh(self, n: int) -> str:
+        """`n` tokens of text sharing nothing with other prompts."""
+        return self.from_blocks(n, n, self.new_ids(1)) if n > 0 else ""
 
     def count(self, text: str) -> int:
         return self.tokenizer.count(text) if self.tokenizer is not None else approx_tokens(text)

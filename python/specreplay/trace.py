@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specreplay._core import Filler
 from specreplay.errors import TraceError
 
 #: API name → (path under the base URL, the body field that must be present).
@@ -28,8 +29,12 @@ APIS: dict[str, tuple[str, str]] = {
 MAX_LINE_BYTES = 64 << 20
 
 _KNOWN_FIELDS = {
-    "id", "arrival", "api", "path", "body", "session_id", "expected_output_tokens", "approximate", "response",
+    "id", "arrival", "api", "path", "body", "prompt_blocks", "session_id", "expected_output_tokens", "approximate",
+    "response",
 }
+_PROMPT_BLOCKS_FIELDS = ("tokens", "block_size", "hash_ids", "seed")
+#: Block ids and seeds are unsigned 64-bit integers (the Rust synthesis's key).
+_U64 = 1 << 64
 
 #: Keys of the `response` object (what came back when the trace was
 #: captured): integers except `finish_reason` and `error`; only `status` is
@@ -39,6 +44,27 @@ RESPONSE_INT_FIELDS = (
 )
 RESPONSE_STR_FIELDS = ("finish_reason", "error")
 _RESPONSE_FIELDS = set(RESPONSE_INT_FIELDS) | set(RESPONSE_STR_FIELDS)
+
+
+@dataclass(frozen=True)
+class PromptBlocks:
+    """A prompt given by its length and block ids instead of its text (as
+    Mooncake and Bailian traces give it): `tokens` tokens made of the blocks
+    `hash_ids`, `block_size` tokens each, the last one cut short. The text is
+    synthesized when the request is built (`specreplay._core.Filler`): equal
+    ids give equal text, so shared prefixes stay shared."""
+
+    tokens: int
+    block_size: int
+    hash_ids: list[int]
+    #: Varies the text of every block at once (`specreplay import --seed`).
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"tokens": self.tokens, "block_size": self.block_size, "hash_ids": self.hash_ids}
+        if self.seed:
+            out["seed"] = self.seed
+        return out
 
 
 @dataclass(frozen=True)
@@ -57,6 +83,9 @@ class TraceRecord:
     approximate: bool = False
     #: What came back when the request was captured (see RESPONSE_*_FIELDS).
     response: dict[str, Any] | None = None
+    #: The prompt as blocks, synthesized into the body's input when the
+    #: request is built (`shaping.body_with_prompt`); the body then has none.
+    prompt_blocks: PromptBlocks | None = None
     line: int = 0
 
     def to_json(self) -> str:
@@ -74,6 +103,8 @@ class TraceRecord:
             out["approximate"] = True
         if self.response is not None:
             out["response"] = self.response
+        if self.prompt_blocks is not None:
+            out["prompt_blocks"] = self.prompt_blocks.to_dict()
         out["body"] = self.body
         return json.dumps(out, ensure_ascii=False)
 
@@ -122,8 +153,11 @@ def _parse_record(path: str, line_no: int, obj: Any) -> TraceRecord:
     if not isinstance(body, dict):
         raise fail("body", "missing or not a JSON object (the request body as it was sent)")
     needed = APIS[api][1]
-    if needed not in body:
-        raise fail(f"body.{needed}", f"missing: a {api} request needs '{needed}'")
+    blocks = _prompt_blocks(obj["prompt_blocks"], fail) if "prompt_blocks" in obj else None
+    if blocks is None and needed not in body:
+        raise fail(f"body.{needed}", f"missing: a {api} request needs '{needed}' (or prompt_blocks)")
+    if blocks is not None and needed in body:
+        raise fail(f"body.{needed}", "must not be given with prompt_blocks (the prompt is synthesized from them)")
 
     session = obj.get("session_id")
     if session is not None and not isinstance(session, (str, int)):
@@ -155,8 +189,41 @@ def _parse_record(path: str, line_no: int, obj: Any) -> TraceRecord:
         path=req_path,
         approximate=approximate,
         response=response,
+        prompt_blocks=blocks,
         line=line_no,
     )
+
+
+def _prompt_blocks(value: Any, fail: Callable[[str | None, str], TraceError]) -> PromptBlocks:
+    if not isinstance(value, dict):
+        raise fail("prompt_blocks", "must be a JSON object {tokens, block_size, hash_ids}")
+    unknown = sorted(set(value) - set(_PROMPT_BLOCKS_FIELDS))
+    if unknown:
+        raise fail(f"prompt_blocks.{unknown[0]}", f"unknown field (known: {', '.join(_PROMPT_BLOCKS_FIELDS)})")
+    nums: dict[str, int] = {}
+    for key, minimum, limit in (("tokens", 1, Filler.MAX_TOKENS), ("block_size", 1, _U64 - 1), ("seed", 0, _U64 - 1)):
+        v = value.get(key, 0 if key == "seed" else None)
+        if v is None:
+            raise fail(f"prompt_blocks.{key}", "missing")
+        if not _is_int(v) or not minimum <= v <= limit:
+            raise fail(f"prompt_blocks.{key}", f"must be an integer from {minimum} to {limit}, got {v!r}")
+        nums[key] = v
+    ids = value.get("hash_ids")
+    if ids is None:
+        raise fail("prompt_blocks.hash_ids", "missing")
+    if not isinstance(ids, list) or not all(_is_int(h) and 0 <= h < _U64 for h in ids):
+        raise fail("prompt_blocks.hash_ids", "must be a list of integers from 0 to 2^64-1")
+    need = -(-nums["tokens"] // nums["block_size"])
+    if len(ids) != need:
+        raise fail(
+            "prompt_blocks.hash_ids",
+            f"{len(ids)} blocks, but {nums['tokens']} tokens need ceil({nums['tokens']}/{nums['block_size']}) = {need}",
+        )
+    return PromptBlocks(tokens=nums["tokens"], block_size=nums["block_size"], hash_ids=ids, seed=nums["seed"])
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _check_response(response: Any, fail: Callable[[str | None, str], TraceError]) -> None:
@@ -177,7 +244,8 @@ def _check_response(response: Any, fail: Callable[[str | None, str], TraceError]
             raise fail(f"response.{key}", f"must be a string or null, got {v!r}")
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw bytes) of each line, a line at a time."""
     with path.open("rb") as f:
         line_no = 0
         while True:
@@ -201,7 +269,7 @@ def load_trace(path: str | Path) -> Trace:
     trace = Trace(path=name)
     digest = hashlib.sha256()
     seen: dict[str, int] = {}
-    for line_no, raw in _lines(p):
+    for line_no, raw in read_lines(p):
         digest.update(raw)
         text = raw.strip()
         if not text or text.startswith(b"#"):

@@ -195,18 +195,22 @@ def _gguf_name(hf: str) -> str:
     return _GGUF_NAMES[hf]
 
 
-def write_scripted_gguf(path: str | Path, reasoning: list[str] = REASONING, answer: list[str] = ANSWER, close_think: bool = True) -> ScriptedModel:
+def write_scripted_gguf(
+    path: str | Path, reasoning: list[str] = REASONING, answer: list[str] = ANSWER, close_think: bool = True, context: int = CONTEXT
+) -> ScriptedModel:
     """Writes the scripted model (see the module docstring) as a GGUF file for
     llama.cpp, with a SentencePiece-style vocabulary (the 256 byte tokens,
     the script's words, `<|im_start|>`, `<|im_end|>` as EOS, `<think>`,
     `</think>`) and a chat template whose assistant turn opens with
-    `<think>\\n`. Returns the model, whose `script` says what it will generate."""
+    `<think>\\n`. `context` is its training context, which caps llama.cpp's
+    context per slot (the model's attention adds nothing, so any length
+    works). Returns the model, whose `script` says what it will generate."""
     import gguf
 
     model = build_scripted_model(reasoning, answer, close_think)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("specreplay-scripted" + ("" if close_think else "-endless"))
-    w.add_context_length(CONTEXT)
+    w.add_context_length(context)
     w.add_embedding_length(HIDDEN)
     w.add_block_count(LAYERS)
     w.add_feed_forward_length(FFN)

@@ -15,11 +15,14 @@ _FORMAT_HELP = "\n".join(f"\b\n  {name:9} {desc}" for name, (desc, _) in FORMATS
 
 @click.command("import", help=f"""Convert a public trace FILE of FORMAT into a specreplay trace.
 
-Where the trace gives only token counts, prompts of that length are
-synthesized (equal hash_ids blocks get equal text, so prefix caching behaves
-as in the original) and the output length becomes max_tokens + min_tokens +
-ignore_eos. Without --tokenizer, lengths follow a documented approximation
-and records are marked "approximate". Formats:
+Where the trace gives only token counts, the record keeps the prompt as
+blocks (the source's hash_ids, or fresh ids; a conversation's turns extend
+each other) and replay synthesizes their text: equal blocks get equal text,
+so prefix caching behaves as in the original, and the trace stays about the
+size of its source. The output length becomes max_tokens + min_tokens +
+ignore_eos. Lengths follow a documented approximation and records are
+marked "approximate"; --tokenizer writes the text out instead, with exact
+lengths. Formats:
 
 {_FORMAT_HELP}
 """)
@@ -33,12 +36,19 @@ and records are marked "approximate". Formats:
 @click.option("--model", help="Model name to put in every body.")
 @click.option("--limit", type=click.IntRange(min=1), help="Keep only the first N usable rows.")
 @click.option("--skip-invalid", is_flag=True, help="Skip malformed rows (counted and reported) instead of stopping at the first.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthesized text.")
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True, help="Seed of the synthesized text.")
+@click.option("--default-output-tokens", type=click.IntRange(min=1),
+              help="Output length of requests whose source gives none (single-turn ShareGPT, vLLM rows without output_tokens). Without it they set none.")
+@click.option("--max-prompt-tokens", type=click.IntRange(min=1), help="Cap on prompt length (tokens): longer prompts are dropped or truncated (--over-limit).")
+@click.option("--over-limit", type=click.Choice(["drop", "truncate"]), default="drop", show_default=True,
+              help="What --max-prompt-tokens does to a longer prompt: drop the request, or cut the prompt to the cap.")
 def import_cmd(format: str, file: str, output: str, block_size: int | None, time_unit: str | None, tokenizer: str | None,
-               api: str, model: str | None, limit: int | None, skip_invalid: bool, seed: int) -> None:
+               api: str, model: str | None, limit: int | None, skip_invalid: bool, seed: int,
+               default_output_tokens: int | None, max_prompt_tokens: int | None, over_limit: str) -> None:
     if Path(output).resolve() == Path(file).resolve():
         raise click.BadParameter("must not be the input file", param_hint="-o")
-    opts = Options(block_size=block_size, time_unit=time_unit, api=api, model=model, limit=limit, skip_invalid=skip_invalid, seed=seed)
+    opts = Options(block_size=block_size, time_unit=time_unit, api=api, model=model, limit=limit, skip_invalid=skip_invalid,
+                   seed=seed, default_output_tokens=default_output_tokens, max_prompt_tokens=max_prompt_tokens, over_limit=over_limit)
     try:
         tok = Tokenizer(tokenizer) if tokenizer else None
         report = import_trace(format, file, output, opts, tok)

@@ -12,7 +12,7 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -20,7 +20,14 @@ from specreplay._core import SimServer
 from specreplay.errors import ConfigError
 from specreplay.tomlfile import read_toml
 
+if TYPE_CHECKING:
+    from specreplay._core import SimConfig
+
 REASONING_FIELDS = ("reasoning_content", "reasoning", "none")
+# Config keys that hold a table; a flag replaces one entry and keeps the file's others.
+NESTED = ("faults", "capacity")
+# The flags of the `capacity` table's keys.
+CAPACITY_FLAGS = ("max_num_seqs", "kv_cache_tokens", "batch_step_cost", "prefix_caching")
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
@@ -32,16 +39,18 @@ def load_config_file(path: Path) -> dict[str, Any]:
 
 
 def build_config(file_config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, object]:
-    """The file's keys, then every flag that was given. `faults` merges per
-    kind: `--fault http_503=0.1` replaces the file's `http_503` only."""
+    """The file's keys, then every flag that was given. The tables merge per
+    entry: `--fault http_503=0.1` replaces the file's `http_503` only, and
+    `--max-num-seqs 8` the file's `capacity.max_num_seqs` only."""
     config: dict[str, object] = dict(file_config)
-    flag_faults = overrides.pop("faults", None)
+    flag_tables = {key: overrides.pop(key, None) for key in NESTED}
     config.update({k: v for k, v in overrides.items() if v is not None})
-    if flag_faults:
-        file_faults = config.get("faults")
-        merged = dict(file_faults) if isinstance(file_faults, dict) else {}
-        merged.update(flag_faults)
-        config["faults"] = merged
+    for key, entries in flag_tables.items():
+        if entries:
+            from_file = config.get(key)
+            merged = dict(from_file) if isinstance(from_file, dict) else {}
+            merged.update(entries)
+            config[key] = merged
     return config
 
 
@@ -61,8 +70,9 @@ def parse_faults(values: tuple[str, ...]) -> dict[str, float]:
 
 
 def _config_error_source(message: str, file_keys: set[str], path: Path | None) -> str:
-    """Which input a ConfigError came from: the file (named) or the flags."""
-    if path is not None and any(message.startswith(f"invalid configuration: {k}:") for k in file_keys):
+    """Which input a ConfigError came from: the file (named) or the flags
+    (the core names the key: `invalid configuration: sim: KEY: ...`)."""
+    if path is not None and any(message.startswith(f"invalid configuration: sim: {k}:") for k in file_keys):
         return str(path)
     return "command line"
 
@@ -107,6 +117,15 @@ def wait_for_interrupt() -> None:
 @click.option("--spec-step-cost", type=float, help="Extra step cost per draft token, as a fraction of tpot.")
 @click.option("--send-timestamps/--no-send-timestamps", default=None, help="Add sim_sent_us to every chunk.")
 @click.option(
+    "--fixed-length-reasoning/--no-fixed-length-reasoning",
+    default=None,
+    help="Reason before answering fixed-length requests (ignore_eos, or min_tokens at the budget) too.",
+)
+@click.option("--max-num-seqs", type=int, help="Capacity model: most sequences in a batch (turns the model on).")
+@click.option("--kv-cache-tokens", type=int, help="Capacity model: KV-cache budget in tokens (0 = none).")
+@click.option("--batch-step-cost", type=float, help="Capacity model: extra step time per running sequence, as a fraction of tpot.")
+@click.option("--prefix-caching/--no-prefix-caching", default=None, help="Capacity model: reuse cached prompt prefixes (on by default).")
+@click.option(
     "--fault",
     "faults",
     multiple=True,
@@ -123,21 +142,26 @@ def serve(host: str, port: int, config_path: Path | None, faults: tuple[str, ...
     overrides = {k: (list(v) if isinstance(v, tuple) else v) for k, v in flags.items()}
     # click gives an empty tuple for an unused nargs=2 option.
     overrides = {k: v for k, v in overrides.items() if v != []}
-    flag_faults = parse_faults(faults)
-    file_keys = {k for k in file_config if overrides.get(k) is None and k != "faults"}
-    file_faults = file_config.get("faults")
-    if isinstance(file_faults, dict):
-        # An error names `faults.KIND`, or `faults` for the sum.
-        file_keys |= {f"faults.{kind}" for kind in file_faults if kind not in flag_faults}
-        if not flag_faults:
-            file_keys.add("faults")
-    elif "faults" in file_config:
-        file_keys.add("faults")
-    if flag_faults:
-        overrides["faults"] = flag_faults
+    flag_tables: dict[str, dict[str, Any]] = {
+        "faults": parse_faults(faults),
+        "capacity": {k: v for k in CAPACITY_FLAGS if (v := overrides.pop(k, None)) is not None},
+    }
+    file_keys = {k for k in file_config if overrides.get(k) is None and k not in NESTED}
+    for key, entries in flag_tables.items():
+        from_file = file_config.get(key)
+        if isinstance(from_file, dict):
+            # An error names `faults.KIND` (or `capacity.KEY`), or the table itself.
+            file_keys |= {f"{key}.{name}" for name in from_file if name not in entries}
+            if not entries:
+                file_keys.add(key)
+        elif key in file_config:
+            file_keys.add(key)
+        if entries:
+            overrides[key] = entries
     config = build_config(file_config, overrides)
     try:
-        server = SimServer(host=host, port=port, config=config)
+        # The keys and values are checked by the core: a bad one is a ConfigError naming it.
+        server = SimServer(host=host, port=port, config=cast("SimConfig", config))
     except ConfigError as e:
         raise click.ClickException(f"{_config_error_source(str(e), file_keys, config_path)}: {e}") from None
     except OSError as e:

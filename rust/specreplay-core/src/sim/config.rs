@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub use super::capacity::Capacity;
 use super::fault::FaultKind;
 use crate::error::CoreError;
 
@@ -64,6 +65,15 @@ pub struct SimConfig {
     pub send_timestamps: bool,
     /// Context length: the default output budget is `max_model_len - prompt_tokens`.
     pub max_model_len: u32,
+    /// The capacity model (continuous batching with a step cost that grows
+    /// with the batch, a KV-cache budget and a FIFO waiting queue). Absent:
+    /// every request runs on its own clock whatever else is in flight.
+    pub capacity: Option<Capacity>,
+    /// Reason before answering a fixed-length request too (`ignore_eos`, or
+    /// `min_tokens` at least the budget). Off: such a request, which asks
+    /// for a length rather than an answer (an imported trace's), gets only
+    /// answer tokens.
+    pub fixed_length_reasoning: bool,
     /// Fault injection: the fraction of generation requests that get each
     /// fault kind (each in `[0, 1]`, sum at most 1). Empty: no faults.
     pub faults: BTreeMap<FaultKind, f64>,
@@ -93,6 +103,8 @@ impl Default for SimConfig {
             spec_step_cost: 0.1,
             send_timestamps: false,
             max_model_len: 32768,
+            capacity: None,
+            fixed_length_reasoning: false,
             faults: BTreeMap::new(),
             fault_stall_ms: 2000.0,
             fault_slow_headers_ms: 2000.0,
@@ -129,13 +141,14 @@ impl SimConfig {
                 .map_err(|e| e.to_string())
         };
         for (key, v) in &map {
-            if let (true, serde_json::Value::Object(kinds)) = (key == "faults", v) {
-                // One fault kind at a time: `faults.KIND` names the bad entry.
-                for (kind, fraction) in kinds {
+            let nested = key == "faults" || key == "capacity";
+            if let (true, serde_json::Value::Object(entries)) = (nested, v) {
+                // One entry at a time: `faults.KIND` or `capacity.KEY` names the bad one.
+                for (name, inner_value) in entries {
                     let mut inner = serde_json::Map::new();
-                    inner.insert(kind.clone(), fraction.clone());
+                    inner.insert(name.clone(), inner_value.clone());
                     one(key, &serde_json::Value::Object(inner))
-                        .map_err(|e| CoreError::config(format!("faults.{kind}"), e))?;
+                        .map_err(|e| CoreError::config(format!("{key}.{name}"), e))?;
                 }
             }
             one(key, v).map_err(|e| CoreError::config(key.as_str(), e))?;
@@ -212,6 +225,9 @@ impl SimConfig {
         if self.max_model_len == 0 {
             return Err(CoreError::config("max_model_len", "must be at least 1"));
         }
+        if let Some(capacity) = &self.capacity {
+            capacity.validate()?;
+        }
         self.validate_faults()
     }
 
@@ -285,6 +301,18 @@ impl SimConfig {
     pub fn prefill_us(&self, prompt_tokens: u32) -> u64 {
         (self.ttft_ms * 1000.0 + self.prefill_us_per_token * f64::from(prompt_tokens)).round()
             as u64
+    }
+
+    /// The prompt-dependent part of `prefill_us`: what a prefill costs the
+    /// capacity model's batch, µs.
+    pub fn prefill_compute_us(&self, prompt_tokens: u32) -> u64 {
+        (self.prefill_us_per_token * f64::from(prompt_tokens)).round() as u64
+    }
+
+    /// The fixed part of `prefill_us` (`ttft_ms`): under the capacity model,
+    /// the time before a request joins the waiting queue.
+    pub fn frontend_delay(&self) -> std::time::Duration {
+        std::time::Duration::from_micros((self.ttft_ms * 1000.0).round() as u64)
     }
 }
 
@@ -425,6 +453,49 @@ mod tests {
         // Fractions that add up to exactly 1 are fine.
         SimConfig::from_json(r#"{"faults": {"http_503": 0.7, "http_500": 0.2, "http_429": 0.1}}"#)
             .unwrap();
+    }
+
+    #[test]
+    fn capacity_is_read_and_validated() {
+        assert_eq!(SimConfig::default().capacity, None);
+        let c = SimConfig::from_json(r#"{"capacity": {}}"#).unwrap();
+        assert_eq!(c.capacity, Some(Capacity::default()));
+        let c = SimConfig::from_json(
+            r#"{"capacity": {"max_num_seqs": 8, "kv_cache_tokens": 4000, "batch_step_cost": 0.05, "prefix_caching": false}}"#,
+        )
+        .unwrap();
+        let cap = c.capacity.unwrap();
+        assert_eq!((cap.max_num_seqs, cap.kv_budget()), (8, Some(4000)));
+        assert!(!cap.prefix_caching && Capacity::default().prefix_caching);
+        assert_eq!(cap.decode_step_us(10_000, 0), 0);
+        assert_eq!(cap.decode_step_us(10_000, 1), 10_000);
+        assert_eq!(cap.decode_step_us(10_000, 5), 12_000);
+        for (json, field) in [
+            (r#"{"capacity": {"max_seqs": 8}}"#, "capacity.max_seqs"),
+            (
+                r#"{"capacity": {"max_num_seqs": 0}}"#,
+                "capacity.max_num_seqs",
+            ),
+            (
+                r#"{"capacity": {"max_num_seqs": -1}}"#,
+                "capacity.max_num_seqs",
+            ),
+            (
+                r#"{"capacity": {"batch_step_cost": -0.1}}"#,
+                "capacity.batch_step_cost",
+            ),
+            (r#"{"capacity": 8}"#, "capacity"),
+            (
+                r#"{"capacity": {"prefix_caching": "yes"}}"#,
+                "capacity.prefix_caching",
+            ),
+        ] {
+            assert_eq!(
+                field_of(SimConfig::from_json(json).unwrap_err()),
+                field,
+                "{json}"
+            );
+        }
     }
 
     #[test]

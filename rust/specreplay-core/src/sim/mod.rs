@@ -6,12 +6,21 @@
 //! on the same schedule. See `docs/simulator.md`.
 //!
 //! One module per job: `config` (what to simulate), `request` (reading a
-//! request), `script` (the per-request plan), `render` (the JSON), `stream`
-//! (the timed SSE body), `routes` (handlers), `server` (life cycle),
-//! `fault` (fault injection: kinds, the seeded draw, the connection kill switch).
+//! request), `script` (the per-request plan and its text), `render` (the
+//! JSON), `stream` (the timed SSE body), `full` (the non-streaming answer),
+//! `generate` (a generation request from bytes to answer), `routes`
+//! (routing), `server` (life cycle), `fault/` (fault injection: kinds and
+//! draw, counters, the connection kill switch, payload surgery, staged bodies).
 
+pub mod capacity;
 pub mod config;
+mod engine;
 pub mod fault;
+mod full;
+mod generate;
+pub mod metrics;
+mod pace;
+pub mod prefix;
 pub mod render;
 pub mod request;
 mod routes;
@@ -19,6 +28,6 @@ pub mod script;
 mod server;
 pub mod stream;
 
-pub use config::{ReasoningField, SimConfig};
+pub use config::{Capacity, ReasoningField, SimConfig};
 pub use fault::{FaultKind, FAULT_HEADER};
 pub use server::SimServer;

@@ -9,6 +9,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 use super::request::Endpoint;
+use super::script::TextLayout;
 
 /// Token counts, as in the OpenAI `usage` object.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -103,6 +104,22 @@ pub struct Renderer {
 }
 
 impl Renderer {
+    /// Where the answer's text goes: apart for chat with a reasoning key,
+    /// inline otherwise (with think tags in chat).
+    pub fn layout(&self) -> TextLayout {
+        match (self.endpoint, self.reasoning_key) {
+            (Endpoint::Chat, Some(_)) => TextLayout::Split,
+            (Endpoint::Chat, None) => TextLayout::Inline { think_tags: true },
+            (Endpoint::Completions, _) => TextLayout::Inline { think_tags: false },
+        }
+    }
+
+    /// Whether usage reports `completion_tokens_details.reasoning_tokens`:
+    /// only a server that tells reasoning from answer can.
+    pub fn reports_reasoning(&self) -> bool {
+        self.layout() == TextLayout::Split
+    }
+
     fn object(&self) -> &'static str {
         match self.endpoint {
             Endpoint::Chat => "chat.completion.chunk",

@@ -7,6 +7,8 @@
 
 use serde_json::Value;
 
+use super::prefix::PromptTokens;
+
 /// Which endpoint the request came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
@@ -34,6 +36,8 @@ pub struct SimRequest {
     /// FNV-1a of the prompt (messages or prompt, canonical JSON) and `seed`:
     /// the same question gets the same answer whatever the streaming options.
     pub prompt_hash: u64,
+    /// The prompt's full blocks, for the prefix cache (`sim::prefix`).
+    pub prefix_blocks: Vec<u64>,
 }
 
 impl SimRequest {
@@ -92,7 +96,8 @@ impl SimRequest {
         }
 
         let mut hasher = Fnv1a::new();
-        let prompt_tokens = match endpoint {
+        let mut tokens = PromptTokens::default();
+        match endpoint {
             Endpoint::Chat => {
                 let messages = obj
                     .get("messages")
@@ -103,18 +108,17 @@ impl SimRequest {
                 }
                 hasher.write(b"chat");
                 hasher.write(value_text(&obj["messages"]).as_bytes());
-                messages
-                    .iter()
-                    .map(|m| words_in(m.get("content")) + TOKENS_PER_MESSAGE)
-                    .sum()
+                for message in messages {
+                    push_message(message, &mut tokens);
+                }
             }
             Endpoint::Completions => {
                 let prompt = obj.get("prompt").ok_or("'prompt' is required")?;
                 hasher.write(b"completions");
                 hasher.write(value_text(prompt).as_bytes());
-                prompt_len(prompt)?
+                push_prompt(prompt, &mut tokens)?;
             }
-        };
+        }
         if let Some(seed) = obj.get("seed").filter(|v| !v.is_null()) {
             hasher.write(b"seed");
             hasher.write(value_text(seed).as_bytes());
@@ -127,8 +131,9 @@ impl SimRequest {
             max_tokens,
             min_tokens,
             ignore_eos,
-            prompt_tokens: prompt_tokens.max(1),
+            prompt_tokens: tokens.count().max(1),
             prompt_hash: hasher.finish(),
+            prefix_blocks: tokens.into_blocks(),
         })
     }
 }
@@ -138,46 +143,60 @@ fn value_text(v: &Value) -> String {
     v.to_string()
 }
 
-fn words(s: &str) -> u32 {
-    s.split_whitespace().count() as u32
-}
-
-/// Words in a chat message `content`: a string or a list of `{type:"text", text}` parts.
-fn words_in(content: Option<&Value>) -> u32 {
-    match content {
-        Some(Value::String(s)) => words(s),
+/// A chat message's tokens: the template's `TOKENS_PER_MESSAGE` (named by
+/// the role), then the words of its `content`, a string or a list of
+/// `{type:"text", text}` parts.
+fn push_message(message: &Value, tokens: &mut PromptTokens) {
+    let mut role = Fnv1a::new();
+    role.write(
+        message
+            .get("role")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .as_bytes(),
+    );
+    for _ in 0..TOKENS_PER_MESSAGE {
+        tokens.push(role.finish());
+    }
+    match message.get("content") {
+        Some(Value::String(s)) => tokens.push_words(s),
         Some(Value::Array(parts)) => parts
             .iter()
             .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .map(words)
-            .sum(),
-        _ => 0,
+            .for_each(|text| tokens.push_words(text)),
+        _ => {}
     }
 }
 
-/// Tokens of a completions `prompt`: a string, a list of token ids, or a
+/// A completions `prompt`'s tokens: a string, a list of token ids, or a
 /// one-element list of either.
-fn prompt_len(prompt: &Value) -> Result<u32, String> {
+fn push_prompt(prompt: &Value, tokens: &mut PromptTokens) -> Result<(), String> {
     match prompt {
-        Value::String(s) => Ok(words(s)),
+        Value::String(s) => tokens.push_words(s),
         Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_u64) => {
-            Ok(items.len() as u32)
+            items
+                .iter()
+                .filter_map(Value::as_u64)
+                .for_each(|id| tokens.push(id));
         }
-        Value::Array(items) if items.len() == 1 => prompt_len(&items[0]),
-        Value::Array(_) => Err("batched prompts are not supported by the simulator".to_string()),
-        _ => Err("'prompt' must be a string or a list of token ids".to_string()),
+        Value::Array(items) if items.len() == 1 => push_prompt(&items[0], tokens)?,
+        Value::Array(_) => {
+            return Err("batched prompts are not supported by the simulator".to_string())
+        }
+        _ => return Err("'prompt' must be a string or a list of token ids".to_string()),
     }
+    Ok(())
 }
 
 /// 64-bit FNV-1a: stable across Rust versions and platforms, unlike `DefaultHasher`.
-struct Fnv1a(u64);
+pub(super) struct Fnv1a(u64);
 
 impl Fnv1a {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Fnv1a(0xcbf2_9ce4_8422_2325)
     }
 
-    fn write(&mut self, bytes: &[u8]) {
+    pub(super) fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.0 ^= u64::from(b);
             self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
@@ -187,7 +206,7 @@ impl Fnv1a {
         self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
     }
 
-    fn finish(&self) -> u64 {
+    pub(super) fn finish(&self) -> u64 {
         self.0
     }
 }

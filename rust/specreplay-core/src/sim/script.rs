@@ -57,8 +57,19 @@ pub const CONTENT_WORDS: [&str; 16] = [
     "get", "this", "one", "yes", "done",
 ];
 
+/// Where the text of the answer goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextLayout {
+    /// Reasoning and content apart (chat with a reasoning parser).
+    Split,
+    /// Everything as content; `think_tags` wraps the reasoning in
+    /// `<think>…</think>` (chat without a reasoning parser).
+    Inline { think_tags: bool },
+}
+
 /// One decode step: `tokens` tokens starting at token index `first`, all
-/// written in one chunk at `due_us` after the request arrived.
+/// written in one chunk. On the request's own clock it is due `due_us` after
+/// the request arrived; under the capacity model the engine decides when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Step {
     pub index: u32,
@@ -67,6 +78,11 @@ pub struct Step {
     pub tokens: u32,
     /// The step that ends the generation (carries `finish_reason`).
     pub last: bool,
+    /// Draft tokens this step verified (0 for step 0 or without speculation).
+    pub drafted: u32,
+    /// Drafts accepted, before the cut at the end of the answer (as vLLM
+    /// counts them): `tokens − 1` except on a cut last step.
+    pub accepted: u32,
 }
 
 /// A request's plan. `next_step` walks the decode steps lazily, so a stream
@@ -128,7 +144,12 @@ impl Script {
         let mut natural_reasoning = rng.random_range(rlo..=rhi);
         let natural_content = rng.random_range(clo..=chi);
         let word_offset = rng.random_range(0..REASONING_WORDS.len() as u32);
-        if req.endpoint == Endpoint::Completions {
+        // A fixed-length request (an imported trace's `ignore_eos`, or
+        // `min_tokens` up to the budget) asks for a length, not an answer:
+        // it is answered without a reasoning phase unless the config asks.
+        let fixed_length = req.ignore_eos || req.min_tokens >= budget;
+        if req.endpoint == Endpoint::Completions || (fixed_length && !config.fixed_length_reasoning)
+        {
             // A raw completion has no reasoning phase: only the answer text.
             natural_reasoning = 0;
         }
@@ -141,6 +162,15 @@ impl Script {
             (natural.max(req.min_tokens), Finish::Stop)
         };
         let reasoning_tokens = natural_reasoning.min(total);
+        let kv_budget = config.capacity.as_ref().and_then(|c| c.kv_budget());
+        let kv_tokens = u64::from(req.prompt_tokens) + u64::from(total);
+        if let Some(budget) = kv_budget.filter(|&b| kv_tokens > b) {
+            return Err(format!(
+                "the request needs {kv_tokens} KV-cache tokens (prompt {} + answer {total}), \
+                 more than the whole cache holds (capacity.kv_cache_tokens {budget})",
+                req.prompt_tokens
+            ));
+        }
         Ok(Script {
             prompt_tokens: req.prompt_tokens,
             prefill_us: config.prefill_us(req.prompt_tokens),
@@ -172,22 +202,25 @@ impl Script {
             return None;
         }
         let index = self.next_index;
-        let mut tokens = 1;
+        let (mut drafted, mut accepted) = (0, 0);
         if index > 0 {
+            drafted = self.draft_len;
             for _ in 0..self.draft_len {
                 if !self.rng.random_bool(self.acceptance) {
                     break;
                 }
-                tokens += 1;
+                accepted += 1;
             }
         }
-        let tokens = tokens.min(total - self.emitted);
+        let tokens = (1 + accepted).min(total - self.emitted);
         let step = Step {
             index,
             due_us: self.prefill_us + u64::from(index) * self.step_us,
             first: self.emitted,
             tokens,
             last: self.emitted + tokens >= total,
+            drafted,
+            accepted,
         };
         self.emitted += tokens;
         self.next_index += 1;
@@ -196,9 +229,33 @@ impl Script {
 
     /// How many of `step`'s tokens belong to the reasoning phase.
     pub fn reasoning_in(&self, step: &Step) -> u32 {
-        self.reasoning_tokens
-            .saturating_sub(step.first)
-            .min(step.tokens)
+        self.reasoning_among(step.first, step.tokens)
+    }
+
+    /// How many of tokens `first..first + count` belong to the reasoning phase.
+    fn reasoning_among(&self, first: u32, count: u32) -> u32 {
+        self.reasoning_tokens.saturating_sub(first).min(count)
+    }
+
+    /// Appends the text of tokens `first..first + count` as `layout` says:
+    /// the reasoning part to `reasoning` and the rest to `content` (a server
+    /// with a reasoning parser), or all of it to `content`.
+    pub fn push_range(
+        &self,
+        first: u32,
+        count: u32,
+        layout: TextLayout,
+        reasoning: &mut String,
+        content: &mut String,
+    ) {
+        match layout {
+            TextLayout::Split => {
+                let in_reasoning = self.reasoning_among(first, count);
+                self.push_text(first, in_reasoning, false, reasoning);
+                self.push_text(first + in_reasoning, count - in_reasoning, false, content);
+            }
+            TextLayout::Inline { think_tags } => self.push_text(first, count, think_tags, content),
+        }
     }
 
     /// Appends the text of tokens `first..first + count` (one word with a
@@ -242,6 +299,7 @@ mod tests {
             ignore_eos: false,
             prompt_tokens: 10,
             prompt_hash: 42,
+            prefix_blocks: Vec::new(),
         }
     }
 
@@ -325,7 +383,12 @@ mod tests {
         let natural = Script::plan(&config(), &request(None)).unwrap();
         let mut r = request(Some(200));
         r.ignore_eos = true;
-        let s = Script::plan(&config(), &r).unwrap();
+        // A fixed length, and the config asks for reasoning there too.
+        let reasoning_too = SimConfig {
+            fixed_length_reasoning: true,
+            ..config()
+        };
+        let s = Script::plan(&reasoning_too, &r).unwrap();
         assert_eq!((s.total_tokens(), s.finish), (200, Finish::Length));
         assert_eq!(s.reasoning_tokens, natural.reasoning_tokens);
         assert_eq!(s.content_tokens, 200 - natural.reasoning_tokens);
@@ -334,8 +397,41 @@ mod tests {
         r.min_tokens = 150;
         let s = Script::plan(&config(), &r).unwrap();
         assert_eq!((s.total_tokens(), s.finish), (150, Finish::Stop));
+        assert_eq!(s.reasoning_tokens, natural.reasoning_tokens);
         r.min_tokens = 201;
         assert!(Script::plan(&config(), &r).is_err());
+    }
+
+    #[test]
+    fn fixed_length_requests_skip_the_reasoning() {
+        let natural = Script::plan(&config(), &request(None)).unwrap();
+        // ignore_eos, or min_tokens = max_tokens (an imported trace's body).
+        let mut eos = request(Some(12));
+        eos.ignore_eos = true;
+        let mut min = request(Some(12));
+        min.min_tokens = 12;
+        for r in [eos, min] {
+            let mut s = Script::plan(&config(), &r).unwrap();
+            assert_eq!((s.reasoning_tokens, s.content_tokens), (0, 12));
+            assert_eq!(
+                s.finish,
+                if r.ignore_eos {
+                    Finish::Length
+                } else {
+                    Finish::Stop
+                }
+            );
+            let all = steps(&mut s);
+            assert!(all.iter().all(|st| s.reasoning_in(st) == 0));
+        }
+        // The same budget without a fixed length: the trap, unchanged.
+        let trap = Script::plan(&config(), &request(Some(12))).unwrap();
+        assert_eq!((trap.reasoning_tokens, trap.content_tokens), (12, 0));
+        // The same draws either way: only the reasoning phase goes.
+        let mut eos = request(Some(1000));
+        eos.ignore_eos = true;
+        let s = Script::plan(&config(), &eos).unwrap();
+        assert_eq!(s.word_offset, natural.word_offset);
     }
 
     #[test]

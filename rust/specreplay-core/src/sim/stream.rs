@@ -1,10 +1,11 @@
 //! The streaming answer as a hyper `Body`: a small state machine polled by
 //! the connection, with one timer and no task or channel per stream.
 //!
-//! Each step is due at an absolute time, `start + step.due_us`, so a late
-//! wake-up never shifts the later steps: a step whose deadline has passed is
-//! written at once and the schedule catches up. All chunks of one step (role
-//! chunk, text, finish, usage, `[DONE]`) go out as one frame.
+//! Each step comes from the request's `Pacer` with the absolute time it is
+//! due (its own schedule, or the end of the engine's iteration that ran it),
+//! so a late wake-up never shifts the later steps: a step whose deadline has
+//! passed is written at once and the schedule catches up. All chunks of one
+//! step (role chunk, text, finish, usage, `[DONE]`) go out as one frame.
 //!
 //! A stream may carry one fault (`StreamFault`). The mid-stream ones act on
 //! the *trigger step*: the first step after step 0 that starts at or past
@@ -14,8 +15,8 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ use hyper::body::{Body, Frame};
 use tokio::time::Sleep;
 
 use super::fault::{self, ConnControl, FaultKind};
+use super::pace::{Paced, Pacer};
 use super::render::{self, Renderer, Usage};
 use super::request::Endpoint;
 use super::script::{Script, Step};
@@ -55,9 +57,15 @@ enum Dying {
 pub struct SseStream {
     script: Script,
     render: Renderer,
-    start: Instant,
+    /// Where the steps come from; dropped once the connection is reset.
+    pacer: Option<Pacer>,
+    /// How much later than due the steps are written (the stall faults).
+    delay: Duration,
     sleep: Pin<Box<Sleep>>,
+    /// The step waiting for its deadline.
     next: Option<Step>,
+    /// Tokens written so far.
+    emitted: u32,
     shutdown: ShutdownSignal,
     continuous_usage: bool,
     include_usage: bool,
@@ -75,32 +83,31 @@ pub struct SseStream {
 }
 
 impl SseStream {
-    /// A stream for `script` whose clock started at `start` (the request's arrival).
+    /// A stream for `script`, paced by `pacer`.
     pub fn new(
-        mut script: Script,
+        script: Script,
         render: Renderer,
-        mut start: Instant,
+        pacer: Pacer,
         shutdown: ShutdownSignal,
         include_usage: bool,
         continuous_usage: bool,
         fault: Option<StreamFault>,
     ) -> SseStream {
-        if let Some(f) = fault
+        // The whole schedule moves: silence after the headers, then as usual.
+        let delay = fault
             .as_ref()
             .filter(|f| f.kind == FaultKind::StallBeforeFirstToken)
-        {
-            // The whole schedule moves: silence after the headers, then as usual.
-            start += f.stall;
-        }
-        let next = script.next_step();
-        let report_reasoning = render.endpoint == Endpoint::Chat && render.reasoning_key.is_some();
+            .map_or(Duration::ZERO, |f| f.stall);
+        let report_reasoning = render.reports_reasoning();
         let trigger_from = script.total_tokens() / 2;
-        let mut stream = SseStream {
+        SseStream {
             script,
             render,
-            start,
-            sleep: Box::pin(tokio::time::sleep_until(start.into())),
-            next,
+            pacer: Some(pacer),
+            delay,
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            next: None,
+            emitted: 0,
             shutdown,
             continuous_usage,
             include_usage,
@@ -113,9 +120,7 @@ impl SseStream {
             trigger_from,
             triggered: false,
             dying: Dying::Alive,
-        };
-        stream.schedule_next();
-        stream
+        }
     }
 
     fn fault_kind(&self) -> Option<FaultKind> {
@@ -127,22 +132,21 @@ impl SseStream {
         !self.triggered && (step.last || (step.index >= 1 && step.first >= self.trigger_from))
     }
 
-    /// Arms the timer for `self.next`; a `stall_between_tokens` trigger step
+    /// Holds `paced` until it is due; a `stall_between_tokens` trigger step
     /// (and every step after it) moves `fault_stall_ms` later.
-    fn schedule_next(&mut self) {
-        let Some(next) = self.next else { return };
+    fn arm(&mut self, paced: Paced) {
         if let Some(f) = self
             .fault
             .as_ref()
             .filter(|f| f.kind == FaultKind::StallBetweenTokens)
         {
-            if self.is_trigger(&next) {
-                self.start += f.stall;
+            if self.is_trigger(&paced.step) {
+                self.delay += f.stall;
                 self.triggered = true;
             }
         }
-        let at = self.start + Duration::from_micros(next.due_us);
-        self.sleep.as_mut().reset(at.into());
+        self.next = Some(paced.step);
+        self.sleep.as_mut().reset((paced.at + self.delay).into());
     }
 
     fn usage(&self, completion: u32, reasoning: u32, details: bool) -> Usage {
@@ -157,26 +161,17 @@ impl SseStream {
             let usage = self.continuous_usage.then(|| self.usage(0, 0, false));
             self.render.role_chunk(&mut self.buf, usage);
         }
-        let in_reasoning = self.script.reasoning_in(&step);
         self.reasoning.clear();
         self.content.clear();
-        match self.render.reasoning_key.filter(|_| chat) {
-            Some(_) => {
-                self.script
-                    .push_text(step.first, in_reasoning, false, &mut self.reasoning);
-                self.script.push_text(
-                    step.first + in_reasoning,
-                    step.tokens - in_reasoning,
-                    false,
-                    &mut self.content,
-                );
-            }
-            // No reasoning parser: everything is content (with think tags in chat).
-            None => self
-                .script
-                .push_text(step.first, step.tokens, chat, &mut self.content),
-        }
+        self.script.push_range(
+            step.first,
+            step.tokens,
+            self.render.layout(),
+            &mut self.reasoning,
+            &mut self.content,
+        );
         let emitted = step.first + step.tokens;
+        self.emitted = emitted;
         let usage = self.continuous_usage.then(|| self.usage(emitted, 0, false));
         let trigger = match self.fault_kind() {
             Some(
@@ -254,10 +249,54 @@ impl SseStream {
             .text_chunk(&mut self.buf, &self.reasoning, &self.content, finish, usage);
     }
 
+    /// The next step once it is due: taken from the pacer, then held until
+    /// its time. `None` when the pacer has no more (the engine stopped).
+    fn poll_due(&mut self, cx: &mut Context<'_>) -> Poll<Option<Step>> {
+        if self.next.is_none() {
+            let Some(pacer) = self.pacer.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match ready!(pacer.poll_next(&mut self.script, cx)) {
+                Some(paced) => self.arm(paced),
+                None => return Poll::Ready(None),
+            }
+        }
+        ready!(self.sleep.as_mut().poll(cx));
+        Poll::Ready(self.next.take())
+    }
+
+    /// A `reset_mid_stream` stream after its trigger: flush, reset, linger, end.
+    fn poll_dying(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        ready!(self.sleep.as_mut().poll(cx));
+        if self.dying == Dying::Resetting {
+            if let Some(f) = &self.fault {
+                f.control.reset();
+            }
+            // The request is gone: out of the batch, counted as aborted.
+            self.pacer = None;
+            self.dying = Dying::Dead;
+            let at = tokio::time::Instant::now() + fault::DEAD_LINGER;
+            self.sleep.as_mut().reset(at);
+            // Poll once so the timer holds our waker.
+            ready!(self.sleep.as_mut().poll(cx));
+        }
+        self.done = true;
+        Poll::Ready(None)
+    }
+
+    /// What was rendered since the last frame.
+    fn frame(&mut self) -> Frame<Bytes> {
+        Frame::data(self.buf.split().freeze())
+    }
+
     /// The server is going away: a last chunk with `finish_reason: "abort"` (vLLM's word).
     fn render_abort(&mut self) {
-        let emitted = self.next.map_or(self.script.total_tokens(), |s| s.first);
-        let usage = self.continuous_usage.then(|| self.usage(emitted, 0, false));
+        let usage = self
+            .continuous_usage
+            .then(|| self.usage(self.emitted, 0, false));
         self.render
             .text_chunk(&mut self.buf, "", "", Some("abort"), usage);
         Renderer::done(&mut self.buf);
@@ -277,58 +316,28 @@ impl Body for SseStream {
         if this.done {
             return Poll::Ready(None);
         }
-        match this.dying {
-            Dying::Alive => {}
-            Dying::Resetting => {
-                if this.sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                if let Some(f) = &this.fault {
-                    f.control.reset();
-                }
-                this.dying = Dying::Dead;
-                let at = tokio::time::Instant::now() + fault::DEAD_LINGER;
-                this.sleep.as_mut().reset(at);
-                // Poll once so the timer holds our waker.
-                if this.sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                this.done = true;
-                return Poll::Ready(None);
-            }
-            Dying::Dead => {
-                if this.sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                this.done = true;
-                return Poll::Ready(None);
-            }
+        if this.dying != Dying::Alive {
+            return this.poll_dying(cx);
         }
         if this.shutdown.as_mut().poll(cx).is_ready() {
             this.render_abort();
-        } else {
-            if this.sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            let Some(step) = this.next.take() else {
-                this.done = true;
-                return Poll::Ready(None);
-            };
-            if this.fault_kind() == Some(FaultKind::ResetMidStream) && this.is_trigger(&step) {
-                // Everything before this step is out; this step never is.
-                this.triggered = true;
-                this.dying = Dying::Resetting;
-                let at = tokio::time::Instant::now() + fault::RESET_FLUSH;
-                this.sleep.as_mut().reset(at);
-                return Pin::new(this).poll_frame(cx);
-            }
-            this.render_step(step);
-            if !this.done {
-                this.next = this.script.next_step();
-                this.schedule_next();
-            }
+            return Poll::Ready(Some(Ok(this.frame())));
         }
-        Poll::Ready(Some(Ok(Frame::data(this.buf.split().freeze()))))
+        let Some(step) = ready!(this.poll_due(cx)) else {
+            // The engine stopped before the answer ended.
+            this.render_abort();
+            return Poll::Ready(Some(Ok(this.frame())));
+        };
+        if this.fault_kind() == Some(FaultKind::ResetMidStream) && this.is_trigger(&step) {
+            // Everything before this step is out; this step never is.
+            this.triggered = true;
+            this.dying = Dying::Resetting;
+            let at = tokio::time::Instant::now() + fault::RESET_FLUSH;
+            this.sleep.as_mut().reset(at);
+            return this.poll_dying(cx);
+        }
+        this.render_step(step);
+        Poll::Ready(Some(Ok(this.frame())))
     }
 
     fn is_end_stream(&self) -> bool {

@@ -1,0 +1,257 @@
+"""One reader per public trace format (docs/trace-format.md, "Importing
+public traces"): each turns its file into `Row`s, `Skip`s and `RowError`s, in
+file order, one row at a time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specreplay.errors import TraceError
+from specreplay.importers.rows import (
+    Item,
+    Row,
+    RowError,
+    Skip,
+    csv_cell,
+    csv_int,
+    csv_seconds,
+    csv_rows,
+    guard,
+    int_field,
+    json_array,
+    json_lines,
+    seconds_field,
+)
+from specreplay.text import Tokenizer, approx_tokens
+from specreplay.trace import _parse_record
+
+
+@dataclass
+class Options:
+    block_size: int | None = None
+    time_unit: str | None = None
+    api: str = "chat"
+    model: str | None = None
+    limit: int | None = None
+    skip_invalid: bool = False
+    seed: int = 0
+    #: Output length of requests whose source gives none (single-turn
+    #: ShareGPT, vLLM rows without `output_tokens`); None: no length is set.
+    default_output_tokens: int | None = None
+    #: Prompts longer than this are dropped or truncated (`over_limit`).
+    max_prompt_tokens: int | None = None
+    over_limit: str = "drop"
+
+
+Reader = Callable[[Path, Options, "Tokenizer | None"], Iterator[Item]]
+
+
+def read_mooncake(path: Path, opts: Options, tokenizer: Tokenizer | None = None) -> Iterator[Item]:
+    """Mooncake (FAST'25) and Qwen Bailian (ATC'25) JSONL."""
+    unit = opts.time_unit or "ms"
+    block = opts.block_size or 512
+    roots: dict[str, str] = {}
+    for line, obj in json_lines(path):
+        yield guard(_mooncake_row, line, obj, unit, block, roots)
+
+
+def _mooncake_row(line: int, obj: Any, unit: str, block: int, roots: dict[str, str]) -> Row:
+    if isinstance(obj, RowError):
+        raise obj
+    if not isinstance(obj, dict):
+        raise RowError(line, None, f"expected a JSON object, got {type(obj).__name__}")
+    ts = seconds_field(obj, "timestamp", line)
+    inp = int_field(obj, "input_length", line)
+    out = int_field(obj, "output_length", line)
+    hash_ids = obj.get("hash_ids")
+    if hash_ids is not None:
+        if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and 0 <= h < 1 << 64 for h in hash_ids):
+            raise RowError(line, "hash_ids", "must be a list of integers from 0 to 2^64-1")
+        need = -(-inp // block)
+        if len(hash_ids) != need:
+            raise RowError(
+                line, "hash_ids",
+                f"{len(hash_ids)} blocks, but input_length {inp} needs ceil({inp}/{block}) = {need} "
+                f"at block size {block} (is --block-size right?)",
+            )
+    session = None
+    if "chat_id" in obj:
+        chat = str(obj["chat_id"])
+        parent = obj.get("parent_chat_id")
+        root = chat if parent in (None, -1, "-1", "") else roots.get(str(parent), str(parent))
+        if len(roots) < 1 << 22:
+            roots[chat] = root
+        session = root
+    return Row(
+        line=line, id=str(line), arrival=ts / (1000.0 if unit == "ms" else 1.0),
+        input_tokens=inp, output_tokens=out, hash_ids=hash_ids, session_id=session,
+    )
+
+
+_AZURE_TS = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s*(Z|[+-]\d{2}:?\d{2})?$"
+)
+
+
+def parse_timestamp_us(text: str) -> int:
+    """`2023-11-16 18:17:03.979960`, `2024-05-10 00:00:00+00:00`,
+    `…00:00:00.0014+00:00`, `…Z` → µs since the epoch (no zone = UTC)."""
+    m = _AZURE_TS.match(text.strip())
+    if not m:
+        raise ValueError(f"not a timestamp like 2023-11-16 18:17:03.979960[+00:00]: {text!r}")
+    y, mo, d, h, mi, s, frac, tz = m.groups()
+    offset = dt.timedelta(0)
+    if tz and tz != "Z":
+        sign = -1 if tz[0] == "-" else 1
+        digits = tz[1:].replace(":", "")
+        offset = sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+    base = dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), tzinfo=dt.timezone(offset))
+    seconds = int(base.timestamp())
+    micros = int((frac or "0").ljust(6, "0")[:6])
+    return seconds * 1_000_000 + micros
+
+
+def read_azure(path: Path, opts: Options, tokenizer: Tokenizer | None = None) -> Iterator[Item]:
+    """Azure LLM inference traces 2023/2024: TIMESTAMP,ContextTokens,GeneratedTokens."""
+    cols = {"ts": "TIMESTAMP", "in": "ContextTokens", "out": "GeneratedTokens"}
+    for line, row in csv_rows(path, cols):
+        yield guard(_azure_row, line, row)
+
+
+def _azure_row(line: int, row: dict[str, str]) -> Row:
+    if "__error__" in row:
+        raise RowError(line, None, row["__error__"])
+    try:
+        us = parse_timestamp_us(csv_cell(row["ts"], line, "TIMESTAMP"))
+    except ValueError as e:
+        raise RowError(line, "TIMESTAMP", str(e)) from None
+    return Row(
+        line=line, id=str(line), arrival=us / 1e6,
+        input_tokens=csv_int(row["in"], line, "ContextTokens"),
+        output_tokens=csv_int(row["out"], line, "GeneratedTokens"),
+    )
+
+
+def read_burstgpt(path: Path, opts: Options, tokenizer: Tokenizer | None = None) -> Iterator[Item]:
+    """BurstGPT: Timestamp (s), Request tokens, Response tokens; 0 response
+    tokens = failed. Newer releases: Session ID (a conversation) and Elapsed
+    time (s to the whole answer), used when the header has them."""
+    cols = {"ts": "Timestamp", "in": "Request tokens", "out": "Response tokens"}
+    for line, row in csv_rows(path, cols, {"session": "Session ID", "elapsed": "Elapsed time"}):
+        yield guard(_burstgpt_row, line, row)
+
+
+def _burstgpt_row(line: int, row: dict[str, str]) -> Row | Skip:
+    if "__error__" in row:
+        raise RowError(line, None, row["__error__"])
+    ts = csv_seconds(row["ts"], line, "Timestamp")
+    out = csv_int(row["out"], line, "Response tokens")
+    if out == 0:
+        return Skip(line, "failed requests (0 response tokens)")
+    # API-log rows have no session: an empty cell is data, not an error.
+    session = (row.get("session") or "").strip() or None
+    elapsed = (row.get("elapsed") or "").strip()
+    return Row(
+        line=line, id=str(line), arrival=ts, input_tokens=csv_int(row["in"], line, "Request tokens"), output_tokens=out,
+        session_id=session, elapsed_s=csv_seconds(elapsed, line, "Elapsed time") if elapsed else None,
+    )
+
+
+def read_sharegpt(path: Path, opts: Options, tokenizer: Tokenizer | None = None) -> Iterator[Item]:
+    """ShareGPT: [{"id", "conversations": [{"from", "value"}, …]}]: prompt =
+    first turn, output length = tokens of the second; a conversation of one
+    turn (the single-turn benchmark derivatives) has no output length."""
+    for index, line, obj in json_array(path):
+        yield guard(_sharegpt_row, line, index, obj, tokenizer)
+
+
+def _sharegpt_row(line: int, index: int, obj: Any, tokenizer: Tokenizer | None) -> Row | Skip:
+    where = f"[{index}]"
+    if not isinstance(obj, dict):
+        raise RowError(line, where, f"expected an object, got {type(obj).__name__}")
+    conv = obj.get("conversations")
+    if conv is None:
+        raise RowError(line, f"{where}.conversations", "missing")
+    if not isinstance(conv, list):
+        raise RowError(line, f"{where}.conversations", f"must be a list of turns, got {type(conv).__name__}")
+    if not conv:
+        return Skip(line, "conversations with no turns")
+    values = []
+    for t in range(min(len(conv), 2)):
+        turn = conv[t]
+        value = turn.get("value") if isinstance(turn, dict) else None
+        if value is None:
+            raise RowError(line, f"{where}.conversations[{t}].value", "missing")
+        if not isinstance(value, str):
+            raise RowError(line, f"{where}.conversations[{t}].value", f"must be a string, got {type(value).__name__}")
+        values.append(value)
+    prompt = values[0]
+    source_id = obj.get("id")
+    rid = source_id if isinstance(source_id, str) and source_id else str(index)
+    if len(values) == 1:
+        # Single-turn derivative: no reply to take the output length from.
+        if not prompt.strip():
+            return Skip(line, "empty prompt or reply")
+        return Row(line=line, id=rid, prompt=prompt)
+    answer = values[1]
+    out = tokenizer.count(answer) if tokenizer is not None else approx_tokens(answer)
+    if not prompt.strip() or out == 0:
+        return Skip(line, "empty prompt or reply")
+    return Row(line=line, id=rid, prompt=prompt, output_tokens=out, output_approximate=tokenizer is None)
+
+
+def read_vllm(path: Path, opts: Options, tokenizer: Tokenizer | None = None) -> Iterator[Item]:
+    """vLLM custom dataset JSONL: {"prompt": "…", "output_tokens": N (optional)}."""
+    for line, obj in json_lines(path):
+        yield guard(_vllm_row, line, obj)
+
+
+def _vllm_row(line: int, obj: Any) -> Row:
+    if isinstance(obj, RowError):
+        raise obj
+    if not isinstance(obj, dict):
+        raise RowError(line, None, f"expected a JSON object, got {type(obj).__name__}")
+    prompt = obj.get("prompt")
+    if prompt is None:
+        raise RowError(line, "prompt", "missing")
+    if not isinstance(prompt, str) or not prompt:
+        raise RowError(line, "prompt", f"must be a non-empty string, got {prompt!r}")
+    out = int_field(obj, "output_tokens", line, minimum=1) if obj.get("output_tokens") is not None else None
+    return Row(line=line, id=str(line), prompt=prompt, output_tokens=out)
+
+
+def read_capture(path: Path, opts: Options, tokenizer: Tokenizer | None = None) -> Iterator[Item]:
+    """A specreplay trace in any record order (a capture that was killed
+    before it could sort its records): validated line by line, then sorted."""
+    for line, obj in json_lines(path):
+        yield guard(_capture_row, line, str(path), obj)
+
+
+def _capture_row(line: int, path: str, obj: Any) -> Row:
+    if isinstance(obj, RowError):
+        raise obj
+    try:
+        rec = _parse_record(path, line, obj)
+    except TraceError as e:
+        raise RowError(line, e.field, e.message) from None
+    return Row(line=line, id=rec.id, arrival=rec.arrival, record=rec)
+
+
+FORMATS: dict[str, tuple[str, Reader]] = {
+    "mooncake": ("Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (512-token blocks)", read_mooncake),
+    "bailian": ("Qwen Bailian JSONL: Mooncake fields + chat_id, parent_chat_id, turn, type; timestamp (s), 16-token blocks", read_mooncake),
+    "azure": ("Azure LLM inference CSV (2023, 2024): TIMESTAMP, ContextTokens, GeneratedTokens", read_azure),
+    "burstgpt": ("BurstGPT CSV: Timestamp (s), Request tokens, Response tokens; Session ID, Elapsed time when present", read_burstgpt),
+    "sharegpt": ("ShareGPT JSON: [{id, conversations: [{from, value}, …]}], single-turn sets too (no timestamps)", read_sharegpt),
+    "vllm": ("vLLM custom dataset JSONL: {prompt, output_tokens?} (no timestamps)", read_vllm),
+    "capture": ("a specreplay capture left unsorted (killed before it stopped): sorts it", read_capture),
+}
+DEFAULTS: dict[str, dict[str, Any]] = {"bailian": {"block_size": 16, "time_unit": "s"}}
+#: Formats whose ids come from the source (checked for duplicates); the
+#: others number rows by line, unique by construction.
+SOURCE_IDS = frozenset({"sharegpt", "capture"})

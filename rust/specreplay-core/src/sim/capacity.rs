@@ -1,0 +1,153 @@
+//! The capacity model's configuration (`capacity = {...}`) and the formulas
+//! it implies: the decode step of a batch, and the knee, the highest request
+//! rate a fixed mix can be served at (see "Capacity model" in
+//! docs/simulator.md). The scheduler that applies them is `engine`.
+
+use serde::Deserialize;
+
+use super::config::SimConfig;
+use crate::error::CoreError;
+
+/// The capacity model's limits and costs, vLLM's continuous batching in
+/// small (see "Capacity model" in docs/simulator.md).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Capacity {
+    /// Most sequences in one batch (vLLM's `--max-num-seqs`); the rest wait.
+    pub max_num_seqs: u32,
+    /// KV-cache budget in tokens; each running request holds its prompt plus
+    /// its whole answer. 0: no budget.
+    pub kv_cache_tokens: u64,
+    /// Extra decode-step time per running sequence beyond the first, as a
+    /// fraction of the one-sequence step.
+    pub batch_step_cost: f64,
+    /// Reuse the prompt blocks of earlier requests (vLLM's automatic prefix
+    /// caching, on by default there too): a cached prefix costs no prefill.
+    pub prefix_caching: bool,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Capacity {
+            max_num_seqs: 256,
+            kv_cache_tokens: 0,
+            batch_step_cost: 0.01,
+            prefix_caching: true,
+        }
+    }
+}
+
+impl Capacity {
+    /// Duration of a decode step with `decoding` sequences in the batch, µs:
+    /// `step_us × (1 + batch_step_cost × (decoding − 1))`; 0 with none.
+    pub fn decode_step_us(&self, step_us: u64, decoding: usize) -> u64 {
+        if decoding == 0 {
+            return 0;
+        }
+        let extra = self.batch_step_cost * (decoding - 1) as f64;
+        (step_us as f64 * (1.0 + extra)).round() as u64
+    }
+
+    /// The KV-cache budget, `None` when there is none.
+    pub fn kv_budget(&self) -> Option<u64> {
+        (self.kv_cache_tokens > 0).then_some(self.kv_cache_tokens)
+    }
+
+    /// Tokens the prefix cache keeps: the KV budget (cached blocks live in
+    /// the cache's free space), else 16 Mi tokens.
+    pub fn prefix_cache_tokens(&self) -> u64 {
+        self.kv_budget().unwrap_or(16 << 20)
+    }
+
+    /// The knee: the highest arrival rate (requests/s) the server sustains
+    /// for a mix of requests that all have `prompt_tokens` and an answer of
+    /// `output_tokens`; above it the waiting queue grows without bound.
+    ///
+    /// With B slots (`max_num_seqs`, or fewer when the KV budget holds fewer
+    /// requests of `prompt + output` tokens) and S decode steps per answer,
+    /// each request stays 1 + S iterations in the batch. At saturation an
+    /// iteration admits B / (1 + S) requests on average and decodes
+    /// d = B·S / (1 + S), so it lasts
+    /// T = step·(1 + c·(d − 1)) + prefill·B / (1 + S), and the knee is
+    /// B / (1 + S) / T. S is `output − 1` without speculation; with it, the
+    /// expected `(output − 1) / L`, L = 1 + a + … + a^k tokens per step.
+    pub fn knee_rate(&self, config: &SimConfig, prompt_tokens: u32, output_tokens: u32) -> f64 {
+        let per_request = u64::from(prompt_tokens) + u64::from(output_tokens);
+        let slots = match self.kv_budget() {
+            Some(budget) => (budget / per_request.max(1)).min(u64::from(self.max_num_seqs)),
+            None => u64::from(self.max_num_seqs),
+        } as f64;
+        let (k, a) = (config.spec_draft_len, config.spec_acceptance);
+        let tokens_per_step: f64 = (0..=k).map(|i| a.powi(i as i32)).sum();
+        let steps = f64::from(output_tokens.saturating_sub(1)) / tokens_per_step;
+        let admitted = slots / (1.0 + steps);
+        let decoding = slots - admitted;
+        let step_us =
+            config.step_us() as f64 * (1.0 + self.batch_step_cost * (decoding - 1.0).max(0.0));
+        let iteration_us = step_us + config.prefill_compute_us(prompt_tokens) as f64 * admitted;
+        admitted / (iteration_us / 1e6)
+    }
+
+    pub(super) fn validate(&self) -> Result<(), CoreError> {
+        if !(1..=MAX_NUM_SEQS).contains(&self.max_num_seqs) {
+            return Err(CoreError::config(
+                "capacity.max_num_seqs",
+                format!("must be in [1, {MAX_NUM_SEQS}], got {}", self.max_num_seqs),
+            ));
+        }
+        let c = self.batch_step_cost;
+        if !c.is_finite() || !(0.0..=100.0).contains(&c) {
+            return Err(CoreError::config(
+                "capacity.batch_step_cost",
+                format!("must be a number in [0, 100], got {c}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Largest accepted `capacity.max_num_seqs`.
+pub const MAX_NUM_SEQS: u32 = 1_000_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knee_of_a_fixed_mix() {
+        let config = SimConfig {
+            tpot_ms: 10.0,
+            prefill_us_per_token: 100.0,
+            ..SimConfig::default()
+        };
+        let cap = Capacity {
+            max_num_seqs: 4,
+            kv_cache_tokens: 0,
+            batch_step_cost: 0.05,
+            prefix_caching: true,
+        };
+        // 20 tokens: 19 steps, 0.2 admitted and 3.8 decoding per iteration;
+        // T = 10 ms × (1 + 0.05 × 2.8) + 1 ms × 0.2 = 11.6 ms.
+        let knee = cap.knee_rate(&config, 10, 20);
+        assert!((knee - 0.2 / 0.0116).abs() < 1e-9, "{knee}");
+        // A KV budget for two such requests halves the slots.
+        let kv = Capacity {
+            kv_cache_tokens: 60,
+            ..cap.clone()
+        };
+        let knee2 = kv.knee_rate(&config, 10, 20);
+        let t2 = 0.01 * (1.0 + 0.05 * 0.9) + 0.001 * 0.1;
+        assert!((knee2 - 0.1 / t2).abs() < 1e-9, "{knee2}");
+        // Speculation that always accepts 3 drafts: 4 tokens a step.
+        let spec = SimConfig {
+            spec_draft_len: 3,
+            spec_acceptance: 1.0,
+            spec_step_cost: 0.0,
+            ..config.clone()
+        };
+        let steps = 19.0 / 4.0;
+        let admitted = 4.0 / (1.0 + steps);
+        let t = 0.01 * (1.0 + 0.05 * (4.0 - admitted - 1.0)) + 0.001 * admitted;
+        assert!((cap.knee_rate(&spec, 10, 20) - admitted / t).abs() < 1e-6);
+    }
+}
