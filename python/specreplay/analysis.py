@@ -2,7 +2,8 @@
 once and handed to everything that prints, checks, compares or plots them.
 
 `analyse(df)` gives one `RunAnalysis` per run (label) of a results frame, in
-run order. A run is its sweep points, each a `PointAnalysis` holding:
+run order. A run is its sweep points, each a `PointAnalysis` holding (the
+derived parts made on first use, then kept):
 
 - `rows`: the point's measured requests (warmup left out) with the columns
   of `metrics.add_derived` (ttft_us, tpot_us, …), and `ok` / `ok_rows`, the
@@ -45,7 +46,6 @@ class PointAnalysis:
     rows: pd.DataFrame
     ok: np.ndarray
     """Per row of `rows`: whether the request succeeded."""
-    chunks: pd.DataFrame
     thresholds: Thresholds
     max_tokens: int | None
 
@@ -53,6 +53,10 @@ class PointAnalysis:
     def ok_rows(self) -> pd.DataFrame:
         rows: pd.DataFrame = self.rows[self.ok]
         return rows
+
+    @cached_property
+    def chunks(self) -> pd.DataFrame:
+        return metrics.chunks(self.ok_rows)
 
     @cached_property
     def itl_chunk_us(self) -> np.ndarray:
@@ -167,7 +171,6 @@ def analyse_run(
                 value=value,
                 rows=rows,
                 ok=ok[mask],
-                chunks=metrics.chunks(rows[ok[mask]]),
                 thresholds=thresholds,
                 max_tokens=max_tokens,
             )
