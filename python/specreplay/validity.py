@@ -111,7 +111,7 @@ def check(
     # Imported here: the analysis is built from this module's checks.
     from specreplay.analysis import analyse, findings_of
 
-    return findings_of(analyse(df, thresholds, points=points, max_tokens=max_tokens))
+    return findings_of([(run.label, run.findings) for run in analyse(df, thresholds, points=points, max_tokens=max_tokens)])
 
 
 def point_findings(point: PointAnalysis) -> list[Finding]:
