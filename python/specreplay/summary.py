@@ -103,7 +103,8 @@ def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> p
     `<latency>_<stat>_ms` for every latency in `LATENCIES` and stat in
     `STATS`, tps_<stat> (per-request tokens/s), output_tok_s, reasoning_tok_s,
     content_tok_s (tokens of ok requests / duration), chunks,
-    multi_token_chunks (share of chunks with a known count above 1).
+    multi_token_chunks (share of chunks with a known count above 1), and the
+    client's own figures (`client_figures`).
     """
     # Imported here: the analysis is built from this module's figures.
     from specreplay.analysis import analyse
@@ -152,7 +153,29 @@ def point_summary(point: PointAnalysis) -> dict[str, Any]:
     tokens = point.chunks["tokens"].dropna()
     row["chunks"] = len(point.chunks)
     row["multi_token_chunks"] = float((tokens > 1).mean()) if len(tokens) else math.nan
+    row.update(client_figures(rows, point.chunks))
     return row
+
+
+def client_figures(rows: pd.DataFrame, chunk_frame: pd.DataFrame) -> dict[str, Any]:
+    """The client's own part, from a point's measured `rows` and the chunks of
+    its successful requests:
+
+    - `engine_delay_<stat>_ms`: the engine's own delay per chunk (when it got
+      the bytes minus the kernel's receive stamp), and `kernel_stamped`, the
+      share of chunks that have a kernel stamp (the others carry the engine's
+      stamp and no delay);
+    - `connected`: requests that opened a connection during the run, and
+      `connect_<stat>_ms`, their connection set-up time (kept out of no other
+      figure: TTFT still counts from `sent_us`).
+    """
+    delays = chunk_frame["delay_us"]
+    out: dict[str, Any] = {f"engine_delay_{stat}_ms": v for stat, v in describe(delays, scale=1000.0).items()}
+    out["kernel_stamped"] = float(delays.notna().mean()) if len(delays) else math.nan
+    connect = metrics.as_float(rows, "connect_us").dropna() if "connect_us" in rows.columns else pd.Series(dtype="float64")
+    out["connected"] = len(connect)
+    out.update({f"connect_{stat}_ms": v for stat, v in describe(connect, scale=1000.0).items()})
+    return out
 
 
 PER_REQUEST_COLUMNS: tuple[str, ...] = (

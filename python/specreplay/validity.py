@@ -8,7 +8,7 @@ how to read a figure (few samples, several tokens per chunk), which is not
 wrong and so never fails `--strict`. Warmup rows are left out of every check.
 
 The codes: reasoning_ate_budget, estimated_tokens, multi_token_chunks,
-client_saturated, error_rate, too_few_requests.
+client_saturated, engine_delay, error_rate, too_few_requests.
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ class Thresholds:
     """client_saturated: p99 send lag (sent − scheduled) above this."""
     min_rate_ratio: float = 0.95
     """client_saturated: send rate below this share of the scheduled rate."""
+    engine_delay_p99_ms: float = 5.0
+    """engine_delay: p99 of the engine's own delay per chunk above this. Looser
+    than the send lag's: the kernel stamps do not move with it, and open-loop
+    sends are watched by client_saturated; what it warns of is a closed loop
+    whose next request waits for the engine to read the previous answer."""
     max_error_rate: float = 0.01
     """error_rate: share of failed requests above this."""
     min_requests_p90: int = 10
@@ -202,6 +207,25 @@ def _client_saturated(point: PointAnalysis) -> Finding | None:
     )
 
 
+def _engine_delay(point: PointAnalysis) -> Finding | None:
+    summary_row, thresholds = point.summary, point.thresholds
+    delay_p99 = float(summary_row["engine_delay_p99_ms"])
+    if math.isnan(delay_p99) or delay_p99 <= thresholds.engine_delay_p99_ms:
+        return None
+    return Finding(
+        code="engine_delay",
+        level="warning",
+        point=point.point,
+        count=int(summary_row["ok"]),
+        message=(
+            f"The client was saturated: its own delay p99 was {delay_p99:.3f} ms "
+            f"(limit {thresholds.engine_delay_p99_ms:g} ms) between the kernel receiving a chunk and the engine reading it. "
+            "The kernel stamps are unaffected, but the send schedule may not be: "
+            "a closed-loop request goes out only once the engine has read the previous answer."
+        ),
+    )
+
+
 def _estimated_tokens(point: PointAnalysis) -> Finding | None:
     source = point.rows["token_source"]
     no_usage = int((source == "chunks").sum())
@@ -283,6 +307,7 @@ CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
     _reasoning_ate_budget,
     _error_rate,
     _client_saturated,
+    _engine_delay,
     _estimated_tokens,
     _multi_token_chunks,
     _too_few_requests,
