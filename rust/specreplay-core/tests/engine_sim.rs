@@ -57,6 +57,8 @@ fn spec(load: LoadMode, num_requests: Option<u64>) -> RunSpec {
         retries: 0,
         seed: 1,
         server_stamps: false,
+        sessions: engine::SessionMode::Dependent,
+        live_history: false,
     }
 }
 

@@ -1,17 +1,24 @@
-//! The replay engine: schedules requests (open or closed loop), sends them,
-//! times every streamed read, and hands finished requests out in batches.
+//! The replay engine: takes requests (given whole, or fed as the trace is
+//! read: `feed`), schedules them (open or closed loop; a session's turns
+//! after each other: `session`), sends them, times every streamed read, and
+//! hands finished requests out in batches.
 //!
 //! Nothing on the measurement path waits for the consumer: finished requests
-//! go into an unbounded channel that the Python layer drains at its own pace.
+//! go into an unbounded channel that the Python layer drains at its own pace,
+//! and a feed that falls behind shows as send lag, never as a blocked thread.
 
 mod accounting;
 pub mod batch;
+mod body;
+mod dispatch;
+pub mod feed;
 pub(crate) mod http;
 mod pacing;
 pub mod record;
 mod request;
 pub mod request_columns;
 pub mod schedule;
+mod session;
 pub mod spec;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,13 +30,15 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{instant_to_us, now_us};
+use crate::clock::now_us;
 use crate::error::CoreError;
 
+use dispatch::Releases;
+use feed::Feed;
 pub use record::RequestRecord;
-use request::{execute, RequestContext};
-use schedule::{slot_template, Schedule, Slot};
-pub use spec::{Arrival, LoadMode, PreparedRequest, RunSpec};
+use request::RequestContext;
+use schedule::Schedule;
+pub use spec::{Arrival, LoadMode, PreparedRequest, RunSpec, SessionMode};
 
 /// Delay between `start` and the first scheduled send, so the first deadline
 /// is not already late when the dispatcher thread comes up.
@@ -69,10 +78,14 @@ pub struct ProgressSnapshot {
 
 struct Shared {
     ctx: RequestContext,
-    requests: Vec<PreparedRequest>,
+    feed: Arc<Feed>,
+    /// Dependent turns waiting for their moment (the pacing thread's).
+    releases: Releases,
     warmup: u64,
     permits: Option<Semaphore>,
     progress: Arc<Progress>,
+    /// The point's start plus its duration: nothing is sent from then on.
+    end_at: Option<Instant>,
     // Each task holds the sender through its `Arc<Shared>`: the channel closes
     // exactly when the last request has reported.
     results: mpsc::UnboundedSender<RequestRecord>,
@@ -83,6 +96,7 @@ pub struct EngineRun {
     results: mpsc::UnboundedReceiver<RequestRecord>,
     progress: Arc<Progress>,
     cancel: CancellationToken,
+    feed: Arc<Feed>,
 }
 
 impl Drop for EngineRun {
@@ -106,6 +120,12 @@ impl EngineRun {
     /// row (error kind `cancelled`).
     pub fn cancel(&self) {
         self.cancel.cancel();
+        self.feed.stop();
+    }
+
+    /// The point's requests, for feeding it ([`start_streamed`]).
+    pub fn feed_handle(&self) -> Arc<Feed> {
+        self.feed.clone()
     }
 
     /// Waits up to `wait` for finished requests and returns up to `max` of
@@ -186,7 +206,8 @@ pub fn is_secret_header_name(name: &str) -> bool {
     SECRET_HEADERS.iter().any(|s| s.eq_ignore_ascii_case(name))
 }
 
-/// Starts one point on `runtime`. Returns at once; drain the results with
+/// Starts one point on `runtime` with all its requests (looped over when
+/// `num_requests` asks for more). Returns at once; drain the results with
 /// [`EngineRun::next_records`].
 pub fn start(
     spec: RunSpec,
@@ -197,13 +218,44 @@ pub fn start(
     if requests.is_empty() {
         return Err(CoreError::config("trace", "no requests to send"));
     }
+    let (schedule, duration) = (
+        Schedule::open_loop(spec.load, spec.seed),
+        spec.duration_s.map(Duration::from_secs_f64),
+    );
+    let feed = Feed::whole(
+        requests,
+        spec.sessions,
+        spec.num_requests,
+        schedule,
+        duration,
+    )?;
+    launch(spec, feed, runtime)
+}
+
+/// Starts one point whose requests are fed as the trace is read: `first`
+/// now, more through [`EngineRun::feed_handle`] while it
+/// [wants more](Feed::wants_more), then [`Feed::end`]. Sends `num_requests`
+/// at most.
+pub fn start_streamed(
+    spec: RunSpec,
+    first: Vec<PreparedRequest>,
+    runtime: &Handle,
+) -> Result<EngineRun, CoreError> {
+    spec.validate()?;
+    if first.is_empty() {
+        return Err(CoreError::config("trace", "no requests to send"));
+    }
+    let (schedule, duration) = (
+        Schedule::open_loop(spec.load, spec.seed),
+        spec.duration_s.map(Duration::from_secs_f64),
+    );
+    let feed = Feed::streamed(spec.sessions, spec.num_requests, schedule, duration);
+    feed.push(first)?;
+    launch(spec, feed, runtime)
+}
+
+fn launch(spec: RunSpec, feed: Feed, runtime: &Handle) -> Result<EngineRun, CoreError> {
     let headers = header_map(&spec.headers)?;
-    let limit = spec.num_requests.or(if spec.duration_s.is_some() {
-        None
-    } else {
-        Some(requests.len() as u64)
-    });
-    let arrivals: Vec<f64> = requests.iter().map(|r| r.arrival_s).collect();
     let cancel = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let (tx, rx) = mpsc::unbounded_channel();
@@ -212,6 +264,10 @@ pub fn start(
         _ => (spec.max_concurrency.unwrap_or(1024), true),
     };
     let _guard = runtime.enter();
+    let feed = Arc::new(feed);
+    let start_at = Instant::now() + START_LEAD;
+    feed.set_start(start_at);
+    let duration = spec.duration_s.map(Duration::from_secs_f64);
     let shared = Arc::new(Shared {
         ctx: RequestContext {
             client: http::build_client(concurrency),
@@ -222,8 +278,10 @@ pub fn start(
             retries: spec.retries,
             cancel: cancel.clone(),
             server_stamps: spec.server_stamps,
+            keep_answer: spec.live_history && spec.sessions == SessionMode::Dependent,
         },
-        requests,
+        feed: feed.clone(),
+        releases: Releases::new(feed.bell.clone()),
         warmup: spec.warmup,
         permits: if open_loop {
             spec.max_concurrency.map(Semaphore::new)
@@ -231,130 +289,48 @@ pub fn start(
             None
         },
         progress: progress.clone(),
+        end_at: duration.map(|d| start_at + d),
         results: tx,
     });
-    let start_at = Instant::now() + START_LEAD;
-    let duration = spec.duration_s.map(Duration::from_secs_f64);
-    match Schedule::open_loop(spec.load, &arrivals, limit, spec.seed) {
-        Some(schedule) => {
-            let runtime = runtime.clone();
-            std::thread::Builder::new()
-                .name("specreplay-dispatch".into())
-                .spawn(move || dispatch_open_loop(shared, schedule, start_at, duration, runtime))
-                .map_err(|e| CoreError::io("could not start the dispatcher thread", e))?;
-        }
-        None => {
-            let next = Arc::new(AtomicU64::new(0));
-            for _ in 0..concurrency {
-                let (shared, next) = (shared.clone(), next.clone());
-                runtime.spawn(closed_loop_worker(shared, next, limit, start_at, duration));
-            }
+    // The pacing thread starts open-loop units and releases dependent turns.
+    if open_loop || spec.sessions == SessionMode::Dependent {
+        let (shared, runtime) = (shared.clone(), runtime.clone());
+        std::thread::Builder::new()
+            .name("specreplay-dispatch".into())
+            .spawn(move || dispatch::pace(shared, open_loop, start_at, runtime))
+            .map_err(|e| CoreError::io("could not start the dispatcher thread", e))?;
+    }
+    if !open_loop {
+        for _ in 0..concurrency {
+            runtime.spawn(closed_loop_worker(shared.clone(), start_at, duration));
         }
     }
     Ok(EngineRun {
         results: rx,
         progress,
         cancel,
+        feed,
     })
 }
 
-/// Open loop: every request goes out at its scheduled time, whatever is in
-/// flight (no coordinated omission). Runs on its own OS thread for timing.
-fn dispatch_open_loop(
-    shared: Arc<Shared>,
-    schedule: Schedule,
-    start_at: Instant,
-    duration: Option<Duration>,
-    runtime: Handle,
-) {
-    pacing::tighten_timer_slack();
-    let cancel = shared.ctx.cancel.clone();
-    for slot in schedule {
-        let offset = Duration::from_micros(slot.offset_us.max(0) as u64);
-        if duration.is_some_and(|d| offset >= d) {
-            break;
-        }
-        let deadline = start_at + offset;
-        if !pacing::wait_until(deadline, || cancel.is_cancelled()) {
-            break;
-        }
-        shared.progress.scheduled.fetch_add(1, Ordering::Relaxed);
-        runtime.spawn(run_slot(shared.clone(), slot, instant_to_us(deadline)));
-    }
-}
-
-/// Closed loop: a worker sends its next request as soon as the previous ends.
-async fn closed_loop_worker(
-    shared: Arc<Shared>,
-    next: Arc<AtomicU64>,
-    limit: Option<u64>,
-    start_at: Instant,
-    duration: Option<Duration>,
-) {
+/// Closed loop: a worker (a user) starts its next unit as soon as the
+/// previous one is over; a session's turns run in turn within it.
+async fn closed_loop_worker(shared: Arc<Shared>, start_at: Instant, duration: Option<Duration>) {
     tokio::time::sleep_until(start_at.into()).await;
-    let templates = shared.requests.len();
     loop {
         if shared.ctx.cancel.is_cancelled() || duration.is_some_and(|d| start_at.elapsed() >= d) {
+            shared.feed.stop();
             break;
         }
-        let index = next.fetch_add(1, Ordering::Relaxed);
-        if limit.is_some_and(|l| index >= l) {
-            break;
-        }
-        let (template, lap) = slot_template(index, templates);
-        shared.progress.scheduled.fetch_add(1, Ordering::Relaxed);
-        let slot = Slot {
-            index,
-            template,
-            lap,
-            offset_us: 0,
-        };
-        run_slot(shared.clone(), slot, now_us()).await;
-    }
-}
-
-async fn run_slot(shared: Arc<Shared>, slot: Slot, scheduled_us: i64) {
-    let req = &shared.requests[slot.template];
-    let mut rec = RequestRecord {
-        request_index: slot.index as i64,
-        trace_id: if slot.lap == 0 {
-            req.trace_id.clone()
-        } else {
-            format!("{}#{}", req.trace_id, slot.lap)
-        },
-        api: req.dialect.as_str(),
-        warmup: slot.index < shared.warmup,
-        scheduled_us,
-        ..Default::default()
-    };
-    let _permit = match &shared.permits {
-        Some(permits) => tokio::select! {
-            p = permits.acquire() => p.ok(),
+        let unit = tokio::select! {
+            unit = shared.feed.next() => unit,
             _ = shared.ctx.cancel.cancelled() => None,
-        },
-        None => None,
-    };
-    if shared.ctx.cancel.is_cancelled() {
-        rec.end_us = Some(now_us());
-        rec.error = Some((
-            record::ErrorKind::Cancelled,
-            "run cancelled before the request was sent".into(),
-        ));
-    } else {
-        shared.progress.sent.fetch_add(1, Ordering::Relaxed);
-        execute(&shared.ctx, req, &mut rec).await;
+        };
+        let Some(unit) = unit else {
+            break;
+        };
+        session::run_unit(shared.clone(), unit, now_us()).await;
     }
-    let progress = &shared.progress;
-    progress.finished.fetch_add(1, Ordering::Relaxed);
-    if rec.error.is_some() {
-        progress.failed.fetch_add(1, Ordering::Relaxed);
-    }
-    progress.output_tokens.fetch_add(
-        rec.output_tokens.unwrap_or(0).max(0) as u64,
-        Ordering::Relaxed,
-    );
-    // The receiver only goes away when the run is dropped; nothing to report to then.
-    let _ = shared.results.send(rec);
 }
 
 #[cfg(test)]
