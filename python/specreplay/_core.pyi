@@ -71,6 +71,7 @@ class RunSpec(TypedDict):
     retries: NotRequired[int]
     seed: NotRequired[int]
     server_stamps: NotRequired[bool]
+    preconnect: NotRequired[bool | None]
     sessions: NotRequired[SessionMode]
     live_history: NotRequired[bool]
 

@@ -63,16 +63,11 @@ fn sessions(url: &str, sessions: usize, turns: usize, think_ms: i64) -> Vec<Prep
     out
 }
 
-async fn drain(mut run: engine::EngineRun) -> Vec<RequestRecord> {
-    let mut out = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while let Some(batch) = run.next_records(64, Duration::from_millis(50)).await {
-        out.extend(batch);
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run did not end"
-        );
-    }
+mod common;
+
+/// Every record of `run`, by request index.
+async fn drain(run: engine::EngineRun) -> Vec<RequestRecord> {
+    let mut out = common::drain(run).await;
     out.sort_by_key(|r| r.request_index);
     out
 }

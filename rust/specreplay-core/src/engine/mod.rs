@@ -13,6 +13,7 @@ mod body;
 mod dispatch;
 pub mod feed;
 pub(crate) mod http;
+pub(crate) mod net;
 mod pacing;
 pub mod record;
 mod request;
@@ -214,14 +215,7 @@ pub fn start(
     requests: Vec<PreparedRequest>,
     runtime: &Handle,
 ) -> Result<EngineRun, CoreError> {
-    spec.validate()?;
-    if requests.is_empty() {
-        return Err(CoreError::config("trace", "no requests to send"));
-    }
-    let (schedule, duration) = (
-        Schedule::open_loop(spec.load, spec.seed),
-        spec.duration_s.map(Duration::from_secs_f64),
-    );
+    let (schedule, duration, uri) = checked(&spec, &requests)?;
     let feed = Feed::whole(
         requests,
         spec.sessions,
@@ -229,7 +223,7 @@ pub fn start(
         schedule,
         duration,
     )?;
-    launch(spec, feed, runtime)
+    launch(spec, feed, uri, runtime)
 }
 
 /// Starts one point whose requests are fed as the trace is read: `first`
@@ -241,21 +235,37 @@ pub fn start_streamed(
     first: Vec<PreparedRequest>,
     runtime: &Handle,
 ) -> Result<EngineRun, CoreError> {
-    spec.validate()?;
-    if first.is_empty() {
-        return Err(CoreError::config("trace", "no requests to send"));
-    }
-    let (schedule, duration) = (
-        Schedule::open_loop(spec.load, spec.seed),
-        spec.duration_s.map(Duration::from_secs_f64),
-    );
+    let (schedule, duration, uri) = checked(&spec, &first)?;
     let feed = Feed::streamed(spec.sessions, spec.num_requests, schedule, duration);
     feed.push(first)?;
-    launch(spec, feed, runtime)
+    launch(spec, feed, uri, runtime)
 }
 
-fn launch(spec: RunSpec, feed: Feed, runtime: &Handle) -> Result<EngineRun, CoreError> {
+/// The spec checked, with its schedule, its duration and where its (first)
+/// requests go.
+fn checked(
+    spec: &RunSpec,
+    requests: &[PreparedRequest],
+) -> Result<(Option<Schedule>, Option<Duration>, ::http::Uri), CoreError> {
+    spec.validate()?;
+    let first = requests
+        .first()
+        .ok_or_else(|| CoreError::config("trace", "no requests to send"))?;
+    Ok((
+        Schedule::open_loop(spec.load, spec.seed),
+        spec.duration_s.map(Duration::from_secs_f64),
+        first.uri.clone(),
+    ))
+}
+
+fn launch(
+    spec: RunSpec,
+    feed: Feed,
+    uri: ::http::Uri,
+    runtime: &Handle,
+) -> Result<EngineRun, CoreError> {
     let headers = header_map(&spec.headers)?;
+    let preconnections = spec.preconnections()?;
     let cancel = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let (tx, rx) = mpsc::unbounded_channel();
@@ -263,54 +273,130 @@ fn launch(spec: RunSpec, feed: Feed, runtime: &Handle) -> Result<EngineRun, Core
         LoadMode::Concurrency { concurrency } => (concurrency, false),
         _ => (spec.max_concurrency.unwrap_or(1024), true),
     };
-    let _guard = runtime.enter();
+    let dependent = spec.sessions == SessionMode::Dependent;
     let feed = Arc::new(feed);
-    let start_at = Instant::now() + START_LEAD;
-    feed.set_start(start_at);
     let duration = spec.duration_s.map(Duration::from_secs_f64);
-    let shared = Arc::new(Shared {
-        ctx: RequestContext {
-            client: http::build_client(concurrency),
-            secrets: secret_values(&headers),
-            headers,
-            timeout: spec.timeout_s.map(Duration::from_secs_f64),
-            stall_timeout: spec.stall_timeout_s.map(Duration::from_secs_f64),
-            retries: spec.retries,
-            cancel: cancel.clone(),
-            server_stamps: spec.server_stamps,
-            keep_answer: spec.live_history && spec.sessions == SessionMode::Dependent,
-        },
-        feed: feed.clone(),
-        releases: Releases::new(feed.bell.clone()),
-        warmup: spec.warmup,
-        permits: if open_loop {
-            spec.max_concurrency.map(Semaphore::new)
-        } else {
-            None
-        },
-        progress: progress.clone(),
-        end_at: duration.map(|d| start_at + d),
-        results: tx,
-    });
+    let secrets = secret_values(&headers);
+    let make_shared = {
+        let (cancel, progress, feed) = (cancel.clone(), progress.clone(), feed.clone());
+        move |client: http::HttpClient, start_at: Instant| Shared {
+            ctx: RequestContext {
+                client,
+                secrets,
+                headers,
+                timeout: spec.timeout_s.map(Duration::from_secs_f64),
+                stall_timeout: spec.stall_timeout_s.map(Duration::from_secs_f64),
+                retries: spec.retries,
+                cancel,
+                server_stamps: spec.server_stamps,
+                keep_answer: spec.live_history && dependent,
+            },
+            releases: Releases::new(feed.bell.clone()),
+            feed,
+            warmup: spec.warmup,
+            permits: if open_loop {
+                spec.max_concurrency.map(Semaphore::new)
+            } else {
+                None
+            },
+            progress,
+            end_at: duration.map(|d| start_at + d),
+            results: tx,
+        }
+    };
     // The pacing thread starts open-loop units and releases dependent turns.
-    if open_loop || spec.sessions == SessionMode::Dependent {
-        let (shared, runtime) = (shared.clone(), runtime.clone());
+    // It starts now (so a failure to start it is `start`'s error) and waits
+    // for the connections to be open.
+    let pacer = if open_loop || dependent {
+        let (go, ready) = std::sync::mpsc::sync_channel::<(Arc<Shared>, Instant)>(1);
+        let runtime = runtime.clone();
         std::thread::Builder::new()
             .name("specreplay-dispatch".into())
-            .spawn(move || dispatch::pace(shared, open_loop, start_at, runtime))
+            .spawn(move || {
+                if let Ok((shared, start_at)) = ready.recv() {
+                    dispatch::pace(shared, open_loop, start_at, runtime);
+                }
+            })
             .map_err(|e| CoreError::io("could not start the dispatcher thread", e))?;
-    }
-    if !open_loop {
-        for _ in 0..concurrency {
-            runtime.spawn(closed_loop_worker(shared.clone(), start_at, duration));
-        }
-    }
+        Some(go)
+    } else {
+        None
+    };
+    let plan = Launch {
+        uri,
+        preconnections,
+        cancel: cancel.clone(),
+        max_idle: concurrency,
+        pacer,
+        workers: (!open_loop).then_some(concurrency),
+        duration,
+        runtime: runtime.clone(),
+    };
+    runtime.spawn(connect_then_start(make_shared, plan));
     Ok(EngineRun {
         results: rx,
         progress,
         cancel,
         feed,
     })
+}
+
+/// What `connect_then_start` needs besides the shared state.
+struct Launch {
+    /// The origin to preconnect to (every request of a point goes there).
+    uri: ::http::Uri,
+    preconnections: usize,
+    cancel: CancellationToken,
+    max_idle: usize,
+    /// The waiting pacing thread, if the point has one.
+    pacer: Option<std::sync::mpsc::SyncSender<(Arc<Shared>, Instant)>>,
+    /// Closed loop: how many workers (users).
+    workers: Option<usize>,
+    duration: Option<Duration>,
+    runtime: Handle,
+}
+
+/// Opens the connections (when asked), then starts the clock, the pacing
+/// thread and the workers. The connector hands the opened connections out
+/// before it opens any new one, so the first requests are the ones that use
+/// them.
+async fn connect_then_start(
+    make_shared: impl FnOnce(http::HttpClient, Instant) -> Shared,
+    plan: Launch,
+) {
+    let Launch {
+        uri,
+        preconnections,
+        cancel,
+        max_idle,
+        pacer,
+        workers,
+        duration,
+        runtime,
+    } = plan;
+    let connector = net::StampingConnector::new();
+    let mut h2 = false;
+    if preconnections > 0 {
+        // A cancelled run still starts its workers: they see the
+        // cancellation and report what they did not send.
+        tokio::select! {
+            opened = connector.preconnect(&uri, preconnections) => h2 = opened.h2,
+            _ = cancel.cancelled() => {}
+        }
+    }
+    let start_at = Instant::now() + START_LEAD;
+    let shared = Arc::new(make_shared(
+        http::client_over(connector, max_idle, h2),
+        start_at,
+    ));
+    shared.feed.set_start(start_at);
+    if let Some(go) = pacer {
+        // The thread is waiting; if it is gone there is nobody to pace.
+        let _ = go.send((shared.clone(), start_at));
+    }
+    for _ in 0..workers.unwrap_or(0) {
+        runtime.spawn(closed_loop_worker(shared.clone(), start_at, duration));
+    }
 }
 
 /// Closed loop: a worker (a user) starts its next unit as soon as the

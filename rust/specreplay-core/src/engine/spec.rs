@@ -51,13 +51,19 @@ pub struct RunSpec {
     /// are unchanged; `bench/client_bench.py` compares the two clocks.
     #[serde(default)]
     pub server_stamps: bool,
+    /// Open the connections before the clock starts, so the first requests
+    /// do not pay for (or queue behind) a storm of handshakes. None: on for
+    /// closed loop, off for open loop (`RunSpec::preconnections`).
+    #[serde(default)]
+    pub preconnect: Option<bool>,
     /// How the turns of a session are sent (requests without a session are
     /// on their own either way).
     #[serde(default)]
     pub sessions: SessionMode,
-    /// Dependent sessions only: each turn carries the answer the server
-    /// generated for the turn before it, in place of the recorded one (at the
-    /// request's `history_at`). The engine keeps answer text only then.
+    /// Dependent sessions only: each turn carries the answers the server
+    /// generated for the session's earlier turns, in place of the recorded
+    /// ones (at the places its `Turn::history_at` gives). The engine keeps
+    /// answer text only then.
     #[serde(default)]
     pub live_history: bool,
 }
@@ -180,6 +186,25 @@ impl PreparedRequest {
 }
 
 impl RunSpec {
+    /// How many connections to open before the clock starts: closed loop
+    /// opens one per concurrent request (on by default); open loop, where the
+    /// number in flight follows the arrivals, opens `max_concurrency` of them
+    /// when asked to (off by default: a real client population connects as it
+    /// arrives).
+    pub fn preconnections(&self) -> Result<usize, CoreError> {
+        match (self.load, self.preconnect) {
+            (_, Some(false)) => Ok(0),
+            (LoadMode::Concurrency { concurrency }, _) => Ok(concurrency),
+            (_, None) => Ok(0),
+            (_, Some(true)) => self.max_concurrency.ok_or_else(|| {
+                CoreError::config(
+                    "preconnect",
+                    "an open-loop run opens --max-concurrency connections before the clock: set --max-concurrency, or leave --preconnect off",
+                )
+            }),
+        }
+    }
+
     /// Checks ranges; errors name the field by its path in the spec
     /// (`load.rate`, `timeout_s`). `engine::start` calls it for every spec,
     /// however built.
@@ -220,6 +245,7 @@ impl RunSpec {
         if self.max_concurrency == Some(0) {
             return Err(CoreError::config("max_concurrency", "must be at least 1"));
         }
+        self.preconnections()?;
         Ok(())
     }
 }
