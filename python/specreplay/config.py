@@ -23,6 +23,10 @@ from specreplay.errors import ConfigError
 #: Arrival processes of the open loop (the engine's `Arrival`).
 Arrival = Literal["poisson", "constant", "gamma"]
 ARRIVALS: tuple[Arrival, ...] = get_args(Arrival)
+#: How a session's turns are sent (the engine's `SessionMode`;
+#: docs/trace-format.md, "Sessions").
+SessionMode = Literal["dependent", "independent"]
+SESSION_MODES: tuple[SessionMode, ...] = get_args(SessionMode)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class ReplayConfig:
     concurrency: list[int] = field(default_factory=list)
     arrival: Arrival = "poisson"
     burstiness: float = 1.0
+    sessions: SessionMode = "dependent"
+    live_history: bool = False
     seed: int = 0
     max_concurrency: int | None = None
     num_requests: int | None = None
@@ -248,6 +254,8 @@ FIELDS: dict[str, FieldSpec] = {
     "concurrency": FieldSpec("list[int]", minimum=1),
     "arrival": FieldSpec("str", choices=ARRIVALS),
     "burstiness": FieldSpec("float", positive=True),
+    "sessions": FieldSpec("str", choices=SESSION_MODES),
+    "live_history": FieldSpec("bool"),
     "seed": FieldSpec("int", minimum=0),
     "max_concurrency": FieldSpec("int", optional=True, minimum=1),
     "num_requests": FieldSpec("int", optional=True, minimum=1),

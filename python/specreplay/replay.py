@@ -2,8 +2,9 @@
 engine, streams finished requests into the results file, and returns them.
 
 The engine runs on its own threads; this loop only drains finished requests
-(in columnar batches) every quarter second, so nothing here is on the
-measurement path.
+(in columnar batches) every quarter second, and feeds the engine the next
+requests of the trace as it asks for them (`feed.Feeder`), so nothing here is
+on the measurement path.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ import pyarrow as pa
 
 from specreplay import _core
 from specreplay.config import Point, ReplayConfig
-from specreplay.errors import ConfigError
+from specreplay.errors import ConfigError, SpecreplayError
+from specreplay.feed import Feeder
 from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
-from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url
+from specreplay.shaping import auth_headers, base_url, body_with_prompt, redact_url
 from specreplay.target import Target, preflight, probe_usage, start_embedded
-from specreplay.trace import APIS, Trace, load_trace
+from specreplay.trace import APIS
+from specreplay.trace_index import TraceIndex, scan_trace
 
 if TYPE_CHECKING:
     from specreplay._core import ConcurrencyLoad, RateLoad, RunSpec, SpeedupLoad
@@ -97,18 +100,19 @@ def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]
         "retries": config.retries,
         "seed": config.seed,
         "preconnect": config.preconnect,
+        "sessions": config.sessions,
+        "live_history": config.live_history,
     }
 
 
-def _resolve_target(config: ReplayConfig, trace: Trace, headers: list[tuple[str, str]]) -> Target:
+def _resolve_target(config: ReplayConfig, trace: TraceIndex, headers: list[tuple[str, str]]) -> Target:
     if config.url is None:
         return start_embedded(config.seed, config.sim)
-    trace_has_models = all("model" in r.body for r in trace.records)
-    return preflight(config.url, config.model, headers, trace_has_models)
+    return preflight(config.url, config.model, headers, trace.all_have_model)
 
 
-def _probe_continuous_usage(config: ReplayConfig, trace: Trace, target: Target, headers: list[tuple[str, str]], hooks: Hooks) -> None:
-    first = next((r for r in trace.records if r.api in ("chat", "completions")), None)
+def _probe_continuous_usage(config: ReplayConfig, trace: TraceIndex, target: Target, headers: list[tuple[str, str]], hooks: Hooks) -> None:
+    first = trace.probe
     if first is None:
         return
     url = base_url(target.url) + APIS[first.api][0]
@@ -133,7 +137,7 @@ class _Run:
     """One run of a benchmark (a config file may hold several), resolved."""
 
     config: ReplayConfig
-    trace: Trace
+    trace: TraceIndex
     points: list[Point]
     headers: list[tuple[str, str]]
     trace_sha256: str
@@ -156,9 +160,18 @@ class _Run:
 
 def _prepare_run(config: ReplayConfig) -> _Run:
     config.validate()
-    trace = load_trace(config.trace)
-    headers = auth_headers(config, {r.api for r in trace.records})
+    trace = scan_trace(config.trace)
+    headers = auth_headers(config, set(trace.apis))
     return _Run(config, trace, config.points(trace.has_arrivals), headers, trace.sha256)
+
+
+def _session_note(run: _Run) -> str | None:
+    """What the user should know about how this run treats sessions."""
+    config, trace = run.config, run.trace
+    if config.live_history and (config.sessions == "independent" or not trace.has_sessions):
+        why = "--sessions independent" if trace.has_sessions else "the trace has no sessions"
+        return f"--live-history does nothing here: {why} (it replaces the answers in a dependent session's later turns)"
+    return None
 
 
 def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:
@@ -209,6 +222,9 @@ def run_replay(
             hooks.target(run.target, (f"{run.config.label}: " if len(runs) > 1 else "") + desc)
             if run.config.url is not None and run.config.continuous_usage:
                 _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
+            note = _session_note(run)
+            if note is not None:
+                hooks.note(note)
         metadata = _file_metadata(runs, run_id)
         writer = ResultsWriter(output, metadata)
         first_target = runs[0].target
@@ -222,13 +238,13 @@ def run_replay(
             for run in runs:
                 assert run.target is not None
                 model = run.target.model or run.config.model
-                requests = prepare(run.trace.records, run.config, run.target.url, model)
                 for point in run.points:
-                    streams = peak_streams(point.mode, point.value, run.config.max_concurrency, run.config.num_requests or requests.num_rows)
+                    streams = peak_streams(point.mode, point.value, run.config.max_concurrency, run.config.num_requests or run.trace.records)
                     ensure_open_files(streams, run.target.embedded is not None)
                     hooks.point_started(point, index, len(result.points), run.config.label)
                     spec = _run_spec(run.config, point, run.headers)
-                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks):
+                    feeder = Feeder(run.trace, run.config, run.target.url, model)
+                    if not _run_point(spec, feeder, writer, run_id, run.config.label, point, index, hooks):
                         result.interrupted = True
                         break
                     index += 1
@@ -245,7 +261,7 @@ def run_replay(
 
 def _run_point(
     spec: RunSpec,
-    requests: pa.RecordBatch,
+    feeder: Feeder,
     writer: ResultsWriter,
     run_id: str,
     label: str,
@@ -253,10 +269,14 @@ def _run_point(
     index: int,
     hooks: Hooks,
 ) -> bool:
-    """Runs one point to the end; False if the user interrupted it."""
-    run = _core.start_point(spec, requests)
+    """Runs one point to the end, feeding it as it asks; False if the user
+    interrupted it. A trace that turns out bad while it is fed (it changed
+    since it was checked) cancels the point, keeps what finished, and raises
+    once every row is written."""
+    run = feeder.start(spec)
     started = _core.now_us()
     interrupted = False
+    failure: SpecreplayError | None = None
     written: list[pa.RecordBatch] = []  # this point's rows, as in the file
 
     def progress() -> Progress:
@@ -266,7 +286,13 @@ def _run_point(
 
     while True:
         try:
+            if failure is None and not interrupted:
+                feeder.top_up(run)
             batch = run.next_batch(4096, POLL_S)
+        except SpecreplayError as e:
+            failure = e
+            run.cancel()
+            continue
         except KeyboardInterrupt:
             # Stop scheduling, cancel in-flight requests (they still report a
             # row), and keep draining so nothing that finished is lost.
@@ -280,6 +306,8 @@ def _run_point(
             written.append(out)
         hooks.progress(progress())
     rows = pa.Table.from_batches(written, schema=writer.schema)
+    if failure is not None:
+        raise failure
     hooks.point_finished(point, progress(), rows)
     return not interrupted
 

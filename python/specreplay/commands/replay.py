@@ -17,7 +17,7 @@ from rich.text import Text
 
 from specreplay import validity
 from specreplay.analysis import analyse, findings_of
-from specreplay.config import ARRIVALS, Point, ReplayConfig
+from specreplay.config import ARRIVALS, SESSION_MODES, Point, ReplayConfig
 from specreplay.config_file import apply_overrides, env_overrides, load_config_file
 from specreplay.console import cli_console, print_per_request, print_summary, print_verdict
 from specreplay.errors import ConfigError
@@ -227,6 +227,9 @@ class ListOptionsCommand(click.Command):
 @click.option("--concurrency", multiple=True, callback=_split_lists, help="Closed loop with N requests in flight. Several values make a sweep.")
 @click.option("--arrival", type=click.Choice(ARRIVALS), default="poisson", show_default=True, help="Arrival process for --rate.")
 @click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape for --arrival gamma (1 = Poisson, <1 burstier).")
+@click.option("--sessions", type=click.Choice(SESSION_MODES), default="dependent", show_default=True,
+              help="dependent: a session's turn is sent when the turn before it has ended, plus its think time (the load mode starts sessions); independent: every request at its own place in the schedule.")
+@click.option("--live-history", is_flag=True, default=None, help="Dependent sessions: each turn carries the answer the server gave to the turn before it, in place of the recorded one.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the arrivals and the embedded simulator.")
 @click.option("--max-concurrency", type=int, help="Cap on requests in flight in the open-loop modes.")
 @click.option("--num-requests", type=int, help="Requests per point (loops over the trace if it is shorter).")

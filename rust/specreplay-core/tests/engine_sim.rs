@@ -59,6 +59,8 @@ fn spec(load: LoadMode, num_requests: Option<u64>) -> RunSpec {
         seed: 1,
         server_stamps: false,
         preconnect: None,
+        sessions: engine::SessionMode::Dependent,
+        live_history: false,
     }
 }
 

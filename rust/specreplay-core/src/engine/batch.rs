@@ -54,6 +54,8 @@ fn build(records: &[RequestRecord], server_stamps: bool) -> Result<RecordBatch, 
     let mut chunk_count = Int32Builder::with_capacity(n);
     let mut predicted_ms = Float64Builder::with_capacity(n);
     let mut attempts = Int32Builder::with_capacity(n);
+    let mut turn_index = Int32Builder::with_capacity(n);
+    let mut session_turns = Int32Builder::with_capacity(n);
     for r in records {
         for c in &r.chunks {
             chunk_ts.values().append_value(c.ts_us);
@@ -70,6 +72,8 @@ fn build(records: &[RequestRecord], server_stamps: bool) -> Result<RecordBatch, 
         chunk_count.append_value(r.chunks.len() as i32);
         predicted_ms.append_option(r.server_predicted_ms);
         attempts.append_value(r.attempts);
+        turn_index.append_option(r.turn_index);
+        session_turns.append_option(r.session_turns);
     }
     let mut columns: Vec<(&str, ArrayRef)> = vec![
         ("request_index", i64_col(&|r| Some(r.request_index))),
@@ -116,6 +120,11 @@ fn build(records: &[RequestRecord], server_stamps: bool) -> Result<RecordBatch, 
             str_col(&|r| StampSource::of(&r.chunks).map(StampSource::as_str)),
         ),
         ("connect_us", i64_col(&|r| r.connect_us)),
+        ("session_id", str_col(&|r| r.session_id.as_deref())),
+        ("turn_index", Arc::new(turn_index.finish())),
+        ("session_turns", Arc::new(session_turns.finish())),
+        ("predecessor_end_us", i64_col(&|r| r.predecessor_end_us)),
+        ("think_time_us", i64_col(&|r| r.think_time_us)),
     ];
     if server_stamps {
         let mut stamps = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
@@ -177,7 +186,7 @@ mod tests {
         };
         let batch = to_record_batch(&[ok, failed]).unwrap();
         assert_eq!(batch.num_rows(), 2);
-        assert_eq!(batch.num_columns(), 32);
+        assert_eq!(batch.num_columns(), 37);
         let ts = batch.column_by_name("chunk_ts_us").unwrap();
         let list = ts
             .as_any()
@@ -221,10 +230,10 @@ mod tests {
             ..Default::default()
         };
         let batch = to_record_batch_with_server_stamps(&[stamped, unstamped]).unwrap();
-        assert_eq!(batch.num_columns(), 33);
-        assert_eq!(batch.schema().field(32).name(), "chunk_server_ts_us");
+        assert_eq!(batch.num_columns(), 38);
+        assert_eq!(batch.schema().field(37).name(), "chunk_server_ts_us");
         let list = batch
-            .column(32)
+            .column(37)
             .as_any()
             .downcast_ref::<arrow_array::ListArray>()
             .unwrap();

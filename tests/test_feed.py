@@ -1,0 +1,169 @@
+"""Replay reads the trace as a stream (issue 14): one validating pass that
+keeps an index, then the requests read again, a batch at a time, in the
+order the engine takes them (a session's turns together in dependent mode),
+looped and cut as the point asks."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from specreplay.config import ReplayConfig
+from specreplay.errors import TraceError
+from specreplay.feed import BATCH_ROWS, Feeder
+from specreplay.trace_index import scan_trace
+
+
+def record(i: int, session: str | None = None, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": f"r{i}", "arrival": float(i), "body": {"messages": [{"role": "user", "content": f"q{i}"}]}}
+    if session is not None:
+        out["session_id"] = session
+    return {**out, **extra}
+
+
+def write(tmp_path: Path, records: list[dict[str, Any]], name: str = "t.jsonl") -> Path:
+    p = tmp_path / name
+    p.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return p
+
+
+class FakeRun:
+    """What the feeder sees of an engine run: it wants `wanted` batches."""
+
+    def __init__(self, wanted: int = 1_000) -> None:
+        self.wanted = wanted
+        self.events: list[Any] = []
+        self.ended = False
+
+    def wants_more(self) -> bool:
+        return not self.ended and self.wanted > 0
+
+    def feed(self, batch: pa.RecordBatch) -> None:
+        self.wanted -= 1
+        self.events.append(batch.to_pylist())
+
+    def end_lap(self) -> None:
+        self.events.append("lap")
+
+    def end_feed(self) -> None:
+        self.ended = True
+        self.events.append("end")
+
+    def rows(self) -> list[Any]:
+        return [r for e in self.events if isinstance(e, list) for r in e]
+
+
+def feed_all(path: Path, **options: Any) -> FakeRun:
+    config = ReplayConfig(trace=str(path), **options)
+    run = FakeRun()
+    feeder = Feeder(scan_trace(path), config, "http://h:1/v1", None)
+    while not feeder.done:
+        feeder.top_up(run)  # type: ignore[arg-type]
+    return run
+
+
+# A trace whose sessions interleave, as a recording of several users does.
+INTERLEAVED = [record(0, "a"), record(1, "b"), record(2), record(3, "a"), record(4, "b"), record(5, "a")]
+
+
+def test_the_index_knows_the_sessions_and_keeps_no_record(tmp_path: Path) -> None:
+    index = scan_trace(write(tmp_path, INTERLEAVED))
+    assert (index.records, index.units, index.has_arrivals, index.has_sessions) == (6, 3, True, True)
+    assert {k: len(v.offsets) for k, v in index.sessions.items()} == {"a": 3, "b": 2}
+    assert list(index.sessions["a"].lines) == [1, 4, 6]
+    assert len(index.later_turns) == 3 and list(index.later_turns) == sorted(index.later_turns)
+    assert index.probe is not None and index.probe.id == "r0"
+
+
+def test_dependent_mode_feeds_a_session_whole_when_its_first_turn_comes(tmp_path: Path) -> None:
+    run = feed_all(write(tmp_path, INTERLEAVED))
+    rows = run.rows()
+    assert [(r["trace_id"], r["session_id"], r["turn_index"]) for r in rows] == [
+        ("r0", "a", 0), ("r3", "a", 1), ("r5", "a", 2), ("r1", "b", 0), ("r4", "b", 1), ("r2", None, None),
+    ]
+    assert run.events[-1] == "end" and "lap" not in run.events
+
+
+def test_independent_mode_feeds_the_files_order(tmp_path: Path) -> None:
+    run = feed_all(write(tmp_path, INTERLEAVED), sessions="independent")
+    assert [(r["trace_id"], r["turn_index"]) for r in run.rows()] == [
+        ("r0", 0), ("r1", 0), ("r2", None), ("r3", 1), ("r4", 1), ("r5", 2),
+    ]
+    assert all(r["think_time_us"] is None for r in run.rows())
+
+
+def test_a_longer_point_loops_lap_by_lap_and_stops_at_its_limit(tmp_path: Path) -> None:
+    run = feed_all(write(tmp_path, INTERLEAVED), num_requests=14)
+    ids = [e if isinstance(e, str) else [r["trace_id"] for r in e] for e in run.events]
+    order = ["r0", "r3", "r5", "r1", "r4", "r2"]
+    # Two whole passes, then the third cut in its first session: 6 + 6 + 2.
+    assert ids == [order, "lap", order, "lap", ["r0", "r3"], "end"]
+
+
+def test_batches_hold_whole_sessions(tmp_path: Path) -> None:
+    records = [record(i, f"s{i // 10}") for i in range(300)]  # 30 sessions of 10 turns
+    run = feed_all(write(tmp_path, records))
+    batches = [e for e in run.events if isinstance(e, list)]
+    assert all(len(b) == BATCH_ROWS + 6 or b is batches[-1] for b in batches)  # 7 sessions of 10
+    for b in batches:
+        assert b[0]["turn_index"] == 0 and len(b) % 10 == 0
+
+
+def test_a_feed_stops_when_the_engine_wants_no_more(tmp_path: Path) -> None:
+    path = write(tmp_path, [record(i) for i in range(1000)])
+    feeder = Feeder(scan_trace(path), ReplayConfig(trace=str(path)), "http://h:1/v1", None)
+    run = FakeRun(wanted=2)
+    feeder.top_up(run)  # type: ignore[arg-type]
+    assert len(run.rows()) == 2 * BATCH_ROWS and not feeder.done
+    assert feeder.fed <= 2 * BATCH_ROWS + BATCH_ROWS  # read no further than the next batch
+
+
+def test_think_times_come_from_the_recorded_ends(tmp_path: Path) -> None:
+    # A captured session: turn 0 arrived at 0 s and ended 1.5 s later; turn 1
+    # arrived at 4 s: the user thought 2.5 s.
+    records = [
+        record(0, "a", response={"status": 200, "end_us": 1_500_000}),
+        {**record(4, "a"), "response": {"status": 200}},
+        record(5, "a"),
+    ]
+    rows = feed_all(write(tmp_path, records)).rows()
+    assert [r["think_time_us"] for r in rows] == [None, 2_500_000, None]
+
+
+def test_live_history_marks_where_each_earlier_answer_goes(tmp_path: Path) -> None:
+    turns: list[dict[str, Any]] = []
+    messages: list[dict[str, str]] = []
+    for k in range(3):
+        if k:
+            messages.append({"role": "assistant", "content": f"recorded answer {k - 1}"})
+        messages.append({"role": "user", "content": f"q{k}"})
+        turns.append({"id": f"t{k}", "session_id": "s", "body": {"messages": list(messages)}})
+    rows = feed_all(write(tmp_path, turns), live_history=True, concurrency=[1]).rows()
+    assert [r["history_at"] for r in rows][0] is None
+    last = rows[2]
+    body = last["body"]
+    # Both earlier answers are out of the body, and their places are given.
+    assert b"recorded answer" not in body
+    filled = body
+    for j, at in sorted(enumerate(last["history_at"]), key=lambda p: -p[1]):
+        filled = filled[:at] + f"live {j}".encode() + filled[at:]
+    contents = [m["content"] for m in json.loads(filled)["messages"]]
+    assert contents == ["q0", "live 0", "q1", "live 1", "q2"]
+    # Without the option, the body is as recorded.
+    rows = feed_all(write(tmp_path, turns), concurrency=[1]).rows()
+    assert all(r["history_at"] is None for r in rows) and b"recorded answer 1" in rows[2]["body"]
+
+
+def test_a_trace_that_changes_while_it_is_replayed_stops_the_feed(tmp_path: Path) -> None:
+    path = write(tmp_path, [record(i) for i in range(10)])
+    index = scan_trace(path)
+    path.write_text(path.read_text() + json.dumps(record(10)) + "\n")
+    os.utime(path, ns=(index.mtime_ns + 1_000_000, index.mtime_ns + 1_000_000))
+    feeder = Feeder(index, ReplayConfig(trace=str(path)), "http://h:1/v1", None)
+    with pytest.raises(TraceError, match="changed while it was being replayed"):
+        feeder.top_up(FakeRun())  # type: ignore[arg-type]
