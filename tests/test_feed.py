@@ -132,7 +132,9 @@ def test_think_times_come_from_the_recorded_ends(tmp_path: Path) -> None:
         record(5, "a"),
     ]
     rows = feed_all(write(tmp_path, records)).rows()
-    assert [r["think_time_us"] for r in rows] == [None, 2_500_000, None]
+    # Turn 2's predecessor has no recorded end and no --think-time is set: 0
+    # (sent when turn 1 ends; counted for the run's note, think_time.py).
+    assert [r["think_time_us"] for r in rows] == [None, 2_500_000, 0]
 
 
 def test_live_history_marks_where_each_earlier_answer_goes(tmp_path: Path) -> None:

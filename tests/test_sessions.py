@@ -92,7 +92,7 @@ def test_independent_mode_keeps_the_schedule_of_requests_on_their_own(tmp_path: 
     trace = synth(tmp_path, "--turns", "uniform:2:4", "--num-requests", "20", "--rate", "5", "--think-time", "0.1")
     # The same requests with no session: the schedule replay always gave them.
     alone = tmp_path / "alone.jsonl"
-    alone.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "session_id"}) + "\n"
+    alone.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k not in ("session_id", "think_time")}) + "\n"
                              for line in trace.read_text().splitlines()))
     for options in ({"speedup": [20.0]}, {"rate": [40.0], "seed": 3}, {"concurrency": [3]}):
         independent = replay(tmp_path, trace, sessions="independent", **options)
