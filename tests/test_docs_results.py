@@ -13,6 +13,7 @@ import pytest
 from conftest import T0, results_frame, results_table
 
 from specreplay import summary, validity
+from specreplay.analysis import analyse
 from specreplay.schema import COLUMNS, TOKEN_SOURCES
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "results.md"
@@ -31,7 +32,8 @@ def test_every_token_source_is_documented(name: str) -> None:
 
 @pytest.mark.parametrize(
     "code",
-    ["reasoning_ate_budget", "estimated_tokens", "multi_token_chunks", "client_saturated", "engine_delay", "error_rate", "too_few_requests"],
+    ["reasoning_ate_budget", "estimated_tokens", "multi_token_chunks", "client_saturated", "engine_delay", "error_rate",
+     "session_turns_skipped", "too_few_requests", "too_few_sessions"],
 )
 def test_every_validity_code_is_documented(code: str) -> None:
     assert f"| `{code}` |" in TEXT
@@ -64,3 +66,40 @@ def test_the_by_hand_snippet_matches_summarize(tmp_path: Path, monkeypatch: pyte
     for name, value in scope["by_hand"].items():
         assert not math.isnan(float(value)), name
         assert float(value) == pytest.approx(float(expected[name])), name
+
+
+def test_the_session_snippet_matches_summarize(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    snippet = next(block for block in re.findall(r"```python\n(.*?)```", TEXT, flags=re.S) if "session_by_hand" in block)
+    point = "concurrency=16"
+    rows: list[dict[str, Any]] = [{"warmup": True, "point": point}]
+    # Six sessions of three turns (turns 1, 2 late by 40 µs × session); the last one failed on its
+    # second turn, so its third was skipped; and a request on its own.
+    for sid in range(6):
+        start = T0 + 1_000_000 * sid
+        for turn in range(3):
+            sent = start + 400_000 * turn + 10_000 * sid
+            row: dict[str, Any] = {"point": point, "session_id": f"s{sid}", "turn_index": turn, "session_turns": 3,
+                                   "sent_us": sent, "scheduled_us": sent - 40 * sid * turn,
+                                   "chunks": [(60_000 + 5_000 * turn + 1_000 * sid + 8_000 * j, 1, "content") for j in range(4)]}
+            if turn:
+                row.update(predecessor_end_us=sent - 150_000 - 40 * sid * turn, think_time_us=150_000)
+            if sid == 5 and turn == 1:
+                row.update(error_kind="http", chunks=[], end_us=sent + 2_000)
+            if sid == 5 and turn == 2:
+                row.update(error_kind="skipped_after_failure", chunks=None, sent_us=None, end_us=None, think_time_us=None)
+            rows.append(row)
+    rows.append({"point": point, "sent_us": T0 + 9_000_000})
+    table = results_table(rows)
+    with pa.OSFile(str(tmp_path / "results.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {}
+    exec(snippet, scope)
+    [run] = analyse(results_frame(rows))
+    expected = run.summary.set_index("point").loc[point]
+    assert expected["sessions"] == 6 and expected["sessions_completed"] == 5 and expected["skipped"] == 1
+    assert expected["failed"] == 1 and expected["errors_by_kind"] == "http: 1"
+    for name, value in scope["session_by_hand"].items():
+        assert float(value) == pytest.approx(float(expected[name])), name
+    by_turn = run.point(point).ttft_by_turn["ttft_p50_ms"]
+    assert scope["ttft_p50_ms_by_turn"].to_dict() == pytest.approx(by_turn.to_dict())

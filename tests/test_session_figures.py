@@ -23,7 +23,7 @@ S = 1_000_000  # µs
 def sessions_frame(make_results: MakeResults, turns: list[dict[str, Any]]) -> pd.DataFrame:
     """A point's rows: each dict a turn with session (s), turn (t), sent
     offset in s (at), TTFT (ttft_ms), and optionally error, lag_ms,
-    session_turns (n)."""
+    session_turns (n; without it, the session was replayed independently)."""
     specs = []
     for turn in turns:
         sent = T0 + int(turn["at"] * S)
@@ -66,7 +66,7 @@ def test_sessions_completed_turns_durations_and_skips(make_results: MakeResults)
     assert sessions.loc["a", "duration_s"] == pytest.approx(4.0 + end)
     assert sessions.loc["b", "duration_s"] == pytest.approx(1.0 + end)
     assert np.isnan(sessions.loc["c", "duration_s"])
-    figures = summary_of(df, ok_of(df))
+    figures = summary_of(df, per_session(df, ok_of(df)))
     assert figures["sessions"] == 4 and figures["sessions_completed"] == 2 and figures["skipped"] == 1
     assert figures["turns_per_session"] == pytest.approx(9 / 4)
     durations = pd.Series([4.0 + end, 1.0 + end])
@@ -74,19 +74,21 @@ def test_sessions_completed_turns_durations_and_skips(make_results: MakeResults)
     assert figures["session_duration_p90_s"] == pytest.approx(durations.quantile(0.9))
 
 
-def test_without_session_turns_a_session_is_complete_when_every_turn_succeeded(make_results: MakeResults) -> None:
+def test_sessions_replayed_independently_are_labels(make_results: MakeResults) -> None:
+    # --sessions independent: session ids and turns, but no session_turns.
     df = sessions_frame(make_results, [{"s": "a", "t": 0, "at": 0.0}, {"s": "a", "t": 1, "at": 1.0}])
-    assert per_session(df, ok_of(df))["completed"].tolist() == [True]
+    assert per_session(df, ok_of(df)).empty and ttft_by_turn(df, ok_of(df)).empty
+    assert summary_of(df, per_session(df, ok_of(df)))["sessions"] == 0
 
 
 def test_dependent_turn_lag_and_ttft_by_turn(make_results: MakeResults) -> None:
     turns = []
     for k in range(10):
-        turns += [{"s": f"s{k}", "t": 0, "at": k, "ttft_ms": 200 + k},
-                  {"s": f"s{k}", "t": 1, "at": k + 0.5, "ttft_ms": 50 + k, "lag_ms": 0.2 * k},
-                  {"s": f"s{k}", "t": 2, "at": k + 0.8, "ttft_ms": 40 + k, "lag_ms": 3.0 if k == 9 else 0.1}]
+        turns += [{"s": f"s{k}", "t": 0, "at": k, "ttft_ms": 200 + k, "n": 3},
+                  {"s": f"s{k}", "t": 1, "at": k + 0.5, "ttft_ms": 50 + k, "lag_ms": 0.2 * k, "n": 3},
+                  {"s": f"s{k}", "t": 2, "at": k + 0.8, "ttft_ms": 40 + k, "lag_ms": 3.0 if k == 9 else 0.1, "n": 3}]
     df = sessions_frame(make_results, turns)
-    figures = summary_of(df, ok_of(df))
+    figures = summary_of(df, per_session(df, ok_of(df)))
     dependent = pd.Series([0.2 * k for k in range(10)] + [0.1] * 9 + [3.0])
     assert figures["turn_lag_p99_ms"] == pytest.approx(dependent.quantile(0.99), abs=1e-3)
     by_turn = ttft_by_turn(df, ok_of(df))
@@ -97,7 +99,7 @@ def test_dependent_turn_lag_and_ttft_by_turn(make_results: MakeResults) -> None:
 
 def test_a_point_without_sessions(make_results: MakeResults) -> None:
     df = metrics.add_derived(make_results([{}, {}]))
-    figures = summary_of(df, ok_of(df))
+    figures = summary_of(df, per_session(df, ok_of(df)))
     assert figures["sessions"] == 0 and figures["skipped"] == 0
     assert all(np.isnan(figures[k]) for k in ("turns_per_session", "session_duration_p50_s", "turn_lag_p99_ms"))
     assert ttft_by_turn(df, ok_of(df)).empty

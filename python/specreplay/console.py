@@ -11,7 +11,7 @@ parsed as a style tag.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -84,12 +84,21 @@ def fmt_rate(value: Any, digits: int = 1) -> str:
     return MISSING if _missing(value) else f"{float(value):,.{digits}f}"
 
 
-def print_summary(console: Console, summary: pd.DataFrame, findings: Sequence[Finding] = ()) -> None:
+def print_summary(
+    console: Console,
+    summary: pd.DataFrame,
+    findings: Sequence[Finding] = (),
+    ttft_by_turn: Mapping[str, pd.DataFrame] | None = None,
+) -> None:
     """Per sweep point of a `summary.summarize` frame: a heading line (counts,
-    duration, rates), a table of latencies in ms, a throughput line, and the
+    duration, rates), a table of latencies in ms, a throughput line, a
+    sessions line when the point had sessions (with the point's TTFT by turn
+    index from `ttft_by_turn`, by point name, when given), and the
     `findings` on that point (those whose `point` is the row's), if any."""
     for _, row in summary.iterrows():
         console.print(Text(_point_heading(row), style="bold"))
+        if int(row.get("sessions", 0) or 0):
+            console.print(Text(_sessions_line(row, (ttft_by_turn or {}).get(str(row["point"])))))
         console.print(_latency_table(row))
         throughput = (
             f"  output {fmt_rate(row['output_tok_s'])} tok/s "
@@ -124,14 +133,38 @@ def _client_line(row: pd.Series) -> str:
     return "  ·  ".join(parts)
 
 
+#: Turn indices printed on the sessions line; the report charts them all.
+TURNS_SHOWN = 8
+
+
+def _sessions_line(row: pd.Series, by_turn: pd.DataFrame | None) -> str:
+    """`sessions 16: 16 completed · 3.5 turns each · duration p50 4.21 s, p90
+    6.02 s · TTFT p50 by turn: 0: 105 · 1: 98.1 · 2: 97.4 ms`."""
+    def seconds(value: Any) -> str:
+        return MISSING if _missing(value) else f"{float(value):.2f} s"
+
+    parts = [
+        f"  sessions {int(row['sessions'])}: {int(row['sessions_completed'])} completed",
+        f"{float(row['turns_per_session']):.1f} turns each",
+        f"duration p50 {seconds(row['session_duration_p50_s'])}, p90 {seconds(row['session_duration_p90_s'])}",
+    ]
+    if by_turn is not None and len(by_turn):
+        shown = [f"{turn}: {fmt_ms(ttft)}" for turn, ttft in by_turn["ttft_p50_ms"].head(TURNS_SHOWN).items()]
+        more = f" … ({len(by_turn) - TURNS_SHOWN} more)" if len(by_turn) > TURNS_SHOWN else ""
+        parts.append("TTFT p50 by turn: " + " · ".join(shown) + " ms" + more)
+    return "  ·  ".join(parts)
+
+
 def _point_heading(row: pd.Series) -> str:
     name = str(row["point"])
     if "label" in row.index and not _missing(row["label"]):
         name = f"{row['label']} · {name}"
+    skipped = int(row.get("skipped", 0) or 0)
     parts = [
         name,
         f"{int(row['requests'])} requests: {int(row['ok'])} ok, {int(row['failed'])} failed"
-        + (f" ({row['errors_by_kind']})" if row.get("errors_by_kind") else ""),
+        + (f" ({row['errors_by_kind']})" if row.get("errors_by_kind") else "")
+        + (f", {skipped} skipped after their session failed" if skipped else ""),
         MISSING if _missing(row["duration_s"]) else f"{float(row['duration_s']):.1f} s",
     ]
     if not _missing(row["target_rate_rps"]):
@@ -254,11 +287,11 @@ def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 
         table.add_column(f"{confidence:.0%} CI", justify="right")
         table.add_column("verdict")
         for _, row in rows.iterrows():
-            fmt = fmt_ms if row["unit"] == "ms" else fmt_rate
-            unit = " ms" if row["unit"] == "ms" else ""
+            fmt = fmt_ms if row["unit"] == "ms" else (lambda v: fmt_rate(v, 2)) if row["unit"] == "s" else fmt_rate
+            unit = f" {row['unit']}" if row["unit"] in ("ms", "s") else ""
             interval = MISSING if _missing(row["ci_low"]) else f"[{fmt_change(row['ci_low'])}, {fmt_change(row['ci_high'])}]"
             table.add_row(
-                f"{row['name']}{unit}" if row["unit"] == "ms" else str(row["name"]),
+                f"{row['name']}{unit}",
                 fmt(row["base_value"]),
                 fmt(row["value"]),
                 fmt_change(row["change"]),

@@ -238,13 +238,17 @@ def run_replay(
             for run in runs:
                 assert run.target is not None
                 model = run.target.model or run.config.model
-                for point in run.points:
+                for k, point in enumerate(run.points):
                     streams = peak_streams(point.mode, point.value, run.config.max_concurrency, run.config.num_requests or run.trace.records)
                     ensure_open_files(streams, run.target.embedded is not None)
                     hooks.point_started(point, index, len(result.points), run.config.label)
                     spec = _run_spec(run.config, point, run.headers)
                     feeder = Feeder(run.trace, run.config, run.target.url, model)
-                    if not _run_point(spec, feeder, writer, run_id, run.config.label, point, index, hooks):
+                    finished = _run_point(spec, feeder, writer, run_id, run.config.label, point, index, hooks)
+                    if k == 0:  # every point of a run replays the same turns: say it once
+                        for note in feeder.think.sources.notes():
+                            hooks.note(note)
+                    if not finished:
                         result.interrupted = True
                         break
                     index += 1

@@ -1,12 +1,14 @@
 """The figures of a point's sessions, from the result columns of issue 16
 (`session_id`, `turn_index`, `predecessor_end_us`, `think_time_us`,
-`session_turns`; docs/results.md, "Sessions").
+`session_turns`; docs/results.md, "Sessions"). Only sessions replayed as
+sessions count: rows with a `session_turns` (`--sessions dependent`); with
+`--sessions independent` a session id is a label, and a point has none.
 
 Per session (`per_session`): its turns (rows: sent, failed or skipped),
 how many succeeded, how many were skipped because an earlier turn failed
 (`error_kind` = `skipped_after_failure`), its start (first `sent_us`), its
 end (last `end_us`). A session is **completed** when it has all its turns
-(`session_turns` of them, where the engine says) and every one succeeded;
+(`session_turns` of them) and every one succeeded;
 its **duration** is end − start, for completed sessions only (a session cut
 short by a failure would look fast).
 
@@ -49,8 +51,15 @@ SUMMARY_KEYS: tuple[str, ...] = (
 )
 
 
+def in_session(rows: pd.DataFrame) -> np.ndarray:
+    """Per row: a turn of a session replayed as a session (it has a `session_turns`)."""
+    if "session_turns" not in rows.columns:
+        return np.zeros(len(rows), dtype=bool)
+    return rows["session_turns"].notna().to_numpy(dtype=bool)
+
+
 def has_sessions(rows: pd.DataFrame) -> bool:
-    return "session_id" in rows.columns and bool(rows["session_id"].notna().any())
+    return bool(in_session(rows).any())
 
 
 def skipped_mask(rows: pd.DataFrame) -> np.ndarray:
@@ -60,7 +69,7 @@ def skipped_mask(rows: pd.DataFrame) -> np.ndarray:
 
 def per_session(rows: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
     """One row per session of `rows` (one point's), indexed by session id:
-    turns, ok, skipped, session_turns (NaN where not given), start_us,
+    turns, ok, skipped, session_turns, start_us,
     end_us, completed, duration_s (NaN unless completed)."""
     if not has_sessions(rows):
         empty: pd.DataFrame = pd.DataFrame(columns=list(_PER_SESSION))
@@ -70,12 +79,11 @@ def per_session(rows: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
             "session_id": rows["session_id"].to_numpy(),
             "ok": ok,
             "skipped": skipped_mask(rows),
-            "session_turns": metrics.as_float(rows, "session_turns").to_numpy() if "session_turns" in rows.columns else math.nan,
+            "session_turns": metrics.as_float(rows, "session_turns").to_numpy(),
             "sent_us": metrics.as_float(rows, "sent_us").to_numpy(),
             "end_us": metrics.as_float(rows, "end_us").to_numpy(),
         }
-    )
-    frame = frame[frame["session_id"].notna()]
+    )[in_session(rows)]
     grouped = frame.groupby("session_id", sort=False)
     out = pd.DataFrame(
         {
@@ -87,16 +95,15 @@ def per_session(rows: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
             "end_us": grouped["end_us"].max(),
         }
     )
-    all_turns = out["session_turns"].isna() | (out["turns"] >= out["session_turns"])
-    out["completed"] = (out["ok"] == out["turns"]) & all_turns
+    out["completed"] = (out["ok"] == out["turns"]) & (out["turns"] >= out["session_turns"])
     out["duration_s"] = ((out["end_us"] - out["start_us"]) / 1e6).where(out["completed"])
     sessions: pd.DataFrame = out
     return sessions
 
 
-def summary_of(rows: pd.DataFrame, ok: np.ndarray) -> dict[str, Any]:
-    """The point's session figures (`SUMMARY_KEYS`)."""
-    sessions = per_session(rows, ok)
+def summary_of(rows: pd.DataFrame, sessions: pd.DataFrame) -> dict[str, Any]:
+    """The point's session figures (`SUMMARY_KEYS`) from its rows and
+    their `per_session` frame."""
     durations = describe(sessions["duration_s"])
     dependent = rows[metrics.as_float(rows, "predecessor_end_us").notna()] if "predecessor_end_us" in rows.columns else rows.iloc[:0]
     lag = describe(metrics.as_float(dependent, "sent_us") - metrics.as_float(dependent, "scheduled_us"), scale=1000.0)
@@ -118,7 +125,7 @@ def ttft_by_turn(rows: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
     if not has_sessions(rows):
         none: pd.DataFrame = pd.DataFrame(columns=list(_BY_TURN))
         return none
-    done = rows[ok & rows["turn_index"].notna().to_numpy(dtype=bool)]
+    done = rows[ok & in_session(rows)]
     out = []
     for turn, group in done.groupby(metrics.as_float(done, "turn_index").astype("int64"), sort=True):
         figures = describe(group["ttft_us"], scale=1000.0)

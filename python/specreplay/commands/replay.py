@@ -109,7 +109,7 @@ class ConsoleHooks(Hooks):
         for run in analyse(to_frame(rows)):
             if self.per_request:
                 print_per_request(self.out, request_lines(run.rows))
-            print_summary(self.out, run.summary, run.findings)
+            print_summary(self.out, run.summary, run.findings, {p.point: p.ttft_by_turn for p in run.points})
             self.found.append((run.label, run.findings))
         self.analysed_rows += rows.num_rows
 
