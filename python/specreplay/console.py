@@ -264,6 +264,16 @@ def _print_header(console: Console, findings: list[Finding]) -> None:
 VERDICT_STYLES: dict[str, str] = {"faster": "bold green", "slower": "bold red", "no significant difference": "dim", "n/a": "dim"}
 
 
+def fmt_figure(value: Any, unit: str) -> str:
+    """A compared figure in its unit (`comparison.COLUMNS`' `unit`)."""
+    return fmt_ms(value) if unit == "ms" else fmt_rate(value, 2 if unit == "s" else 1)
+
+
+def figure_name(row: pd.Series) -> str:
+    """A compared figure's name, with its unit when it is a time: `TTFT p50 ms`."""
+    return f"{row['name']} {row['unit']}" if row["unit"] in ("ms", "s") else str(row["name"])
+
+
 def fmt_change(value: Any) -> str:
     """A relative change as a signed percentage: +12.3%, −4.0%."""
     return MISSING if _missing(value) else f"{float(value):+.1%}"
@@ -287,13 +297,11 @@ def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 
         table.add_column(f"{confidence:.0%} CI", justify="right")
         table.add_column("verdict")
         for _, row in rows.iterrows():
-            fmt = fmt_ms if row["unit"] == "ms" else (lambda v: fmt_rate(v, 2)) if row["unit"] == "s" else fmt_rate
-            unit = f" {row['unit']}" if row["unit"] in ("ms", "s") else ""
             interval = MISSING if _missing(row["ci_low"]) else f"[{fmt_change(row['ci_low'])}, {fmt_change(row['ci_high'])}]"
             table.add_row(
-                f"{row['name']}{unit}",
-                fmt(row["base_value"]),
-                fmt(row["value"]),
+                figure_name(row),
+                fmt_figure(row["base_value"], row["unit"]),
+                fmt_figure(row["value"], row["unit"]),
                 fmt_change(row["change"]),
                 interval,
                 Text(str(row["verdict"]), style=VERDICT_STYLES.get(str(row["verdict"]), "")),
