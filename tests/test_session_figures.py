@@ -103,3 +103,97 @@ def test_a_point_without_sessions(make_results: MakeResults) -> None:
     assert figures["sessions"] == 0 and figures["skipped"] == 0
     assert all(np.isnan(figures[k]) for k in ("turns_per_session", "session_duration_p50_s", "turn_lag_p99_ms"))
     assert ttft_by_turn(df, ok_of(df)).empty
+
+
+# --- findings, console, compare, report on the same kind of frames ---------------------------
+
+
+def conversations(make_results: MakeResults, n: int, *, turns: int = 3, gap_s: float = 0.5, ttft_ms: float = 100,
+                  lag_ms: float = 0.05, fail: frozenset[int] = frozenset(), point: str = "concurrency=4", seed: int = 0) -> pd.DataFrame:
+    """n sessions of `turns` turns, `gap_s` apart; session k fails at its second turn when k in `fail`."""
+    rng = np.random.default_rng(seed)
+    specs: list[dict[str, Any]] = []
+    for k in range(n):
+        for t in range(turns):
+            turn: dict[str, Any] = {"s": f"s{k}", "t": t, "at": k * 0.1 + t * gap_s * (1 + 0.2 * rng.random()), "n": turns,
+                                    "ttft_ms": ttft_ms * (1 + 0.1 * rng.random()), "lag_ms": lag_ms if t else 0}
+            if k in fail and t == 1:
+                turn["error"] = "http"
+            if k in fail and t > 1:
+                turn["error"] = "skipped_after_failure"
+            specs.append(turn)
+    df = sessions_frame(make_results, specs)
+    df["point"] = point
+    return df
+
+
+def test_findings_on_sessions(make_results: MakeResults) -> None:
+    from specreplay.validity import Thresholds, check
+
+    df = conversations(make_results, 12, fail=frozenset({3, 7}))
+    found = {f.code: f for f in check(df, Thresholds(min_requests_p90=1, min_requests_p99=1))}
+    skipped = found["session_turns_skipped"]
+    assert (skipped.level, skipped.count) == ("warning", 2)
+    assert "2 turns of 2 of 12 sessions were not sent" in skipped.message and "10 completed sessions" in skipped.message
+    # 2 failures of the 34 requests sent (the 2 skipped turns were not): over the 1% limit.
+    assert "2 of 34 requests failed" in found["error_rate"].message and "skipped" not in found["error_rate"].message
+    assert "too_few_sessions" not in found and "client_saturated" not in found
+    few = {f.code: f for f in check(conversations(make_results, 6), Thresholds(min_requests_p90=1, min_requests_p99=1))}
+    assert few["too_few_sessions"].level == "note" and "only 6 of 6 sessions completed" in few["too_few_sessions"].message
+    # A closed loop's later turns have a schedule: late ones are the client's doing.
+    late = check(conversations(make_results, 12, lag_ms=3.0), Thresholds(min_requests_p90=1, min_requests_p99=1))
+    saturated = [f for f in late if f.code == "client_saturated"]
+    assert len(saturated) == 1 and saturated[0].count == 24 and "send lag p99 is 3.000 ms" in saturated[0].message
+
+
+def test_the_console_prints_the_sessions_line(make_results: MakeResults) -> None:
+    from rich.console import Console
+
+    from specreplay.analysis import analyse
+    from specreplay.console import print_summary
+
+    [run] = analyse(conversations(make_results, 12, turns=10, fail=frozenset({3})))
+    console = Console(record=True, width=400)
+    print_summary(console, run.summary, run.findings, {p.point: p.ttft_by_turn for p in run.points})
+    text = console.export_text()
+    row = run.summary.iloc[0]
+    assert "120 requests: 111 ok, 1 failed (http: 1), 8 skipped after their session failed" in text
+    assert f"sessions 12: 11 completed  ·  10.0 turns each  ·  duration p50 {row['session_duration_p50_s']:.2f} s" in text
+    by_turn = run.points[0].ttft_by_turn["ttft_p50_ms"]
+    assert f"TTFT p50 by turn: 0: {by_turn[0]:.0f} · 1: {by_turn[1]:.0f}" in text and "… (2 more)" in text
+    quiet = Console(record=True, width=400)
+    [plain] = analyse(make_results([{}, {}]))
+    print_summary(quiet, plain.summary)
+    assert "sessions" not in quiet.export_text()
+
+
+def test_compare_carries_the_session_durations(make_results: MakeResults) -> None:
+    import specreplay
+
+    base = conversations(make_results, 30, gap_s=0.5)
+    slow = conversations(make_results, 30, gap_s=0.6, seed=1)
+    out = specreplay.compare(base, slow).set_index("metric")
+    for metric in ("session_duration_p50_s", "session_duration_p90_s"):
+        row = out.loc[metric]
+        assert row["unit"] == "s" and row["verdict"] == "slower" and bool(row["paired"])
+        assert row["base_value"] == pytest.approx(specreplay.summarize(base).iloc[0][metric])
+        assert row["ci_low"] < row["change"] < row["ci_high"] and row["change"] == pytest.approx(0.2, abs=0.08)
+        assert (row["base_requests"], row["requests"]) == (30, 30)  # completed sessions
+    # Too few sessions for a p90 verdict; no session rows without sessions.
+    few = specreplay.compare(conversations(make_results, 6), conversations(make_results, 6, gap_s=0.6, seed=1), force=True)
+    assert few.set_index("metric").loc["session_duration_p90_s", "verdict"] == "too few samples"
+    plain = make_results([{"point": "concurrency=4"}] * 12)
+    assert "session_duration_p50_s" not in set(specreplay.compare(plain, plain, force=True)["metric"])
+
+
+def test_the_report_draws_ttft_by_turn(make_results: MakeResults, tmp_path: Any) -> None:
+    from specreplay.comparison import select
+    from specreplay.report import data, html, plots
+
+    runs = [data.prepare(r) for r in select(conversations(make_results, 12))]
+    charts = dict(plots.all_plots(runs))
+    assert "ttft-turn" in charts and "TTFT by turn of session" in charts["ttft-turn"]
+    page = html.render(runs)
+    assert "<h3>Sessions</h3>" in page and "later-turn send lag p99" in page
+    plain = [data.prepare(r) for r in select(make_results([{}, {}]))]
+    assert "ttft-turn" not in dict(plots.all_plots(plain)) and "<h3>Sessions</h3>" not in html.render(plain)
