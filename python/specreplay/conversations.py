@@ -34,11 +34,14 @@ from typing import Any
 
 #: APIs whose requests carry a conversation as `messages`.
 CONVERSATION_APIS = frozenset({"chat", "anthropic"})
-#: Keys kept at once (per kind); the oldest are forgotten first.
-MAX_KEYS = 1 << 20
+#: Keys kept at once (per kind); the oldest are forgotten first. About 560
+#: bytes a remembered request (bench/conversation_finder.py): at most about
+#: 140 MiB, and a conversation continues if fewer than 262,144 requests
+#: ended since its last turn (44 minutes at 100 requests/s).
+MAX_KEYS = 1 << 18
 
 
-@dataclass
+@dataclass(slots=True)
 class _Turn:
     session: str
     continued: bool = False
@@ -58,7 +61,7 @@ class ConversationFinder:
     its response has ended."""
 
     def __init__(self, max_keys: int = MAX_KEYS) -> None:
-        self._max_keys = max_keys
+        self.max_keys = max_keys
         #: digest(messages + answer) → the requests that got that answer.
         self._answered: OrderedDict[bytes, list[_Turn]] = OrderedDict()
         #: digest(messages) → the requests that asked it and got an answer.
@@ -113,7 +116,7 @@ class ConversationFinder:
     def _remember(self, table: OrderedDict[bytes, list[_Turn]], key: bytes, turn: _Turn) -> None:
         table.setdefault(key, []).append(turn)
         table.move_to_end(key)
-        while len(table) > self._max_keys:
+        while len(table) > self.max_keys:
             table.popitem(last=False)
 
 
