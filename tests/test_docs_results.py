@@ -46,6 +46,17 @@ def test_every_threshold_and_its_default_is_documented(field: str) -> None:
     assert f"| `{field}` | {default} |" in TEXT
 
 
+def run_snippet(snippet: str, rows: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Runs a snippet of the page on `rows` written as results.arrow; its variables."""
+    table = results_table(rows)
+    with pa.OSFile(str(tmp_path / "results.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {}
+    exec(snippet, scope)
+    return scope
+
+
 def test_the_by_hand_snippet_matches_summarize(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     snippet = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)[-1]
     assert "by_hand" in snippet
@@ -55,12 +66,7 @@ def test_the_by_hand_snippet_matches_summarize(tmp_path: Path, monkeypatch: pyte
         connect = {"connect_us": 900 + 70 * i} if i < 4 else {}
         rows.append({"sent_us": T0 + 100_000 * i, "scheduled_us": T0 + 100_000 * i - 30 * i, "chunks": chunks, **connect})
     rows.append({"sent_us": T0 + 1_250_000, "error_kind": "timeout", "chunks": None, "end_us": T0 + 1_300_000})
-    table = results_table(rows)
-    with pa.OSFile(str(tmp_path / "results.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    monkeypatch.chdir(tmp_path)
-    scope: dict[str, Any] = {}
-    exec(snippet, scope)
+    scope = run_snippet(snippet, rows, tmp_path, monkeypatch)
     expected = summary.summarize(results_frame(rows)).set_index("point").loc["rate=8"]
     assert len(scope["by_hand"]) > 10
     for name, value in scope["by_hand"].items():
@@ -89,12 +95,7 @@ def test_the_session_snippet_matches_summarize(tmp_path: Path, monkeypatch: pyte
                 row.update(error_kind="skipped_after_failure", chunks=None, sent_us=None, end_us=None, think_time_us=None)
             rows.append(row)
     rows.append({"point": point, "sent_us": T0 + 9_000_000})
-    table = results_table(rows)
-    with pa.OSFile(str(tmp_path / "results.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    monkeypatch.chdir(tmp_path)
-    scope: dict[str, Any] = {}
-    exec(snippet, scope)
+    scope = run_snippet(snippet, rows, tmp_path, monkeypatch)
     [run] = analyse(results_frame(rows))
     expected = run.summary.set_index("point").loc[point]
     assert expected["sessions"] == 6 and expected["sessions_completed"] == 5 and expected["skipped"] == 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
@@ -154,13 +155,8 @@ def _finding(f: Finding) -> str:
 
 
 def _summary_table(runs: list[data.RunData]) -> str:
-    head = '<tr><th class="l">run</th><th class="l">point</th>' + "".join(f"<th>{escape(h)}</th>" for _, h, _ in SUMMARY_COLUMNS) + "</tr>"
-    rows = []
-    for r in runs:
-        for _, row in r.summary.iterrows():
-            cells = "".join(f"<td>{_fmt(row.get(c), kind)}</td>" for c, _, kind in SUMMARY_COLUMNS)
-            rows.append(f'<tr><td class="l">{escape(r.name)}</td><td class="l">{escape(str(row["point"]))}</td>{cells}</tr>')
-    return f'<div class="scroll"><table>{head}{"".join(rows)}</table></div><p class="sub">Latencies in ms; definitions in docs/results.md.</p>'
+    table = _point_rows(runs, SUMMARY_COLUMNS, lambda row: True)
+    return f'<div class="scroll">{table}</div><p class="sub">Latencies in ms; definitions in docs/results.md.</p>'
 
 
 #: (summary column, header, format) of the sessions table, shown when a run had sessions.
@@ -177,20 +173,28 @@ SESSION_COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 def _sessions_table(runs: list[data.RunData]) -> str:
     """The session figures of the points that had sessions ("" when none had)."""
-    rows = []
-    for r in runs:
-        for _, row in r.summary.iterrows():
-            if int(row.get("sessions", 0) or 0):
-                cells = "".join(f"<td>{_fmt(row.get(c), kind)}</td>" for c, _, kind in SESSION_COLUMNS)
-                rows.append(f'<tr><td class="l">{escape(r.name)}</td><td class="l">{escape(str(row["point"]))}</td>{cells}</tr>')
-    if not rows:
+    table = _point_rows(runs, SESSION_COLUMNS, lambda row: bool(int(row.get("sessions", 0) or 0)))
+    if not table:
         return ""
-    head = '<tr><th class="l">run</th><th class="l">point</th>' + "".join(f"<th>{escape(h)}</th>" for _, h, _ in SESSION_COLUMNS) + "</tr>"
     return (
-        f'<h3>Sessions</h3><div class="scroll"><table>{head}{"".join(rows)}</table></div>'
+        f'<h3>Sessions</h3><div class="scroll">{table}</div>'
         '<p class="sub">Each session\'s turns sent one after the other (docs/sessions.md); durations of completed sessions; '
         "TTFT by turn is charted under Plots.</p>"
     )
+
+
+def _point_rows(runs: list[data.RunData], columns: tuple[tuple[str, str, str], ...], keep: Callable[[pd.Series], bool]) -> str:
+    """A table of `columns` of the summary rows `keep` keeps, one per run and point ("" when none)."""
+    rows = []
+    for r in runs:
+        for _, row in r.summary.iterrows():
+            if keep(row):
+                cells = "".join(f"<td>{_fmt(row.get(c), kind)}</td>" for c, _, kind in columns)
+                rows.append(f'<tr><td class="l">{escape(r.name)}</td><td class="l">{escape(str(row["point"]))}</td>{cells}</tr>')
+    if not rows:
+        return ""
+    head = '<tr><th class="l">run</th><th class="l">point</th>' + "".join(f"<th>{escape(h)}</th>" for _, h, _ in columns) + "</tr>"
+    return f"<table>{head}{''.join(rows)}</table>"
 
 
 def _comparison_table(frame: pd.DataFrame, confidence: float) -> str:
