@@ -1,7 +1,8 @@
 """Replay reads the trace as a stream (issue 14): one validating pass that
 keeps an index, then the requests read again, a batch at a time, in the
 order the engine takes them (a session's turns together in dependent mode),
-looped and cut as the point asks."""
+looped and cut as the point asks; and the rows it keeps for the summary are
+compacted, so they cost what they hold."""
 
 from __future__ import annotations
 
@@ -169,3 +170,23 @@ def test_a_trace_that_changes_while_it_is_replayed_stops_the_feed(tmp_path: Path
     feeder = Feeder(index, ReplayConfig(trace=str(path)), "http://h:1/v1", None)
     with pytest.raises(TraceError, match="changed while it was being replayed"):
         feeder.top_up(FakeRun())  # type: ignore[arg-type]
+
+
+def test_rows_kept_for_the_summary_are_compacted_in_order(tmp_path: Path) -> None:
+    """The engine hands rows over a few at a time; the writer copies every
+    COMPACT_EVERY batches into one (their buffers cost ~20 KB a row as they
+    come), and the rows stay in order."""
+    from specreplay.results import COMPACT_EVERY, ResultsWriter
+    from specreplay.schema import engine_schema
+
+    writer = ResultsWriter(tmp_path / "r.arrow", {})
+    n = 2 * COMPACT_EVERY + 7
+    for i in range(n):
+        row = {name: None for name in engine_schema().names} | {"request_index": i, "trace_id": f"t{i}"}
+        writer.write(pa.RecordBatch.from_pylist([row], schema=engine_schema()), run_id="r", label="l", point="p", point_index=0)
+    table = writer.table()
+    assert table.column("request_index").to_pylist() == list(range(n))
+    assert table.column("request_index").num_chunks == 2 + 7  # two compacted batches, seven fresh ones
+    assert writer.table(first_row=n - 3).column("trace_id").to_pylist() == [f"t{i}" for i in range(n - 3, n)]
+    writer.close()
+    assert pa.ipc.open_file(str(tmp_path / "r.arrow")).read_all().num_rows == n

@@ -281,7 +281,7 @@ def _run_point(
     started = _core.now_us()
     interrupted = False
     failure: SpecreplayError | None = None
-    written: list[pa.RecordBatch] = []  # this point's rows, as in the file
+    first_row = writer.rows  # this point's rows follow in the file
 
     def progress() -> Progress:
         p = run.progress()
@@ -305,11 +305,9 @@ def _run_point(
             continue
         if batch is None:
             break
-        out = writer.write(pa.record_batch(batch), run_id=run_id, label=label, point=point.name, point_index=index)
-        if out is not None:
-            written.append(out)
+        writer.write(pa.record_batch(batch), run_id=run_id, label=label, point=point.name, point_index=index)
         hooks.progress(progress())
-    rows = pa.Table.from_batches(written, schema=writer.schema)
+    rows = writer.table(first_row)
     if failure is not None:
         raise failure
     hooks.point_finished(point, progress(), rows)

@@ -27,6 +27,11 @@ def partial_path(path: str | Path) -> Path:
     return Path(f"{path}.partial")
 
 
+#: How many of the engine's batches `ResultsWriter` keeps as they came
+#: before it copies them into one.
+COMPACT_EVERY = 256
+
+
 class ResultsWriter:
     """Appends engine batches, tagged with their run and point, to a results file."""
 
@@ -37,9 +42,13 @@ class ResultsWriter:
         self.schema = results_schema(self.metadata)
         self._sink = pa.OSFile(str(self.partial), "wb")
         self._writer = ipc.new_stream(self._sink, self.schema)
-        # Kept in memory too (the buffers are shared with what was written):
-        # summaries and the final file need every row without re-reading.
+        # Kept in memory too: summaries and the final file need every row
+        # without re-reading. The engine hands rows over as they finish, a
+        # few at a time, in buffers sized for more: kept as they come they
+        # cost some 20 KB a row (a 12,000-request point: 240 MB), so every
+        # COMPACT_EVERY of them are copied into one batch (about 0.5 KB a row).
         self._batches: list[pa.RecordBatch] = []
+        self._fresh: list[pa.RecordBatch] = []
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch, *, run_id: str, label: str, point: str, point_index: int) -> pa.RecordBatch | None:
@@ -57,13 +66,16 @@ class ResultsWriter:
         out = pa.RecordBatch.from_arrays(run_columns + engine_columns, schema=self.schema)
         self._writer.write_batch(out)
         self._sink.flush()
-        self._batches.append(out)
+        self._fresh.append(out)
+        if len(self._fresh) >= COMPACT_EVERY:
+            self._batches += pa.Table.from_batches(self._fresh, schema=self.schema).combine_chunks().to_batches()
+            self._fresh = []
         self.rows += n
         return out
 
-    def table(self) -> pa.Table:
-        """Every row written so far."""
-        return pa.Table.from_batches(self._batches, schema=self.schema)
+    def table(self, first_row: int = 0) -> pa.Table:
+        """Every row written so far (from `first_row` on)."""
+        return pa.Table.from_batches(self._batches + self._fresh, schema=self.schema).slice(first_row)
 
     def close(
         self,

@@ -296,7 +296,8 @@ impl Feed {
         if state.schedule.is_some() {
             return state.last_offset_us - elapsed_us < lookahead_us;
         }
-        let per_s = state.taken_total as f64 * 1e6 / elapsed_us.max(1) as f64;
+        // Over a second at least: the first units are all taken at once.
+        let per_s = state.taken_total as f64 * 1e6 / elapsed_us.max(1_000_000) as f64;
         (state.queued_requests as f64) < per_s * LOOKAHEAD.as_secs_f64()
     }
 
@@ -561,6 +562,19 @@ mod tests {
             (0, 1, 64, 640_000)
         );
         assert!(feed.is_over());
+    }
+
+    #[test]
+    fn a_closed_loop_feed_looks_ahead_by_the_rate_units_are_taken() {
+        let feed = Feed::streamed(SessionMode::Dependent, None, None, None);
+        let some = |n: usize| (0..n).map(|i| request(&format!("r{i}"), None)).collect();
+        feed.push(some(MIN_QUEUED)).unwrap();
+        assert_eq!(drain(&feed).len(), MIN_QUEUED);
+        // 64 taken within the first second: 2 s ahead is 128 queued.
+        feed.push(some(100)).unwrap();
+        assert!(feed.wants_more());
+        feed.push(some(30)).unwrap();
+        assert!(!feed.wants_more());
     }
 
     #[test]
