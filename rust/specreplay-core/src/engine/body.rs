@@ -5,8 +5,9 @@
 //! byte offset between its quotes); the text is written there, escaped.
 //!
 //! Building the prompt here rather than in Python saves copying it through a
-//! Python string and `json.dumps` twice (docs/benchmarks.md, "Feeding the
-//! engine").
+//! Python string and `json.dumps` twice; writing it straight into the body
+//! rather than into a string of its own saves one more copy and the escape
+//! scan (docs/benchmarks.md, "Replaying a trace as a stream").
 
 use bytes::Bytes;
 
@@ -39,14 +40,23 @@ pub fn insert_all(
     Ok(out)
 }
 
-/// `body` with the prompt of `blocks` synthesized at `at`.
+/// `body` with the prompt of `blocks` synthesized at `at`, straight into
+/// the body: the built-in filler's words need no JSON escaping (a test
+/// checks), so the text is neither copied again nor scanned.
 pub fn with_prompt(
     body: &[u8],
     at: usize,
     blocks: &PromptBlocks<'_>,
 ) -> Result<Vec<u8>, CoreError> {
-    let text = Filler::builtin().text(blocks)?;
-    insert(body, at, &text, "prompt_at")
+    check_slot(body, at, "prompt_at")?;
+    let head = std::str::from_utf8(&body[..at])
+        .map_err(|_| CoreError::config("body", "not UTF-8 before prompt_at"))?;
+    let mut out = String::with_capacity(body.len() + blocks.tokens as usize * 5);
+    out.push_str(head);
+    Filler::builtin().write(&mut out, blocks)?;
+    let mut out = out.into_bytes();
+    out.extend_from_slice(&body[at..]);
+    Ok(out)
 }
 
 /// The answers generated for a session's earlier turns put into a turn's
@@ -109,9 +119,14 @@ fn escape_into(out: &mut Vec<u8>, s: &str) {
 mod tests {
     use super::*;
 
+    /// The last message's content.
     fn content(body: &[u8]) -> String {
         let v: serde_json::Value = serde_json::from_slice(body).unwrap();
-        v["messages"][0]["content"].as_str().unwrap().to_string()
+        let messages = v["messages"].as_array().unwrap();
+        messages.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     #[test]
@@ -173,6 +188,32 @@ mod tests {
             content(&out),
             "if door shop four corn like us word day has sky long"
         );
+    }
+
+    #[test]
+    fn the_prompt_written_straight_is_the_escaped_text_byte_for_byte() {
+        // with_prompt skips the escape scan because the built-in words need
+        // none (builtin_filler_words_need_no_escaping): the result must be
+        // what escaping the text into the body gives, whatever comes before.
+        for body in [
+            &br#"{"messages":[{"role":"user","content":""}],"stream":true}"#[..],
+            r#"{"messages":[{"role":"system","content":"ünï \"q\" ✓"},{"role":"user","content":""}]}"#
+                .as_bytes(),
+        ] {
+            let at = body.windows(2).rposition(|w| w == b"\"\"").unwrap() + 1;
+            for (tokens, ids) in [(1, vec![5]), (512, vec![5]), (1300, vec![5, 6, 7])] {
+                let blocks = PromptBlocks {
+                    tokens,
+                    block_size: 512,
+                    hash_ids: &ids,
+                    seed: 3,
+                };
+                let text = Filler::builtin().text(&blocks).unwrap();
+                let straight = with_prompt(body, at, &blocks).unwrap();
+                assert_eq!(straight, insert(body, at, &text, "prompt_at").unwrap());
+                assert_eq!(content(&straight), text);
+            }
+        }
     }
 
     #[test]

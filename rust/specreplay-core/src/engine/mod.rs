@@ -9,7 +9,7 @@
 
 mod accounting;
 pub mod batch;
-mod body;
+pub mod body;
 mod dispatch;
 pub mod feed;
 pub(crate) mod http;
