@@ -1,0 +1,185 @@
+"""What the server's samples say about one sweep point: speculative decoding
+(how many drafts it accepted, how many tokens a verification step gave) and
+load (requests running and waiting, KV-cache usage, prefix-cache hits,
+preemptions), plus the client's side of the acceptance cross-check.
+
+Definitions (docs/results.md, "Server figures", shows each with pandas):
+
+- a counter's figure is its **increase** over the point: from the point's
+  first scrape (`start`, taken before its first request) to its last (`end`,
+  after its last response), summed over label sets. A value lower than the
+  one before is a reset (the server restarted) and counts from zero, as
+  Prometheus' `increase()` does; a series that appears after the first
+  scrape started from zero. So the increase covers the whole point, warmup
+  requests included, and anything else the server did meanwhile;
+- a gauge's figures come from the `tick` scrapes alone (the bracketing
+  scrapes see the server idle between points): at each scrape the label
+  sets are added (running, waiting: several engines) or averaged (KV usage
+  and SGLang's own averages); then mean, p90 and max over the scrapes;
+- rates divide by `server_window_s`, the time between the first and the
+  last scrape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specreplay.servermetrics.names import AVERAGED_GAUGES, COUNTERS, SUMMED_GAUGES, known_names
+
+#: Every figure `point_figures` returns, with what it means (docs/results.md
+#: lists the same; a test keeps the two in step).
+FIGURES: dict[str, str] = {
+    "server_scrapes": "scrapes of the point's server metrics (0: none, and every other server figure is NaN)",
+    "server_window_s": "seconds from the point's first scrape to its last: the window the counters' increases cover",
+    "spec_drafts": "verification steps: the increase of `…spec_decode_num_drafts_total`",
+    "spec_draft_tokens": "draft tokens proposed (`…num_draft_tokens_total`)",
+    "spec_accepted_tokens": "draft tokens accepted (`…num_accepted_tokens_total`)",
+    "spec_draft_len": "draft tokens per step, `spec_draft_tokens / spec_drafts`: the k of 'k drafts'",
+    "spec_acceptance_rate": "`spec_accepted_tokens / spec_draft_tokens` (SGLang: the mean of `sglang:spec_accept_rate`)",
+    "spec_acceptance_length": "tokens per verification step, `1 + spec_accepted_tokens / spec_drafts` (SGLang: the mean of `sglang:spec_accept_length`)",
+    "spec_acceptance_by_position": "per draft position i from 0: the share of steps whose accepted run reached it (`…per_pos_total{position=i}` / `spec_drafts`); a tuple",
+    "spec_drafts_per_s": "`spec_drafts / server_window_s`",
+    "server_running_mean": "requests running (in the batch), mean over the tick scrapes",
+    "server_running_p90": "… p90",
+    "server_running_max": "… max",
+    "server_waiting_mean": "requests waiting (queued), mean over the tick scrapes",
+    "server_waiting_p90": "… p90",
+    "server_waiting_max": "… max",
+    "server_kv_usage_mean": "KV-cache usage as a fraction (1 = full), mean over the tick scrapes",
+    "server_kv_usage_max": "… max",
+    "server_prefix_hit_rate": "prompt tokens found in the prefix cache / prompt tokens looked up, over the point (SGLang: the mean of `sglang:cache_hit_rate`)",
+    "server_preemptions": "requests preempted (vLLM) or retracted (SGLang) during the point",
+    "server_generation_tokens": "tokens the server generated during the point (`vllm:generation_tokens_total`, `llamacpp:tokens_predicted_total`, …)",
+}
+
+
+def empty_figures() -> dict[str, Any]:
+    out: dict[str, Any] = {name: math.nan for name in FIGURES}
+    out["server_scrapes"] = 0
+    out["spec_acceptance_by_position"] = ()
+    return out
+
+
+def point_figures(samples: pd.DataFrame) -> dict[str, Any]:
+    """The figures of one point from its samples (the rows of one label and
+    point of `specreplay.load(path, metrics=True)`): every key of `FIGURES`,
+    NaN where the server published nothing to compute it from."""
+    out = empty_figures()
+    if samples.empty:
+        return out
+    scrapes = np.sort(samples["ts_us"].unique())
+    first = int(scrapes[0])
+    window_s = (int(scrapes[-1]) - first) / 1e6
+    out["server_scrapes"] = len(scrapes)
+    out["server_window_s"] = window_s
+    known = samples[samples["name"].isin(known_names())]
+
+    inc = {key: _increase(known, names, first) for key, names in COUNTERS.items() if key != "accepted_per_position"}
+    drafts, draft_tokens, accepted = inc["drafts"], inc["draft_tokens"], inc["accepted_tokens"]
+    out["spec_drafts"], out["spec_draft_tokens"], out["spec_accepted_tokens"] = drafts, draft_tokens, accepted
+    out["spec_draft_len"] = _ratio(draft_tokens, drafts)
+    out["spec_acceptance_rate"] = _ratio(accepted, draft_tokens)
+    out["spec_acceptance_length"] = 1 + _ratio(accepted, drafts)
+    out["spec_drafts_per_s"] = _ratio(drafts, window_s)
+    if drafts > 0:
+        by_position = _increase_by_label(known, COUNTERS["accepted_per_position"], first, "position")
+        out["spec_acceptance_by_position"] = tuple(by_position[p] / drafts for p in sorted(by_position, key=_position))
+
+    ticks = known[known["scrape"] == "tick"]
+    for key, names in SUMMED_GAUGES.items():
+        series = _gauge(ticks, names, "sum")
+        out[f"server_{key}_mean"], out[f"server_{key}_p90"], out[f"server_{key}_max"] = _stats(series)
+    kv = _gauge(ticks, AVERAGED_GAUGES["kv_usage"], "mean")
+    out["server_kv_usage_mean"], _, out["server_kv_usage_max"] = _stats(kv)
+    # SGLang publishes its own averages instead of counters.
+    if math.isnan(out["spec_acceptance_rate"]):
+        out["spec_acceptance_rate"] = _stats(_gauge(ticks, AVERAGED_GAUGES["acceptance_rate"], "mean"))[0]
+    if math.isnan(out["spec_acceptance_length"]):
+        out["spec_acceptance_length"] = _stats(_gauge(ticks, AVERAGED_GAUGES["acceptance_length"], "mean"))[0]
+
+    hits, queries, misses = inc["prefix_hits"], inc["prefix_queries"], inc["prefix_misses"]
+    if not math.isnan(queries):
+        out["server_prefix_hit_rate"] = _ratio(hits, queries)
+    elif not math.isnan(misses):
+        out["server_prefix_hit_rate"] = _ratio(hits, hits + misses)
+    else:
+        out["server_prefix_hit_rate"] = _stats(_gauge(ticks, AVERAGED_GAUGES["prefix_hit_rate"], "mean"))[0]
+    out["server_preemptions"] = inc["preemptions"]
+    out["server_generation_tokens"] = inc["generation_tokens"]
+    return out
+
+
+def decode_tokens_per_chunk(chunks: pd.DataFrame) -> float:
+    """The client's side of the acceptance cross-check: mean tokens per text
+    chunk after each request's first (the first also carries the prefill's
+    token), from the chunk frame (`metrics.chunks`) of the successful
+    requests. A server that streams each verification step as one chunk
+    makes this its acceptance length."""
+    if chunks.empty:
+        return math.nan
+    decode = chunks[chunks["chunk_index"] > 0]["tokens"].dropna()
+    return float(decode.mean()) if len(decode) else math.nan
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 and not math.isnan(a) else math.nan
+
+
+def _first_present(frame: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
+    for name in names:
+        rows: pd.DataFrame = frame[frame["name"] == name]
+        if not rows.empty:
+            return rows
+    none: pd.DataFrame = frame.iloc[0:0]
+    return none
+
+
+def _series_increase(values: np.ndarray, appeared_late: bool) -> float:
+    """The increase of one counter series over its samples in time order."""
+    start = 0.0 if appeared_late else float(values[0])
+    steps = np.diff(np.concatenate(([start], values)))
+    # A drop is a reset: the counter restarted from 0 and reached this value.
+    return float(np.where(steps < 0, values, steps).sum())
+
+
+def _increases(rows: pd.DataFrame, first_ts: int) -> dict[str, float]:
+    """Increase per label set (`labels` JSON)."""
+    out: dict[str, float] = {}
+    for labels, series in rows.sort_values("ts_us", kind="stable").groupby("labels", sort=False):
+        values = series["value"].to_numpy(dtype=float)
+        out[str(labels)] = _series_increase(values, appeared_late=int(series["ts_us"].iloc[0]) > first_ts)
+    return out
+
+
+def _increase(frame: pd.DataFrame, names: tuple[str, ...], first_ts: int) -> float:
+    rows = _first_present(frame, names)
+    return sum(_increases(rows, first_ts).values()) if not rows.empty else math.nan
+
+
+def _increase_by_label(frame: pd.DataFrame, names: tuple[str, ...], first_ts: int, label: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for labels, increase in _increases(_first_present(frame, names), first_ts).items():
+        value = str(json.loads(labels).get(label, ""))
+        out[value] = out.get(value, 0.0) + increase
+    return out
+
+
+def _position(value: str) -> tuple[int, str]:
+    return (int(value), "") if value.isdigit() else (1 << 30, value)
+
+
+def _gauge(ticks: pd.DataFrame, names: tuple[str, ...], how: str) -> pd.Series:
+    """The gauge at each tick scrape, its label sets added or averaged."""
+    rows = _first_present(ticks, names)
+    return rows.groupby("ts_us")["value"].agg(how)
+
+
+def _stats(series: pd.Series) -> tuple[float, float, float]:
+    if series.empty:
+        return math.nan, math.nan, math.nan
+    return float(series.mean()), float(series.quantile(0.9)), float(series.max())
