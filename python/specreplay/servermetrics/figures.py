@@ -126,6 +126,19 @@ def decode_tokens_per_chunk(chunks: pd.DataFrame) -> float:
     return float(decode.mean()) if len(decode) else math.nan
 
 
+def tokens_beyond_one_per_chunk(rows: pd.DataFrame) -> float:
+    """The client's count of accepted drafts: over the successful requests in
+    `rows`, the output tokens beyond one per text chunk,
+    `sum(output_tokens - chunk_count)`. A server that streams each
+    verification step as one chunk sends 1 + accepted tokens per step, so
+    this equals its accepted-tokens counter, whatever share of its steps
+    carried drafts (a step without one, or whose drafts were all rejected,
+    is a chunk of one token). A token that makes no chunk of its own (the
+    EOS, `</think>`) counts here too: about one per request."""
+    ok = rows[rows["error_kind"].isna()]
+    return float((ok["output_tokens"] - ok["chunk_count"]).sum()) if len(ok) else math.nan
+
+
 def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 and not math.isnan(a) else math.nan
 
