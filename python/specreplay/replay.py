@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +30,9 @@ from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
 from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url
 from specreplay.target import Target, preflight, probe_usage, start_embedded
 from specreplay.trace import APIS, Trace, load_trace
+
+if TYPE_CHECKING:
+    from specreplay._core import ConcurrencyLoad, RateLoad, RunSpec, SpeedupLoad
 
 #: How long one drain waits for finished requests before reporting progress.
 POLL_S = 0.25
@@ -76,9 +79,11 @@ class Hooks:
     def point_finished(self, point: Point, progress: Progress, rows: pa.Table) -> None: ...
 
 
-def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]) -> dict[str, Any]:
+def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]) -> RunSpec:
+    """What the engine runs for `point` (the `RunSpec` of `_core.pyi`)."""
+    load: RateLoad | SpeedupLoad | ConcurrencyLoad
     if point.mode == "rate":
-        load: dict[str, Any] = {"mode": "rate", "rate": point.value, "arrival": config.arrival, "burstiness": config.burstiness}
+        load = {"mode": "rate", "rate": point.value, "arrival": config.arrival, "burstiness": config.burstiness}
     elif point.mode == "speedup":
         load = {"mode": "speedup", "speedup": point.value}
     else:
@@ -112,7 +117,7 @@ def _probe_continuous_usage(config: ReplayConfig, trace: Trace, target: Target, 
     body = body_with_prompt(first)
     if target.model or config.model:
         body["model"] = config.model or target.model
-    probe = probe_usage(url, body, headers)
+    probe = probe_usage(url, first.api, body, headers)
     if probe.llamacpp_timings:
         # llama.cpp ignores continuous_usage_stats; its own per-chunk count
         # is `timings_per_token` (the engine reads `timings.predicted_n`).
@@ -233,12 +238,12 @@ def run_replay(
             for run in runs:
                 assert run.target is not None
                 model = run.target.model or run.config.model
-                requests = [r.as_tuple() for r in prepare(run.trace.records, run.config, run.target.url, model)]
+                requests = prepare(run.trace.records, run.config, run.target.url, model)
                 for point in run.points:
-                    streams = peak_streams(point.mode, point.value, run.config.max_concurrency, run.config.num_requests or len(requests))
+                    streams = peak_streams(point.mode, point.value, run.config.max_concurrency, run.config.num_requests or requests.num_rows)
                     ensure_open_files(streams, run.target.embedded is not None)
                     hooks.point_started(point, index, len(result.points), run.config.label)
-                    spec = json.dumps(_run_spec(run.config, point, run.headers))
+                    spec = _run_spec(run.config, point, run.headers)
                     if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks, run.scraper):
                         result.interrupted = True
                         break
@@ -274,8 +279,8 @@ def _scraper(run: _Run, samples: metrics_store.SampleLog, hooks: Hooks) -> Scrap
 
 
 def _run_point(
-    spec: str,
-    requests: list[tuple[str, str, str, bytes, float]],
+    spec: RunSpec,
+    requests: pa.RecordBatch,
     writer: ResultsWriter,
     run_id: str,
     label: str,
@@ -297,8 +302,9 @@ def _run_point(
     written: list[pa.RecordBatch] = []  # this point's rows, as in the file
 
     def progress() -> Progress:
-        scheduled, sent, finished, failed, tokens = run.progress()
-        return Progress(point.name, scheduled, sent, finished, failed, tokens, (_core.now_us() - started) / 1e6)
+        p = run.progress()
+        elapsed_s = (_core.now_us() - started) / 1e6
+        return Progress(point.name, p.scheduled, p.sent, p.finished, p.failed, p.output_tokens, elapsed_s)
 
     while True:
         try:
