@@ -15,7 +15,10 @@ that the machine's other load falls on all of them alike:
 - `vllm-0.1s`: the same page ten times a second (ten times the default's work).
 
 The simulator runs in its own process, as a server does; the vLLM page is
-served by a small HTTP server in another process. Prints a table and writes
+served by a small HTTP server in another process. Started under a real-time
+policy (`chrt -f 1`, as docs/benchmarks.md runs the client bench), the bench
+drops those two servers back to the normal policy, so that only the client
+under test (each `specreplay replay`, which inherits the policy) has it. Prints a table and writes
 the raw figures to bench/results/scrape-<time>.json. Asserts nothing. Only
 127.0.0.1; every run is bounded (a fixed number of requests, a timeout).
 """
@@ -65,9 +68,14 @@ s.serve_forever()
 
 
 def start(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """A server process at the normal scheduling policy, and its first line."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
+    line = proc.stdout.readline().strip()  # serving: its threads exist
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+            os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
+    return proc, line
 
 
 def pct(values: Any) -> dict[str, float]:
@@ -149,8 +157,9 @@ def main() -> None:
             print(f"  {rate:>6g}/s  {condition:10} {cells}   CPU {cpu}")
     RESULTS.mkdir(exist_ok=True)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = RESULTS / f"scrape-{stamp}.json"
-    path.write_text(json.dumps({"host": platform.node(), "cpus": os.cpu_count(), "runs": runs}, indent=1))
+    policy = "normal" if os.sched_getscheduler(0) == os.SCHED_OTHER else "fifo"
+    path = RESULTS / f"scrape-{policy}-{stamp}.json"
+    path.write_text(json.dumps({"host": platform.node(), "cpus": os.cpu_count(), "client_policy": policy, "runs": runs}, indent=1))
     print(f"\nraw figures: {path}")
 
 

@@ -45,13 +45,13 @@ FIGURES: dict[str, str] = {
     "spec_acceptance_by_position": "per draft position i from 0: the share of steps whose accepted run reached it (`…per_pos_total{position=i}` / `spec_drafts`); a tuple",
     "spec_drafts_per_s": "`spec_drafts / server_window_s`",
     "server_running_mean": "requests running (in the batch), mean over the tick scrapes",
-    "server_running_p90": "… p90",
-    "server_running_max": "… max",
+    "server_running_p90": "requests running, p90 over the tick scrapes",
+    "server_running_max": "requests running, the most any tick scrape saw",
     "server_waiting_mean": "requests waiting (queued), mean over the tick scrapes",
-    "server_waiting_p90": "… p90",
-    "server_waiting_max": "… max",
+    "server_waiting_p90": "requests waiting, p90 over the tick scrapes",
+    "server_waiting_max": "requests waiting, the most any tick scrape saw",
     "server_kv_usage_mean": "KV-cache usage as a fraction (1 = full), mean over the tick scrapes",
-    "server_kv_usage_max": "… max",
+    "server_kv_usage_max": "KV-cache usage, the highest any tick scrape saw",
     "server_prefix_hit_rate": "prompt tokens found in the prefix cache / prompt tokens looked up, over the point (SGLang: the mean of `sglang:cache_hit_rate`)",
     "server_preemptions": "requests preempted (vLLM) or retracted (SGLang) during the point",
     "server_generation_tokens": "tokens the server generated during the point (`vllm:generation_tokens_total`, `llamacpp:tokens_predicted_total`, …)",
@@ -124,6 +124,42 @@ def decode_tokens_per_chunk(chunks: pd.DataFrame) -> float:
         return math.nan
     decode = chunks[chunks["chunk_index"] > 0]["tokens"].dropna()
     return float(decode.mean()) if len(decode) else math.nan
+
+
+def acceptance_mismatch(figures: dict[str, Any], beyond: float, output: float, per_chunk: float, max_gap: float) -> str | None:
+    """The cross-check of the server's acceptance against what the client
+    saw, or None when they agree (or there is no speculation to check).
+
+    Compared as shares of the tokens generated, so that the server's window
+    (warmup requests included, anything else it served) and the client's
+    (this point's measured requests) need not hold the same requests: the
+    server's `spec_accepted_tokens / server_generation_tokens` against the
+    client's tokens beyond one per chunk / output tokens. They disagree when
+    the difference exceeds `max_gap`; the message says which to trust, why."""
+    accepted, generated = figures["spec_accepted_tokens"], figures["server_generation_tokens"]
+    if not figures["spec_drafts"] > 0 or not generated > 0 or not output > 0:
+        return None
+    server, client = accepted / generated, beyond / output
+    if abs(server - client) <= max_gap:
+        return None
+    said = (
+        f"the server's counters say {server:.0%} of the tokens it generated were accepted drafts "
+        f"({figures['spec_acceptance_length']:.2f} tokens per verification step), while "
+        f"{client:.0%} of the output tokens arrived beyond one per chunk ({per_chunk:.2f} tokens per chunk after the first)"
+    )
+    if client < server:
+        why = (
+            "the server split its verification steps over several chunks (llama.cpp streams each token as a chunk), "
+            "or its counters include requests this point did not measure (warmup, another client). Trust the server's "
+            "acceptance: tokens per chunk do not show it here"
+        )
+    else:
+        why = (
+            "the server merged several steps into one chunk (a buffered stream, or a client that read late), or the "
+            "output counts are estimates. Trust the server's acceptance; ITL per chunk is then not per step: "
+            "compare ITL per token or TPOT"
+        )
+    return f"{said}: {why}."
 
 
 def tokens_beyond_one_per_chunk(rows: pd.DataFrame) -> float:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import os
 import threading
 import time
 import urllib.error
@@ -80,6 +81,20 @@ def parse(text: str, content_type: str = "") -> list[Sample]:
                 labels = labels_json[key] = json.dumps(dict(key), separators=(",", ":"))
             out.append((sample.name, labels, family.type, float(sample.value)))
     return out
+
+
+def _yield_to_the_engine() -> None:
+    """Puts the calling thread at the normal scheduling policy and a low
+    priority. A client run under a real-time policy (`chrt -f 1 specreplay
+    replay`, as docs/benchmarks.md advises on a shared box) would otherwise
+    run this thread at the engine's priority, and a parse holding one of two
+    cores could make the send thread wait (measured: bench/scrape_send_lag.py)."""
+    try:
+        if os.sched_getscheduler(0) != os.SCHED_OTHER:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):  # not Linux, or not allowed: scrape as we are
+        pass
 
 
 class Scraper:
@@ -142,6 +157,7 @@ class Scraper:
             )
 
     def _ticks(self, stop: threading.Event) -> None:
+        _yield_to_the_engine()
         # On a fixed grid from the point's start, so the samples stay evenly
         # spaced; a scrape slower than the interval skips the ticks it missed.
         t0 = time.monotonic()
