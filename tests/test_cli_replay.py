@@ -56,6 +56,27 @@ def test_sweep_from_the_command_line(tmp_path: Path, sim_toml: str) -> None:
     assert sorted(set(df["point"])) == ["concurrency=1", "concurrency=8"]
 
 
+def test_preconnect_keeps_the_handshakes_out_of_the_first_wave(tmp_path: Path, sim_toml: str) -> None:
+    # On by default for closed loop: no first-wave request connects. Without
+    # it, each first-wave request opens its connection and its row says how long
+    # that took, and the summary counts them.
+    runs = {}
+    for flag in ("--preconnect", "--no-preconnect"):
+        out = tmp_path / f"{flag}.arrow"
+        code, text = invoke("replay", REASONING, "--concurrency", "4", "--num-requests", "8", "--sim-config", sim_toml, "-o", str(out), flag)
+        assert code == 0, text
+        runs[flag] = (specreplay.load(out).sort_values("request_index"), text)
+    warm, warm_text = runs["--preconnect"]
+    assert warm["connect_us"].iloc[:4].isna().all(), warm["connect_us"].tolist()
+    cold, cold_text = runs["--no-preconnect"]
+    assert (cold["connect_us"].iloc[:4] > 0).all(), cold["connect_us"].tolist()
+    connected = int(cold["connect_us"].notna().sum())
+    assert f"{connected} requests connected" in cold_text
+    if sys.platform == "linux":
+        assert "kernel stamps on 100% of chunks" in warm_text, warm_text
+        assert (warm["stamp_source"] == "kernel").all()
+
+
 def test_budget_trap_warns_and_strict_fails(tmp_path: Path, sim_toml: str) -> None:
     args = ["replay", REASONING, "--concurrency", "4", "--max-tokens", "10", "--sim-config", sim_toml]
     code, text = invoke(*args, "-o", str(tmp_path / "a.arrow"))
@@ -91,6 +112,7 @@ def test_per_request_lines(tmp_path: Path, sim_toml: str) -> None:
         (["--header", "NoColon"], "--header"),
         (["--arrival", "weibull"], "--arrival"),
         (["--rate", "abc"], "not a number"),
+        (["--rate", "4", "--preconnect"], "preconnect: an open-loop run opens max_concurrency connections"),
     ],
 )
 def test_bad_options_are_one_line_errors(args: list[str], fragment: str) -> None:

@@ -178,3 +178,18 @@ def test_thresholds_from_config() -> None:
     assert Thresholds.from_dict({"send_lag_p99_ms": 5.0}).send_lag_p99_ms == 5.0
     with pytest.raises(ValueError, match="send_lag_ms"):
         Thresholds.from_dict({"send_lag_ms": 5.0})
+
+
+def test_engine_delay_says_the_client_was_saturated(make_results: MakeResults) -> None:
+    # 11 chunks per request; one request's chunks waited 8 ms in the client.
+    slow = {"chunk_delay_us": [8_000] * 11}
+    rows: list[dict[str, Any]] = [{}] * 9 + [slow]
+    finding = only(check(make_results(rows), FEW), "engine_delay")
+    assert finding.level == "warning"
+    assert finding.message.startswith("The client was saturated: its own delay p99 was 8.000 ms")
+    assert "kernel stamps are unaffected, but the send schedule may not be" in finding.message
+    # Within the limit (the default delays are 20–116 µs), or no kernel stamps at all: nothing.
+    assert "engine_delay" not in codes(check(make_results([{}] * 10), FEW))
+    unstamped = [{"chunk_delay_us": [None] * 11, "stamp_source": "user"}] * 10
+    assert "engine_delay" not in codes(check(make_results(unstamped), FEW))
+    assert "engine_delay" not in codes(check(make_results(rows), Thresholds(min_requests_p90=1, min_requests_p99=1, engine_delay_p99_ms=10.0)))

@@ -70,7 +70,28 @@ def print_summary(console: Console, summary: pd.DataFrame) -> None:
         if not _missing(share):
             throughput += f"  ·  multi-token chunks {float(share):.0%} of {int(row['chunks'])}"
         console.print(Text(throughput))
+        client = _client_line(row)
+        if client:
+            console.print(Text(client, style="dim"))
         console.print()
+
+
+def _client_line(row: pd.Series) -> str:
+    """The client's own figures: its delay behind the kernel stamps, and the
+    requests that had to connect (their set-up is not in TTFT's meaning)."""
+    parts = []
+    if not _missing(row.get("engine_delay_p99_ms")):
+        parts.append(
+            f"  client delay p50 {fmt_ms(row['engine_delay_p50_ms'])} / p99 {fmt_ms(row['engine_delay_p99_ms'])} ms "
+            f"(kernel stamps on {float(row['kernel_stamped']):.0%} of chunks)"
+        )
+    elif row.get("chunks"):
+        parts.append("  no kernel stamps: chunk times are the engine's own")
+    if row.get("connected"):
+        parts.append(
+            f"{int(row['connected'])} requests connected: p50 {fmt_ms(row['connect_p50_ms'])} / p99 {fmt_ms(row['connect_p99_ms'])} ms"
+        )
+    return "  ·  ".join(parts)
 
 
 def _point_heading(row: pd.Series) -> str:

@@ -19,7 +19,9 @@ Per request (`add_derived`):
 reasoning: for a reasoning model they are not answer-only figures.
 
 Per chunk (`chunks`): one row per text-carrying chunk, with ``itl_us`` the gap
-to the previous text chunk of the same request (any channel; NaN for the first).
+to the previous text chunk of the same request (any channel; NaN for the first)
+and ``delay_us`` the engine's own delay on that chunk (``chunk_delay_us``; NaN
+where the chunk has no kernel stamp).
 
 Inter-token latency comes in two flavours (`itl_per_chunk`, `itl_per_token`):
 per chunk, each gap is one sample; per token, a gap ``g`` that ends a chunk of
@@ -50,6 +52,7 @@ CHUNK_COLUMNS: tuple[str, ...] = (
     "tokens",
     "channel",
     "itl_us",
+    "delay_us",
 )
 
 
@@ -93,9 +96,15 @@ the chunks with `ok & ~warmup`.
     ts_lists = _list_array(df, "chunk_ts_us", pa.int64())
     token_lists = _list_array(df, "chunk_tokens", pa.int32())
     channel_lists = _list_array(df, "chunk_channel", pa.int8())
+    # Files written before the engine kept kernel stamps have no delays.
+    delay_lists = (
+        _list_array(df, "chunk_delay_us", pa.int32())
+        if "chunk_delay_us" in df.columns
+        else pa.nulls(len(df), type=pa.list_(pa.int32()))
+    )
     lengths = pc.fill_null(pc.list_value_length(ts_lists), 0).to_numpy()
     # The per-chunk lists must line up; a null list (no chunks, or no counts) is allowed.
-    for name, other in (("chunk_tokens", token_lists), ("chunk_channel", channel_lists)):
+    for name, other in (("chunk_tokens", token_lists), ("chunk_channel", channel_lists), ("chunk_delay_us", delay_lists)):
         other_lengths = pc.list_value_length(other).to_numpy(zero_copy_only=False)
         mismatch = ~np.isnan(other_lengths.astype("float64")) & (other_lengths != lengths)
         if mismatch.any():
@@ -110,6 +119,7 @@ the chunks with `ok & ~warmup`.
     # a row whose list is null gets NaN for each of its chunks.
     tokens = _aligned_values(token_lists, lengths)
     channel_codes = _aligned_values(channel_lists, lengths)
+    delays = _aligned_values(delay_lists, lengths)
 
     gap = np.full(n_chunks, np.nan)
     if n_chunks > 1:
@@ -135,6 +145,7 @@ the chunks with `ok & ~warmup`.
             "tokens": tokens,
             "channel": channel_names[codes],
             "itl_us": gap,
+            "delay_us": delays,
         },
         columns=list(CHUNK_COLUMNS),
     )

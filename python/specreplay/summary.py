@@ -112,7 +112,8 @@ def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> p
     send), `<latency>_<stat>_ms` for every latency in `LATENCIES` and stat in
     `STATS`, tps_<stat> (per-request tokens/s), output_tok_s, reasoning_tok_s,
     content_tok_s (tokens of ok requests / duration), chunks, multi_token_chunks
-    (share of chunks with a known count above 1).
+    (share of chunks with a known count above 1), and the client's own figures
+    (`client_figures`).
     """
     if points is None:
         points = config_points(df)
@@ -185,7 +186,29 @@ def _summarize_point(
     tokens = chunk_frame.loc[chunk_frame["point"] == point, "tokens"].dropna()
     row["chunks"] = int((chunk_frame["point"] == point).sum())
     row["multi_token_chunks"] = float((tokens > 1).mean()) if len(tokens) else math.nan
+    row.update(client_figures(rows, chunk_frame[chunk_frame["point"] == point]))
     return row
+
+
+def client_figures(rows: pd.DataFrame, chunk_frame: pd.DataFrame) -> dict[str, Any]:
+    """The client's own part, from a point's measured `rows` and the chunks of
+    its successful requests:
+
+    - `engine_delay_<stat>_ms`: the engine's own delay per chunk (when it got
+      the bytes minus the kernel's receive stamp), and `kernel_stamped`, the
+      share of chunks that have a kernel stamp (the others carry the engine's
+      stamp and no delay);
+    - `connected`: requests that opened a connection during the run, and
+      `connect_<stat>_ms`, their connection set-up time (kept out of no other
+      figure: TTFT still counts from `sent_us`).
+    """
+    delays = chunk_frame["delay_us"]
+    out: dict[str, Any] = {f"engine_delay_{stat}_ms": v for stat, v in describe(delays, scale=1000.0).items()}
+    out["kernel_stamped"] = float(delays.notna().mean()) if len(delays) else math.nan
+    connect = metrics.as_float(rows, "connect_us").dropna() if "connect_us" in rows.columns else pd.Series(dtype="float64")
+    out["connected"] = len(connect)
+    out.update({f"connect_{stat}_ms": v for stat, v in describe(connect, scale=1000.0).items()})
+    return out
 
 
 PER_REQUEST_COLUMNS: tuple[str, ...] = (

@@ -7,7 +7,7 @@ how to read a figure (few samples, several tokens per chunk), which is not
 wrong and so never fails `--strict`. Warmup rows are left out of every check.
 
 The codes: reasoning_ate_budget, estimated_tokens, multi_token_chunks,
-client_saturated, error_rate, too_few_requests.
+client_saturated, engine_delay, error_rate, too_few_requests.
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ class Thresholds:
     """client_saturated: p99 send lag (sent − scheduled) above this."""
     min_rate_ratio: float = 0.95
     """client_saturated: send rate below this share of the scheduled rate."""
+    engine_delay_p99_ms: float = 5.0
+    """engine_delay: p99 of the engine's own delay per chunk above this. Looser
+    than the send lag's: the kernel stamps do not move with it, and open-loop
+    sends are watched by client_saturated; what it warns of is a closed loop
+    whose next request waits for the engine to read the previous answer."""
     max_error_rate: float = 0.01
     """error_rate: share of failed requests above this."""
     min_requests_p90: int = 10
@@ -127,6 +132,7 @@ def check(
             _reasoning_ate_budget(point, rows, max_tokens),
             _error_rate(point, rows, row, thresholds),
             _client_saturated(point, rows, row, points, thresholds),
+            _engine_delay(point, row, thresholds),
             _estimated_tokens(point, rows),
             _multi_token_chunks(point, rows, row),
             _too_few_requests(point, int(row["ok"]), thresholds),
@@ -228,6 +234,24 @@ def _client_saturated(
         point=point,
         count=int(rows["sent_us"].notna().sum()),
         message="The client could not keep up: " + "; ".join(problems) + ". Lower the load per client host, or check that it is not a debug build or a busy machine.",
+    )
+
+
+def _engine_delay(point: str, summary_row: pd.Series, thresholds: Thresholds) -> Finding | None:
+    delay_p99 = float(summary_row["engine_delay_p99_ms"])
+    if math.isnan(delay_p99) or delay_p99 <= thresholds.engine_delay_p99_ms:
+        return None
+    return Finding(
+        code="engine_delay",
+        level="warning",
+        point=point,
+        count=int(summary_row["ok"]),
+        message=(
+            f"The client was saturated: its own delay p99 was {delay_p99:.3f} ms "
+            f"(limit {thresholds.engine_delay_p99_ms:g} ms) between the kernel receiving a chunk and the engine reading it. "
+            "The kernel stamps are unaffected, but the send schedule may not be: "
+            "a closed-loop request goes out only once the engine has read the previous answer."
+        ),
     )
 
 

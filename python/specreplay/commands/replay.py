@@ -216,6 +216,7 @@ class ListOptionsCommand(click.Command):
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request timeout, seconds (retries included).")
 @click.option("--stall-timeout", type=float, help="Fail a request when no bytes arrive for this many seconds.")
 @click.option("--retries", type=int, default=0, show_default=True, help="Retry connection failures, 429 and 5xx this many times, with backoff (a retry changes the load).")
+@click.option("--preconnect/--no-preconnect", default=None, help="Open the connections before the clock starts, so no request's TTFT holds a handshake. Default: on for --concurrency (one per request in flight), off for open loop (there it opens --max-concurrency connections).")
 @click.option("--max-tokens", type=int, help="Output budget, set in the field each API uses.")
 @click.option("--ignore-eos", is_flag=True, default=None, help="Ask the server to generate up to the budget (vLLM, SGLang).")
 @click.option("--extra-body", help="JSON object merged into every request body.")
