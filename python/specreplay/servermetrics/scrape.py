@@ -4,7 +4,7 @@ Off the measurement path by construction: the engine runs on its own Rust
 threads and waits for nothing in Python (its finished requests go into an
 unbounded channel that the replay loop drains), and the scraper is one more
 Python thread with its own HTTP connection. What it costs the client is CPU
-(a GET and a parse per interval: about 20 ms for vLLM's 470-sample page on
+(a GET and a parse per interval: 11–20 ms of CPU for vLLM's 470-sample page on
 this project's 2-core machine); `bench/scrape_send_lag.py` measures the send
 lag with and without it (docs/benchmarks.md).
 
