@@ -7,7 +7,7 @@ ephemeral port, one compute thread (two threads on a busy 2-core machine
 collapse to a few tokens/s), `--reasoning-format deepseek`, `--metrics` (its
 Prometheus page at `/metrics`), a bounded wait for `/health`, and a
 deterministic stop. With `draft=` a GGUF path, speculative decoding with that
-draft model (`--model-draft`, `--spec-draft-n-max`).
+draft model (xllamacpp's `speculative.draft`: path and `n_max`).
 """
 
 from __future__ import annotations
