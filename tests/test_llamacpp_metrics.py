@@ -18,6 +18,7 @@ pytest.importorskip("xllamacpp", reason="no xllamacpp wheel for this platform: t
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 import specreplay  # noqa: E402
+from specreplay import validity  # noqa: E402
 from specreplay.config import ReplayConfig  # noqa: E402
 from specreplay.replay import run_replay  # noqa: E402
 from specreplay.servermetrics.figures import point_figures  # noqa: E402
@@ -138,3 +139,10 @@ def test_speculative_decoding_figures_agree_with_its_timings_and_page(tmp_path: 
     # A perfect drafter: the first draft is always accepted.
     assert f["spec_acceptance_by_position"][0] == 1.0
     assert f["server_generation_tokens"] == df["output_tokens"].sum()
+    # llama.cpp streams each token as a chunk, accepted drafts too: the
+    # client's chunks cannot show the acceptance, and the cross-check says so.
+    row = specreplay.summarize(df).iloc[0]
+    assert row["spec_acceptance_length"] == pytest.approx(f["spec_acceptance_length"])
+    assert row["decode_chunk_tokens_mean"] < 1.5
+    (note,) = [x for x in validity.check(df) if x.code == "acceptance_mismatch"]
+    assert note.level == "note" and "llama.cpp streams each token as a chunk" in note.message

@@ -114,6 +114,39 @@ def point_figures(samples: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def gauge_series(samples: pd.DataFrame, key: str) -> pd.Series:
+    """A gauge figure (`running`, `waiting`, `kv_usage`) at every scrape of
+    `samples`, indexed by `ts_us`, its label sets added or averaged as in
+    `point_figures`; for the report's time series."""
+    how = "sum" if key in SUMMED_GAUGES else "mean"
+    names = SUMMED_GAUGES.get(key) or AVERAGED_GAUGES[key]
+    series: pd.Series = _gauge(samples[samples["name"].isin(names)], names, how)
+    return series
+
+
+def acceptance_series(samples: pd.DataFrame) -> pd.Series:
+    """The draft acceptance rate between consecutive scrapes (accepted /
+    draft tokens over each interval, where drafts were proposed), indexed by
+    the interval's midpoint in µs; for the report's time series."""
+    accepted = _counter_at_scrapes(samples, COUNTERS["accepted_tokens"])
+    proposed = _counter_at_scrapes(samples, COUNTERS["draft_tokens"])
+    if accepted.empty or proposed.empty:
+        return pd.Series(dtype="float64")
+    both = pd.concat([accepted, proposed], axis=1, keys=["accepted", "proposed"]).dropna()
+    steps = both.diff().iloc[1:]
+    ts = both.index.to_numpy(dtype="float64")
+    rate = pd.Series((steps["accepted"] / steps["proposed"]).to_numpy(), index=(ts[1:] + ts[:-1]) / 2)
+    # An interval without drafts has no rate; one across a reset, none we can tell.
+    kept: pd.Series = rate[((steps["proposed"] > 0) & (steps["accepted"] >= 0)).to_numpy()]
+    return kept
+
+
+def _counter_at_scrapes(samples: pd.DataFrame, names: tuple[str, ...]) -> pd.Series:
+    rows = _first_present(samples[samples["name"].isin(names)], names)
+    totals: pd.Series = rows.groupby("ts_us")["value"].sum()
+    return totals
+
+
 def decode_tokens_per_chunk(chunks: pd.DataFrame) -> float:
     """The client's side of the acceptance cross-check: mean tokens per text
     chunk after each request's first (the first also carries the prefill's

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -122,8 +123,8 @@ def empty() -> pa.Table:
     return _SCHEMA.empty_table()
 
 
-def from_metadata(metadata: Mapping[bytes, bytes] | Mapping[str, str]) -> pa.Table:
-    """The samples a results file's schema metadata (or a loaded frame's
-    `df.attrs`) holds; empty when it holds none."""
-    text = metadata.get(METADATA_KEY) or metadata.get(METADATA_KEY.encode())  # type: ignore[call-overload]
+def from_metadata(metadata: Mapping[Any, Any]) -> pa.Table:
+    """The samples a results file's schema metadata (bytes keys) or a loaded
+    frame's `df.attrs` (str keys) holds; empty when it holds none."""
+    text = metadata.get(METADATA_KEY) or metadata.get(METADATA_KEY.encode())
     return decode(text) if text else empty()
