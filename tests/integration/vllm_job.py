@@ -313,6 +313,8 @@ def run_spec_checks(server: Vllm, work: Path) -> None:
     # only the steps that did.)
     gap = abs(figures["tokens_beyond_one_per_chunk"] / figures["spec_accepted_tokens"] - 1)
     check(gap <= 0.1, f"accepted tokens from /metrics agree with the tokens beyond one per chunk the client measured (within 10%: {gap:.1%})")
+    levels = {f.code: f.level for f in validity.check(df)}
+    check("acceptance_mismatch" not in levels, f"no acceptance_mismatch finding ({levels})")
 
 
 def main() -> int:
