@@ -239,3 +239,26 @@ def test_samples_of_a_run_are_in_one_file(tmp_path: Path) -> None:
     path = run(tmp_path, concurrency=[2])
     assert sorted(os.listdir(tmp_path)) == ["run.arrow"]
     assert not specreplay.load(path, metrics=True).empty
+
+
+def test_ctrl_c_folds_the_samples_taken_into_the_results_file(tmp_path: Path) -> None:
+    sim = tmp_path / "sim.toml"
+    sim.write_text("ttft_ms = 10\ntpot_ms = 5\nreasoning_tokens = [20, 20]\ncontent_tokens = [10, 10]\n")
+    out = tmp_path / "run.arrow"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specreplay", "replay", str(ROOT / "traces" / "poisson-200.jsonl"), "--rate", "20",
+         "--arrival", "constant", "--sim-config", str(sim), "--metrics-interval", "0.2", "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        time.sleep(3.0)  # the point lasts ~10 s: interrupt it early
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert out.exists() and not store.partial_path(out).exists()
+    samples = specreplay.load(out, metrics=True)
+    # The start scrape, the ticks until Ctrl-C, and the end scrape once in-flight requests were cancelled.
+    assert list(samples.drop_duplicates("ts_us")["scrape"].iloc[[0, -1]]) == ["start", "end"]
+    assert samples["ts_us"].nunique() >= 5
