@@ -258,7 +258,7 @@ FIELDS: dict[str, FieldSpec] = {
     "continuous_usage": FieldSpec("bool"),
     "metrics": FieldSpec("bool"),
     "metrics_url": FieldSpec("url", optional=True),
-    "metrics_interval": FieldSpec("float", positive=True),
+    "metrics_interval": FieldSpec("float", minimum=0.05),  # a scrape takes milliseconds of CPU: not a busy loop
     "sim": FieldSpec("table"),
     "thresholds": FieldSpec("table"),
 }
