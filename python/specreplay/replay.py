@@ -227,7 +227,7 @@ def run_replay(
         writer = ResultsWriter(output, metadata)
         samples = metrics_store.SampleLog(output)
         for run in runs:
-            run.scraper = _scraper(run, samples, hooks)
+            run.scraper = _scraper(run, samples, hooks, named=len(runs) > 1)
         first_target = runs[0].target
         assert first_target is not None
         result = RunResult(
@@ -270,13 +270,14 @@ def run_replay(
                 run.target.close()
 
 
-def _scraper(run: _Run, samples: metrics_store.SampleLog, hooks: Hooks) -> Scraper | None:
+def _scraper(run: _Run, samples: metrics_store.SampleLog, hooks: Hooks, named: bool) -> Scraper | None:
     url = run.metrics_target()
     if url is None or run.target is None:
         return None
     # The API's credentials go to the API's own server only.
     headers = run.headers if same_origin(url, run.target.url) else []
-    return Scraper(url, headers, run.config.metrics_interval, samples, hooks.note)
+    label = run.config.label
+    return Scraper(url, headers, run.config.metrics_interval, samples, (lambda m: hooks.note(f"{label}: {m}")) if named else hooks.note)
 
 
 def _run_point(
