@@ -62,7 +62,7 @@ def test_summarize_and_check_are_the_analysis(make_results: MakeResults) -> None
     runs = analysis.analyse(df)
     expected = pd.concat([r.summary for r in runs], ignore_index=True)
     pd.testing.assert_frame_equal(specreplay.summarize(df), expected)
-    assert validity.check(df) == analysis.findings_of(runs)
+    assert validity.check(df) == analysis.findings_of([(r.label, r.findings) for r in runs])
     assert {f.point for f in validity.check(df)} == {f"{r}: {p}" for r in ("base", "spec") for p in ("concurrency=2", "concurrency=4")}
 
 

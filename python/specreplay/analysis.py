@@ -205,8 +205,9 @@ def _ordered_points(df: pd.DataFrame) -> list[str]:
     return [str(p) for p in pd.unique(df["point"])]
 
 
-def findings_of(runs: Sequence[RunAnalysis]) -> list[Finding]:
-    """Every finding of `runs`, in run and point order; when they are
+def findings_of(runs: Sequence[tuple[str, Sequence[Finding]]]) -> list[Finding]:
+    """Every finding of `runs`, (label, findings) pairs in run and point
+    order (a run may come in several pairs, a point each); when they are of
     several runs, each finding's point is named `label: point`."""
-    several = len({r.label for r in runs}) > 1
-    return [replace(f, point=f"{r.label}: {f.point}") if several else f for r in runs for f in r.findings]
+    several = len({label for label, _ in runs}) > 1
+    return [replace(f, point=f"{label}: {f.point}") if several else f for label, found in runs for f in found]

@@ -120,7 +120,7 @@ def check(
     # Imported here: the analysis is built from this module's checks.
     from specreplay.analysis import analyse, findings_of
 
-    return findings_of(analyse(df, thresholds, points=points, max_tokens=max_tokens))
+    return findings_of([(run.label, run.findings) for run in analyse(df, thresholds, points=points, max_tokens=max_tokens)])
 
 
 def point_findings(point: PointAnalysis) -> list[Finding]:
@@ -212,18 +212,18 @@ def _client_saturated(point: PointAnalysis) -> Finding | None:
 
 
 def _engine_delay(point: PointAnalysis) -> Finding | None:
-    row = point.summary
-    delay_p99 = float(row["engine_delay_p99_ms"])
-    if math.isnan(delay_p99) or delay_p99 <= point.thresholds.engine_delay_p99_ms:
+    summary_row, thresholds = point.summary, point.thresholds
+    delay_p99 = float(summary_row["engine_delay_p99_ms"])
+    if math.isnan(delay_p99) or delay_p99 <= thresholds.engine_delay_p99_ms:
         return None
     return Finding(
         code="engine_delay",
         level="warning",
         point=point.point,
-        count=int(row["ok"]),
+        count=int(summary_row["ok"]),
         message=(
             f"The client was saturated: its own delay p99 was {delay_p99:.3f} ms "
-            f"(limit {point.thresholds.engine_delay_p99_ms:g} ms) between the kernel receiving a chunk and the engine reading it. "
+            f"(limit {thresholds.engine_delay_p99_ms:g} ms) between the kernel receiving a chunk and the engine reading it. "
             "The kernel stamps are unaffected, but the send schedule may not be: "
             "a closed-loop request goes out only once the engine has read the previous answer."
         ),

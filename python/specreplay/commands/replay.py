@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.text import Text
 
 from specreplay import validity
-from specreplay.analysis import RunAnalysis, analyse, findings_of
+from specreplay.analysis import analyse, findings_of
 from specreplay.config import ARRIVALS, Point, ReplayConfig
 from specreplay.config_file import apply_overrides, env_overrides, load_config_file
 from specreplay.console import cli_console, print_per_request, print_summary, print_verdict
@@ -64,15 +64,15 @@ def load_sim_config(path: str | None) -> dict[str, Any]:
 class ConsoleHooks(Hooks):
     """A one-line live status while a point runs; after it, its summary and
     what the validity checks found on it (each run under its own thresholds).
-    Each point is analysed once, here; `findings` hands the analyses on to
-    the results file."""
+    Each point is analysed once, here; `findings` hands what the checks
+    found on to the results file."""
 
     def __init__(self, out: Console, err: Console, per_request: bool) -> None:
         self.out = out
         self.err = err
         self.per_request = per_request
         self.live: Live | None = None
-        self.analysed: list[RunAnalysis] = []  # one per finished point, in run order
+        self.found: list[tuple[str, list[validity.Finding]]] = []  # (label, findings) per finished point
         self.analysed_rows = 0
 
     def target(self, target: Target, description: str) -> None:
@@ -110,7 +110,7 @@ class ConsoleHooks(Hooks):
             if self.per_request:
                 print_per_request(self.out, request_lines(run.rows))
             print_summary(self.out, run.summary, run.findings)
-            self.analysed.append(run)
+            self.found.append((run.label, run.findings))
         self.analysed_rows += rows.num_rows
 
     def findings(self, table: pa.Table) -> list[validity.Finding]:
@@ -118,8 +118,9 @@ class ConsoleHooks(Hooks):
         printed with each point, unless rows were written that no finished
         point reported (a run that failed mid-point), which are then all
         analysed again."""
-        runs = self.analysed if self.analysed_rows == table.num_rows else analyse(to_frame(table))
-        return findings_of(runs)
+        if self.analysed_rows != table.num_rows:
+            return findings_of([(run.label, run.findings) for run in analyse(to_frame(table))])
+        return findings_of(self.found)
 
 
 def _split_lists(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[float] | None:
