@@ -207,7 +207,10 @@ def test_a_target_without_metrics_costs_one_line(tmp_path: Path, suffix: str, re
     assert len(specreplay.load(out)) == 4
 
 
-def test_kill_9_keeps_the_samples_taken(tmp_path: Path) -> None:
+def replay_in_background(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`specreplay replay` in its own process: 200 requests at 20/s against
+    the embedded simulator (with speculation), scraping every 0.2 s; about
+    10 s. Returns the process and its results path."""
     sim = tmp_path / "sim.toml"
     sim.write_text("ttft_ms = 10\ntpot_ms = 5\nreasoning_tokens = [20, 20]\ncontent_tokens = [10, 10]\nspec_draft_len = 2\n")
     out = tmp_path / "run.arrow"
@@ -216,6 +219,11 @@ def test_kill_9_keeps_the_samples_taken(tmp_path: Path) -> None:
          "--arrival", "constant", "--sim-config", str(sim), "--metrics-interval", "0.2", "-o", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    return proc, out
+
+
+def test_kill_9_keeps_the_samples_taken(tmp_path: Path) -> None:
+    proc, out = replay_in_background(tmp_path)
     partial = store.partial_path(out)
     deadline = time.monotonic() + 30
     try:
@@ -242,14 +250,7 @@ def test_samples_of_a_run_are_in_one_file(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_folds_the_samples_taken_into_the_results_file(tmp_path: Path) -> None:
-    sim = tmp_path / "sim.toml"
-    sim.write_text("ttft_ms = 10\ntpot_ms = 5\nreasoning_tokens = [20, 20]\ncontent_tokens = [10, 10]\n")
-    out = tmp_path / "run.arrow"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specreplay", "replay", str(ROOT / "traces" / "poisson-200.jsonl"), "--rate", "20",
-         "--arrival", "constant", "--sim-config", str(sim), "--metrics-interval", "0.2", "-o", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    proc, out = replay_in_background(tmp_path)
     try:
         time.sleep(3.0)  # the point lasts ~10 s: interrupt it early
         proc.send_signal(signal.SIGINT)
