@@ -94,7 +94,7 @@ def run(tmp_path: Path, **options: object) -> Path:
 
 
 def test_every_point_is_bracketed_by_its_own_scrapes(tmp_path: Path) -> None:
-    path = run(tmp_path, concurrency=[1, 2], metrics_interval=0.2)
+    path = run(tmp_path, concurrency=[1, 2], metrics_interval=0.1)
     df = specreplay.load(path)
     samples = specreplay.load(path, metrics=True)
     assert not store.partial_path(path).exists()
