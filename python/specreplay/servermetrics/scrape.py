@@ -3,7 +3,7 @@
 Off the measurement path by construction: the engine runs on its own Rust
 threads and waits for nothing in Python (its finished requests go into an
 unbounded channel that the replay loop drains), and the scraper is one more
-Python thread with its own HTTP connection. What it costs the client is CPU
+Python thread with HTTP connections of its own. What it costs the client is CPU
 (a GET and a parse per interval: 11–20 ms of CPU for vLLM's 470-sample page on
 this project's 2-core machine); `bench/scrape_send_lag.py` measures the send
 lag with and without it (docs/benchmarks.md).
@@ -34,8 +34,6 @@ from specreplay import _core
 from specreplay.servermetrics.store import Sample, SampleLog
 from specreplay.shaping import redact_url
 
-#: `--metrics-interval` when not given.
-DEFAULT_INTERVAL_S = 1.0
 #: How long one GET may take. A scrape that takes longer fails (and is
 #: counted); the next tick comes on the interval's grid as usual.
 TIMEOUT_S = 5.0
