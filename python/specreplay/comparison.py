@@ -466,25 +466,35 @@ def _bootstrap(base: _PointData, other: _PointData, paired: bool, resamples: int
     else:
         (map_b, n_b), (map_o, n_o) = _units(base.ids), _units(other.ids)
     quantiles_b, quantiles_o = _quantilers(base, map_b, n_b), _quantilers(other, map_o, n_o)
-    # The block size sets how the draws interleave (unpaired, base and other
-    # draw in turn, block by block): it is part of what a seed reproduces.
+    # Draws come in blocks whose size (and, unpaired, the turns of base and
+    # other) is part of what a seed reproduces. The figures are computed on
+    # batches of blocks, large enough that each matrix product is worth its
+    # call (one resample at a time, OpenBLAS's threads cost more than they do).
     biggest = max([len(s.values) for s in (*base.samples.values(), *other.samples.values())] + [1])
     block = max(1, min(resamples, 2_000_000 // biggest))
+    batch = max(block, min(resamples, 2_000_000 // max(len(base.ids), len(other.ids), n_b, n_o, 1)))
     out: dict[str, list[np.ndarray]] = {m: [] for m, _, _, _ in _figures()}
+    drawn_b: list[np.ndarray] = []
+    drawn_o: list[np.ndarray] = []
     done = 0
     while done < resamples:
         size = min(block, resamples - done)
         if paired:
-            units_b = units_o = _draw(rng, n_b, size)
+            units = _draw(rng, n_b, size)
+            drawn_b.append(units)
+            drawn_o.append(units)
         else:
-            units_b = _draw(rng, n_b, size)
-            units_o = _draw(rng, n_o, size)
-        fig_b = _figures_of(base, quantiles_b, units_b, map_b)
-        fig_o = _figures_of(other, quantiles_o, units_o, map_o)
+            drawn_b.append(_draw(rng, n_b, size))
+            drawn_o.append(_draw(rng, n_o, size))
+        done += size
+        if sum(len(d) for d in drawn_b) < batch and done < resamples:
+            continue
+        fig_b = _figures_of(base, quantiles_b, np.concatenate(drawn_b), map_b)
+        fig_o = _figures_of(other, quantiles_o, np.concatenate(drawn_o), map_o)
+        drawn_b, drawn_o = [], []
         with np.errstate(divide="ignore", invalid="ignore"):
             for metric in out:
                 out[metric].append(fig_o[metric] / fig_b[metric])
-        done += size
     return {m: np.concatenate(v) for m, v in out.items()}
 
 
