@@ -59,6 +59,7 @@ from specreplay.analysis import PointAnalysis, RunAnalysis, analyse, by_label
 from specreplay.errors import InvalidRunError
 from specreplay.quantiles import UnitQuantiles
 from specreplay.results import load, partial_path, run_config_of
+from specreplay.servermetrics.compare import server_rows
 from specreplay.validity import Finding, Thresholds
 
 #: (summary prefix, display name) of the latencies compared, in table order.
@@ -81,6 +82,8 @@ SLOWER = "slower"
 SAME = "no significant difference"
 TOO_FEW = "too few samples"
 NA = "n/a"
+#: The server's figures (`servermetrics.compare`): one number per run, no interval.
+NOT_RESAMPLED = "not resampled"
 
 COLUMNS: tuple[str, ...] = (
     "base",
@@ -322,6 +325,18 @@ def compare_runs(
                     "requests": o.n_ok,
                 }
             )
+        # The server's own figures, beside TPOT (not resampled).
+        after_tpot = max(i for i, row in enumerate(rows) if row["metric"].startswith("tpot_")) + 1
+        rows[after_tpot:after_tpot] = [
+            {
+                "base": base.name, "run": other.name, "point": point, "metric": metric, "name": name, "unit": unit,
+                "base_value": base_value, "value": value,
+                "change": value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan,
+                "ci_low": math.nan, "ci_high": math.nan, "verdict": NOT_RESAMPLED, "paired": paired,
+                "base_requests": b.n_ok, "requests": o.n_ok,
+            }
+            for metric, name, unit, base_value, value in server_rows(base_point.summary, other_point.summary)
+        ]  # fmt: skip
     frame: pd.DataFrame = pd.DataFrame(rows, columns=list(COLUMNS))
     return frame
 
