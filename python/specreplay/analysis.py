@@ -24,7 +24,7 @@ report read these; none derives them again. A new figure is a key of
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -33,6 +33,8 @@ import pandas as pd
 
 from specreplay import metrics, session_figures, summary, validity
 from specreplay.results import config_points, run_config_of
+from specreplay.servermetrics import figures as server_figures
+from specreplay.servermetrics import store as server_store
 from specreplay.validity import Finding, Thresholds
 
 
@@ -50,6 +52,8 @@ class PointAnalysis:
     """Per row of `rows`: whether the request succeeded."""
     thresholds: Thresholds
     max_tokens: int | None
+    server_samples: pd.DataFrame = field(default_factory=lambda: server_store.empty().to_pandas())
+    """The server's Prometheus samples scraped during the point (`specreplay.load(path, metrics=True)`'s rows of it)."""
 
     @cached_property
     def ok_rows(self) -> pd.DataFrame:
@@ -80,6 +84,11 @@ class PointAnalysis:
     def skipped(self) -> np.ndarray:
         """Per row of `rows`: a turn not sent because an earlier turn of its session failed."""
         return session_figures.skipped_mask(self.rows)
+
+    @cached_property
+    def server(self) -> dict[str, Any]:
+        """The server's figures (`servermetrics.figures.point_figures`)."""
+        return server_figures.point_figures(self.server_samples)
 
     @cached_property
     def summary(self) -> dict[str, Any]:
@@ -148,6 +157,7 @@ def analyse(
     the mode is parsed from the point's name."""
     if points is None:
         points = config_points(df)
+    samples: pd.DataFrame = server_store.from_metadata(df.attrs).to_pandas()
     runs = []
     for label, rows in by_label(df):
         config = run_config_of(df, label)
@@ -158,6 +168,7 @@ def analyse(
                 thresholds or Thresholds.from_dict(dict(config.get("thresholds") or {})),
                 points=points,
                 max_tokens=max_tokens if max_tokens is not None else _int_or_none(config.get("max_tokens")),
+                samples=samples[samples["label"] == label],
             )
         )
     return runs
@@ -168,9 +179,16 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def analyse_run(
-    df: pd.DataFrame, label: str, thresholds: Thresholds, *, points: list[dict[str, Any]] | None, max_tokens: int | None
+    df: pd.DataFrame,
+    label: str,
+    thresholds: Thresholds,
+    *,
+    points: list[dict[str, Any]] | None,
+    max_tokens: int | None,
+    samples: pd.DataFrame | None = None,
 ) -> RunAnalysis:
-    """The analysis of `df`, the rows of one run."""
+    """The analysis of `df`, the rows of one run, with `samples`, the
+    server's metrics scraped during it (none if not given)."""
     data = metrics.add_derived(summary.measured(df))
     ok = summary.is_ok(data).to_numpy(dtype=bool)
     out = []
@@ -188,6 +206,7 @@ def analyse_run(
                 ok=ok[mask],
                 thresholds=thresholds,
                 max_tokens=max_tokens,
+                **({} if samples is None else {"server_samples": samples[samples["point"] == point]}),
             )
         )
     return RunAnalysis(label=label, rows=data, points=tuple(out), thresholds=thresholds, max_tokens=max_tokens)

@@ -79,6 +79,22 @@ def fmt_ms(value: Any) -> str:
     return f"{x:,.0f}"
 
 
+def fmt_value(value: Any, unit: str) -> str:
+    """A compared figure in its unit (`comparison.COLUMNS`' `unit`): ms,
+    seconds, a rate, a share (%), tokens per step, requests."""
+    if unit == "ms":
+        return fmt_ms(value)
+    if _missing(value):
+        return MISSING
+    if unit == "s":
+        return f"{float(value):,.2f}"
+    if unit == "%":
+        return f"{float(value):.1%}"
+    if unit in ("tok/step", "req"):
+        return f"{float(value):.3g}" if unit == "req" else f"{float(value):.2f}"
+    return fmt_rate(value)
+
+
 def fmt_rate(value: Any, digits: int = 1) -> str:
     """A rate (tokens/s, requests/s) with thousands separators; — when unknown."""
     return MISSING if _missing(value) else f"{float(value):,.{digits}f}"
@@ -111,6 +127,8 @@ def print_summary(
         client = _client_line(row)
         if client:
             console.print(Text(client, style="dim"))
+        for line in server_lines(row):
+            console.print(Text(line))
         print_finding_lines(console, [f for f in findings if f.point == row["point"]])
         console.print()
 
@@ -153,6 +171,45 @@ def _sessions_line(row: pd.Series, by_turn: pd.DataFrame | None) -> str:
         more = f" … ({len(by_turn) - TURNS_SHOWN} more)" if len(by_turn) > TURNS_SHOWN else ""
         parts.append("TTFT p50 by turn: " + " · ".join(shown) + " ms" + more)
     return "  ·  ".join(parts)
+def server_lines(row: pd.Series) -> list[str]:
+    """What the server's own metrics said about the point (docs/results.md,
+    "Server metrics"): speculative decoding, then load; nothing when the run
+    scraped none, and only the figures the server published."""
+    if not row.get("server_scrapes"):
+        return []
+    lines = []
+    if not _missing(row.get("spec_acceptance_length")):
+        spec = []
+        if not _missing(row["spec_draft_len"]):
+            spec.append(f"{float(row['spec_draft_len']):.3g} drafts/step")
+        if not _missing(row["spec_acceptance_rate"]):
+            spec.append(f"acceptance rate {float(row['spec_acceptance_rate']):.1%}")
+        length = f"acceptance length {float(row['spec_acceptance_length']):.2f} tokens/step"
+        if not _missing(row.get("decode_chunk_tokens_mean")):
+            length += f" (client: {float(row['decode_chunk_tokens_mean']):.2f} tokens per chunk after the first)"
+        spec.append(length)
+        by_position = row.get("spec_acceptance_by_position")
+        if isinstance(by_position, tuple) and by_position:
+            spec.append("by position " + " ".join(f"{x:.0%}" for x in by_position[:8]) + (" …" if len(by_position) > 8 else ""))
+        if not _missing(row["spec_drafts_per_s"]):
+            spec.append(f"{fmt_rate(row['spec_drafts_per_s'])} steps/s")
+        lines.append("  server speculation: " + "  ·  ".join(spec))
+    load = []
+    for key, name in (("running", "running"), ("waiting", "waiting")):
+        if not _missing(row.get(f"server_{key}_mean")):
+            load.append(
+                f"{name} {float(row[f'server_{key}_mean']):.3g} mean, {float(row[f'server_{key}_p90']):.3g} p90, "
+                f"{float(row[f'server_{key}_max']):.3g} max"
+            )
+    if not _missing(row.get("server_kv_usage_mean")):
+        load.append(f"KV cache {float(row['server_kv_usage_mean']):.0%} mean, {float(row['server_kv_usage_max']):.0%} max")
+    if not _missing(row.get("server_prefix_hit_rate")):
+        load.append(f"prefix-cache hits {float(row['server_prefix_hit_rate']):.0%}")
+    if not _missing(row.get("server_preemptions")):
+        load.append(f"preemptions {int(row['server_preemptions'])}")
+    scrapes = f"{int(row['server_scrapes'])} scrapes over {float(row['server_window_s']):.1f} s"
+    lines.append("  server load: " + "  ·  ".join(load + [scrapes]))
+    return lines
 
 
 def _point_heading(row: pd.Series) -> str:
@@ -264,11 +321,6 @@ def _print_header(console: Console, findings: list[Finding]) -> None:
 VERDICT_STYLES: dict[str, str] = {"faster": "bold green", "slower": "bold red", "no significant difference": "dim", "n/a": "dim"}
 
 
-def fmt_figure(value: Any, unit: str) -> str:
-    """A compared figure in its unit (`comparison.COLUMNS`' `unit`)."""
-    return fmt_ms(value) if unit == "ms" else fmt_rate(value, 2 if unit == "s" else 1)
-
-
 def figure_name(row: pd.Series) -> str:
     """A compared figure's name, with its unit when it is a time: `TTFT p50 ms`."""
     return f"{row['name']} {row['unit']}" if row["unit"] in ("ms", "s") else str(row["name"])
@@ -300,8 +352,8 @@ def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 
             interval = MISSING if _missing(row["ci_low"]) else f"[{fmt_change(row['ci_low'])}, {fmt_change(row['ci_high'])}]"
             table.add_row(
                 figure_name(row),
-                fmt_figure(row["base_value"], row["unit"]),
-                fmt_figure(row["value"], row["unit"]),
+                fmt_value(row["base_value"], row["unit"]),
+                fmt_value(row["value"], row["unit"]),
                 fmt_change(row["change"]),
                 interval,
                 Text(str(row["verdict"]), style=VERDICT_STYLES.get(str(row["verdict"]), "")),

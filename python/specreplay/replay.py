@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from specreplay import _core
 from specreplay.config import Point, ReplayConfig
@@ -26,6 +27,8 @@ from specreplay.errors import ConfigError, SpecreplayError
 from specreplay.feed import Feeder
 from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
+from specreplay.servermetrics import store as metrics_store
+from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
 from specreplay.shaping import auth_headers, base_url, body_with_prompt, redact_url
 from specreplay.target import Target, preflight, probe_usage, start_embedded
 from specreplay.trace import APIS
@@ -142,12 +145,21 @@ class _Run:
     headers: list[tuple[str, str]]
     trace_sha256: str
     target: Target | None = None
+    scraper: Scraper | None = None
+
+    def metrics_target(self) -> str | None:
+        """The metrics page to scrape, or None with `metrics = false`."""
+        if not self.config.metrics or self.target is None:
+            return None
+        return self.config.metrics_url or metrics_url(self.target.url)
 
     def metadata(self) -> dict[str, Any]:
         """The run's resolved configuration as stored in results files."""
         out = self.config.to_metadata()
         if self.config.url is not None:
             out["url"] = redact_url(self.config.url)
+        if self.config.metrics_url is not None:
+            out["metrics_url"] = redact_url(self.config.metrics_url)
         out["points"] = [p.to_dict() for p in self.points]
         out["trace_sha256"] = self.trace_sha256
         out["llamacpp_timings"] = self.config.llamacpp_timings
@@ -155,6 +167,8 @@ class _Run:
             out["target"] = redact_url(self.target.url)
             out["embedded_simulator"] = self.target.embedded is not None
             out["served_model"] = self.target.model
+            scraped = self.metrics_target()
+            out["metrics_target"] = redact_url(scraped) if scraped else None
         return out
 
 
@@ -227,6 +241,9 @@ def run_replay(
                 hooks.note(note)
         metadata = _file_metadata(runs, run_id)
         writer = ResultsWriter(output, metadata)
+        samples = metrics_store.SampleLog(output)
+        for run in runs:
+            run.scraper = _scraper(run, samples, hooks, named=len(runs) > 1)
         first_target = runs[0].target
         assert first_target is not None
         result = RunResult(
@@ -244,7 +261,7 @@ def run_replay(
                     hooks.point_started(point, index, len(result.points), run.config.label)
                     spec = _run_spec(run.config, point, run.headers)
                     feeder = Feeder(run.trace, run.config, run.target.url, model)
-                    finished = _run_point(spec, feeder, writer, run_id, run.config.label, point, index, hooks)
+                    finished = _run_point(spec, feeder, writer, run_id, run.config.label, point, index, hooks, run.scraper)
                     if k == 0:  # every point of a run replays the same turns: say it once
                         for note in feeder.think.sources.notes():
                             hooks.note(note)
@@ -252,15 +269,35 @@ def run_replay(
                         result.interrupted = True
                         break
                     index += 1
+                if run.scraper is not None:
+                    run.scraper.close()
                 if result.interrupted:
                     break
         finally:
-            writer.close({"specreplay.interrupted": json.dumps(result.interrupted)}, finalize)
+            for run in runs:
+                if run.scraper is not None:
+                    run.scraper.stop()
+            extra = {"specreplay.interrupted": json.dumps(result.interrupted)}
+            if len(samples):
+                extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
+            writer.close(extra, finalize)
+            # Only once they are in the results file.
+            samples.remove()
         return result
     finally:
         for run in runs:
             if run.target is not None:
                 run.target.close()
+
+
+def _scraper(run: _Run, samples: metrics_store.SampleLog, hooks: Hooks, named: bool) -> Scraper | None:
+    url = run.metrics_target()
+    if url is None or run.target is None:
+        return None
+    # The API's credentials go to the API's own server only.
+    headers = run.headers if same_origin(url, run.target.url) else []
+    label = run.config.label
+    return Scraper(url, headers, run.config.metrics_interval, samples, (lambda m: hooks.note(f"{label}: {m}")) if named else hooks.note)
 
 
 def _run_point(
@@ -272,11 +309,18 @@ def _run_point(
     point: Point,
     index: int,
     hooks: Hooks,
+    scraper: Scraper | None = None,
 ) -> bool:
-    """Runs one point to the end, feeding it as it asks; False if the user
+    """Runs one point to the end, feeding it as it asks, bracketed by the
+    scraper's own scrapes of the server's metrics; False if the user
     interrupted it. A trace that turns out bad while it is fed (it changed
     since it was checked) cancels the point, keeps what finished, and raises
     once every row is written."""
+    try:
+        if scraper is not None:
+            scraper.start_point(label, point.name)
+    except KeyboardInterrupt:
+        return False
     run = feeder.start(spec)
     started = _core.now_us()
     interrupted = False
@@ -307,7 +351,18 @@ def _run_point(
             break
         writer.write(pa.record_batch(batch), run_id=run_id, label=label, point=point.name, point_index=index)
         hooks.progress(progress())
+    try:
+        if scraper is not None:
+            scraper.end_point()
+    except KeyboardInterrupt:
+        interrupted = True
     rows = writer.table(first_row)
+    if scraper is not None and len(scraper.log):
+        # The point's rows as the file will hold them: with its samples.
+        taken = scraper.log.table()
+        mine = taken.filter(pc.and_(pc.equal(taken["label"], label), pc.equal(taken["point"], point.name)))
+        metadata = {**(rows.schema.metadata or {}), metrics_store.METADATA_KEY.encode(): metrics_store.encode(mine).encode()}
+        rows = rows.replace_schema_metadata(metadata)
     if failure is not None:
         raise failure
     hooks.point_finished(point, progress(), rows)
