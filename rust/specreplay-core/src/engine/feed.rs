@@ -525,19 +525,24 @@ mod tests {
         assert_eq!(drain(&feed).len(), 2);
     }
 
-    #[test]
-    fn a_streamed_point_takes_what_is_fed_by_lap_and_wants_a_lookahead() {
+    /// A streamed point sending at a constant `rate`.
+    fn open_loop(rate: f64, duration: Option<Duration>) -> Feed {
         let load = LoadMode::Rate {
-            rate: 100.0,
+            rate,
             arrival: crate::engine::Arrival::Constant,
             burstiness: 1.0,
         };
-        let feed = Feed::streamed(
+        Feed::streamed(
             SessionMode::Dependent,
             None,
             Schedule::open_loop(load, 0),
-            None,
-        );
+            duration,
+        )
+    }
+
+    #[test]
+    fn a_streamed_point_takes_what_is_fed_by_lap_and_wants_a_lookahead() {
+        let feed = open_loop(100.0, None);
         assert!(feed.wants_more());
         assert!(matches!(feed.pop(), Popped::Empty));
         feed.push(
@@ -579,17 +584,7 @@ mod tests {
 
     #[test]
     fn the_duration_ends_an_open_loop_feed() {
-        let load = LoadMode::Rate {
-            rate: 10.0,
-            arrival: crate::engine::Arrival::Constant,
-            burstiness: 1.0,
-        };
-        let feed = Feed::streamed(
-            SessionMode::Dependent,
-            None,
-            Schedule::open_loop(load, 0),
-            Some(Duration::from_millis(250)),
-        );
+        let feed = open_loop(10.0, Some(Duration::from_millis(250)));
         feed.push((0..5).map(|i| request(&format!("r{i}"), None)).collect())
             .unwrap();
         // Due at 0, 100 and 200 ms; the one at 300 ms ends the point.
