@@ -124,6 +124,41 @@ def test_a_feed_stops_when_the_engine_wants_no_more(tmp_path: Path) -> None:
     assert feeder.fed <= 2 * BATCH_ROWS + BATCH_ROWS  # read no further than the next batch
 
 
+def start(path: Path, load: dict[str, Any], monkeypatch: pytest.MonkeyPatch, **options: Any) -> FakeRun:
+    """Starts a point through `Feeder.start` on a run that wants nothing more
+    once started: what it was given is what was built before the start."""
+    run = FakeRun(wanted=0)
+
+    def start_point(spec: Any, batch: pa.RecordBatch, feed: bool) -> FakeRun:
+        assert feed
+        run.events.append(batch.to_pylist())
+        return run
+
+    monkeypatch.setattr("specreplay.feed._core.start_point", start_point)
+    config = ReplayConfig(trace=str(path), **options)
+    Feeder(scan_trace(path), config, "http://h:1/v1", None).start({"load": load})  # type: ignore[typeddict-item]
+    return run
+
+
+def test_a_closed_loop_point_starts_with_its_first_n_units_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = write(tmp_path, [record(i) for i in range(1000)])
+    closed = start(plain, {"mode": "concurrency", "concurrency": 300}, monkeypatch)
+    assert 300 <= len(closed.rows()) < 300 + BATCH_ROWS
+    assert [r["trace_id"] for r in closed.rows()] == [f"r{i}" for i in range(len(closed.rows()))]
+    # An open loop starts with one batch: its first sends are spread over its schedule.
+    opened = start(plain, {"mode": "rate", "rate": 10.0, "arrival": "constant", "burstiness": 1.0}, monkeypatch)
+    assert len(opened.rows()) == BATCH_ROWS
+    # Dependent sessions: N users start N sessions, each whole.
+    sessions = write(tmp_path, [record(i, f"s{i // 3}") for i in range(900)], "s.jsonl")
+    users = start(sessions, {"mode": "concurrency", "concurrency": 100}, monkeypatch)
+    assert sum(r["turn_index"] == 0 for r in users.rows()) >= 100 and len(users.rows()) % 3 == 0
+    # A trace shorter than N is looped, its laps marked in order.
+    short = write(tmp_path, [record(i) for i in range(30)], "short.jsonl")
+    looped = start(short, {"mode": "concurrency", "concurrency": 100}, monkeypatch, num_requests=100)
+    sizes = [e if isinstance(e, str) else len(e) for e in looped.events]
+    assert sizes == [30, "lap", 30, "lap", 30, "lap", 10, "end"]
+
+
 def test_think_times_come_from_the_recorded_ends(tmp_path: Path) -> None:
     # A captured session: turn 0 arrived at 0 s and ended 1.5 s later; turn 1
     # arrived at 4 s: the user thought 2.5 s.

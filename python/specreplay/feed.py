@@ -68,14 +68,34 @@ class Feeder:
         self.loops = (self.limit is not None and self.limit > index.records) or (self.limit is None and config.duration is not None)
         self.think = ThinkTimes(config)
         self.fed = 0
+        self.units = 0
         self.done = False
         self._units = self._stream()
 
     def start(self, spec: RunSpec) -> _core.EngineRun:
-        """Starts the point with its first requests, and feeds it its look-ahead."""
-        rows, lap_end, end = self._collect()
-        run = _core.start_point(spec, request_batch(rows), feed=True)
+        """Starts the point with its first requests, and feeds it its look-ahead.
+
+        A closed-loop point of N has its first N units (requests, or sessions
+        in dependent mode) built before it starts: it sends them all at once,
+        and how fast this thread builds requests must not decide how many are
+        in flight; a closed loop has no schedule to be late against, so
+        nothing would say so. An open-loop point starts with one batch: its
+        first sends are spread over its schedule, and a late one is send lag.
+        """
+        load = spec["load"]
+        wanted = load["concurrency"] if load["mode"] == "concurrency" else 1
+        first = [self._collect()]
+        while self.units < wanted and not first[-1][2]:
+            first.append(self._collect())
+        batches = [(request_batch(rows) if rows else None, lap_end, end) for rows, lap_end, end in first]
+        batch, lap_end, end = batches[0]
+        assert batch is not None, "a trace has a record"
+        run = _core.start_point(spec, batch, feed=True)
         self._mark(run, lap_end, end)
+        for batch, lap_end, end in batches[1:]:
+            if batch is not None:
+                run.feed(batch)
+            self._mark(run, lap_end, end)
         self.top_up(run)
         return run
 
@@ -116,6 +136,7 @@ class Feeder:
                     unit = unit[: self.limit - self.fed]
                 rows = self._rows(unit)
                 self.fed += len(rows)
+                self.units += 1
                 yield rows
                 if self.limit is not None and self.fed >= self.limit:
                     return
