@@ -120,10 +120,13 @@ def test_without_per_chunk_counts_the_split_is_estimated_and_flagged(tmp_path: P
     server, _ = scripted
     df = replay(tmp_path, server, write_trace(tmp_path / "t.jsonl", 4), max_tokens=100, continuous_usage=False)
     # llama.cpp's usage has the total only: with both channels streamed the
-    # split is estimated from the chunks (12:9 of 24 → 14 + 10, not 12 + 12).
+    # split is estimated from the chunks' text (24 over 12 reasoning and 9
+    # content chunks → 14 + 10, not 12 + 12), and so are the per-chunk counts.
     assert (df["token_source"] == "usage_split_estimated").all()
+    assert (df["chunk_token_source"] == "text_length").all()
     assert (df["output_tokens"] == COMPLETION_TOKENS).all()
     assert (df["reasoning_tokens"] == 14).all() and (df["content_tokens"] == 10).all()
+    assert all(int(sum(k)) == COMPLETION_TOKENS for k in df["chunk_tokens"])
     assert (df["server_predicted_n"] == COMPLETION_TOKENS).all()
     levels = {f.code: f.level for f in validity.check(df)}
     assert levels["estimated_tokens"] == "warning"

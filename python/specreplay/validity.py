@@ -290,11 +290,19 @@ def _acceptance_mismatch(point: PointAnalysis) -> Finding | None:
 
 
 def _estimated_chunk_counts(ok: pd.DataFrame) -> str:
-    # Under `usage` the per-chunk counts are the total spread over the chunks.
-    estimated = int((ok["token_source"] != "continuous_usage").sum())
+    # Files written before `chunk_token_source` spread nothing: any count
+    # but continuous usage was one per chunk there.
+    if "chunk_token_source" in ok.columns:
+        estimated = int(ok["chunk_token_source"].isin(("text_length", "one_per_chunk")).sum())
+    else:
+        estimated = int((ok["token_source"] != "continuous_usage").sum())
     if not estimated:
         return ""
-    return f" The per-chunk token counts of {estimated} requests are estimated (no continuous usage stats), so their ITL/token is approximate."
+    return (
+        f" The per-chunk token counts of {estimated} requests are estimated (no continuous usage stats: "
+        "the server's count split over the chunks by their text's length), so their ITL/token is right "
+        "on average but not chunk by chunk."
+    )
 
 
 def _too_few_requests(point: PointAnalysis) -> Finding | None:

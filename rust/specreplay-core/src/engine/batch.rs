@@ -116,6 +116,10 @@ fn build(records: &[RequestRecord], server_stamps: bool) -> Result<RecordBatch, 
             str_col(&|r| StampSource::of(&r.chunks).map(StampSource::as_str)),
         ),
         ("connect_us", i64_col(&|r| r.connect_us)),
+        (
+            "chunk_token_source",
+            str_col(&|r| r.chunk_token_source.map(|s| s.as_str())),
+        ),
     ];
     if server_stamps {
         let mut stamps = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
@@ -177,7 +181,7 @@ mod tests {
         };
         let batch = to_record_batch(&[ok, failed]).unwrap();
         assert_eq!(batch.num_rows(), 2);
-        assert_eq!(batch.num_columns(), 32);
+        assert_eq!(batch.num_columns(), 33);
         let ts = batch.column_by_name("chunk_ts_us").unwrap();
         let list = ts
             .as_any()
@@ -221,10 +225,10 @@ mod tests {
             ..Default::default()
         };
         let batch = to_record_batch_with_server_stamps(&[stamped, unstamped]).unwrap();
-        assert_eq!(batch.num_columns(), 33);
-        assert_eq!(batch.schema().field(32).name(), "chunk_server_ts_us");
+        assert_eq!(batch.num_columns(), 34);
+        assert_eq!(batch.schema().field(33).name(), "chunk_server_ts_us");
         let list = batch
-            .column(32)
+            .column(33)
             .as_any()
             .downcast_ref::<arrow_array::ListArray>()
             .unwrap();

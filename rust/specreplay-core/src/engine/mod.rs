@@ -5,6 +5,7 @@
 //! go into an unbounded channel that the Python layer drains at its own pace.
 
 mod accounting;
+pub mod apportion;
 pub mod batch;
 pub(crate) mod http;
 pub(crate) mod net;
