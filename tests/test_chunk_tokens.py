@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -76,3 +77,65 @@ def test_figure_note_and_counts_agree(end_only_run: tuple[Path, str]) -> None:
     assert "per-chunk token counts of 16 requests are estimated" in note.message
     # What the user reads: the same share on the summary line.
     assert re.search(rf"multi-token chunks {share:.0%} of {len(tokens)}\b", output), output
+
+
+def word_tokenizer(path: Path) -> Path:
+    """A tokenizer.json made here, without the network: every word (and
+    every run of punctuation) is one token, as the simulator generates them."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    tokenizer = Tokenizer(WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = Whitespace()  # type: ignore[assignment]
+    tokenizer.save(str(path))
+    return path
+
+
+def test_a_local_tokenizer_counts_what_continuous_usage_reports(tmp_path: Path) -> None:
+    (tmp_path / "sim.toml").write_text(SIM)
+    tokenizer = word_tokenizer(tmp_path / "tokenizer.json")
+    frames = {}
+    for name, flags in {"exact": [], "tokenizer": ["--no-continuous-usage", "--tokenizer", str(tokenizer)]}.items():
+        out = tmp_path / f"{name}.arrow"
+        args = ["replay", REASONING, "--concurrency", "4", "--num-requests", "16", "--sim-config", str(tmp_path / "sim.toml"), "-o", str(out), *flags]
+        result = CliRunner().invoke(cli, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        frames[name] = specreplay.load(out).sort_values("request_index").reset_index(drop=True)
+    exact, counted = frames["exact"], frames["tokenizer"]
+    assert set(exact["chunk_token_source"]) == {"continuous_usage"}
+    assert set(counted["chunk_token_source"]) == {"tokenizer"}
+    assert "chunk_text" not in counted.columns
+    # The same streams (same seed): the tokenizer's counts are the server's,
+    # event for event. Within the event that carries both reasoning and
+    # content, continuous usage can only guess (all but one token to the
+    # first channel); the tokenizer counts each side's words.
+    assert list(counted["trace_id"]) == list(exact["trace_id"])
+    for (_, a), (_, b) in zip(exact.iterrows(), counted.iterrows()):
+        assert len(a["chunk_tokens"]) == len(b["chunk_tokens"])
+        # The chunks of one event share their read's stamp (a read may hold
+        # several events: their sums are compared together).
+        reads = pd.Series(a["chunk_ts_us"])
+        events_a = pd.Series(a["chunk_tokens"]).groupby(reads).sum()
+        events_b = pd.Series(b["chunk_tokens"]).groupby(reads).sum()
+        assert list(events_a) == list(events_b)
+        assert b["output_tokens"] == a["output_tokens"]
+    assert (counted["chunk_tokens"].map(lambda k: int(np.sum(k))) == counted["output_tokens"]).all()
+
+
+def test_a_bad_tokenizer_file_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{}")
+    result = CliRunner().invoke(cli, ["replay", REASONING, "--concurrency", "1", "--num-requests", "1", "--tokenizer", str(bad), "-o", str(tmp_path / "r.arrow")])
+    assert result.exit_code != 0
+    assert "--tokenizer" in result.output and "tokenizer.json" in result.output
+
+
+def test_a_token_counts_in_the_chunk_that_completes_it(tmp_path: Path) -> None:
+    from specreplay.chunk_tokenizer import ChunkTokenizer
+
+    tokenizer = ChunkTokenizer(word_tokenizer(tmp_path / "tokenizer.json"))
+    # "hello world again" streamed as "hel" | "lo wor" | "ld again": "hello"
+    # ends in the second chunk, "world" and "again" in the third.
+    (counts,) = tokenizer.counts(["hello world again"], [np.array([3, 6, 8])])
+    assert list(counts) == [0, 1, 2]

@@ -73,6 +73,9 @@ class ReplayConfig:
     label: str = "run"
     output: str | None = None
     continuous_usage: bool = True
+    #: A Hugging Face tokenizer.json: counts each chunk's text after each
+    #: point when the server gives no continuous usage (chunk_tokenizer.py).
+    tokenizer: str | None = None
     #: Scrape the target's Prometheus metrics during the run (servermetrics/).
     metrics: bool = True
     #: Where: default `<server root>/metrics` of `url` (or of the simulator).
@@ -256,6 +259,7 @@ FIELDS: dict[str, FieldSpec] = {
     "label": FieldSpec("str"),
     "output": FieldSpec("str", optional=True),
     "continuous_usage": FieldSpec("bool"),
+    "tokenizer": FieldSpec("str", optional=True),
     "metrics": FieldSpec("bool"),
     "metrics_url": FieldSpec("url", optional=True),
     "metrics_interval": FieldSpec("float", minimum=0.05),  # a scrape takes milliseconds of CPU: not a busy loop

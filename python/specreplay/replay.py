@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from specreplay import _core
+from specreplay.chunk_tokenizer import ChunkTokenizer
 from specreplay.config import Point, ReplayConfig
 from specreplay.errors import ConfigError
 from specreplay.limits import ensure_open_files, peak_streams
@@ -100,6 +101,7 @@ def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]
         "retries": config.retries,
         "seed": config.seed,
         "preconnect": config.preconnect,
+        "chunk_text": config.tokenizer is not None,
     }
 
 
@@ -142,6 +144,7 @@ class _Run:
     trace_sha256: str
     target: Target | None = None
     scraper: Scraper | None = None
+    tokenizer: ChunkTokenizer | None = None
 
     def metrics_target(self) -> str | None:
         """The metrics page to scrape, or None with `metrics = false`."""
@@ -172,7 +175,8 @@ def _prepare_run(config: ReplayConfig) -> _Run:
     config.validate()
     trace = load_trace(config.trace)
     headers = auth_headers(config, {r.api for r in trace.records})
-    return _Run(config, trace, config.points(trace.has_arrivals), headers, trace.sha256)
+    tokenizer = ChunkTokenizer(config.tokenizer) if config.tokenizer else None
+    return _Run(config, trace, config.points(trace.has_arrivals), headers, trace.sha256, tokenizer=tokenizer)
 
 
 def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:
@@ -245,7 +249,7 @@ def run_replay(
                     ensure_open_files(streams, run.target.embedded is not None)
                     hooks.point_started(point, index, len(result.points), run.config.label)
                     spec = _run_spec(run.config, point, run.headers)
-                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks, run.scraper):
+                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks, run.scraper, run.tokenizer):
                         result.interrupted = True
                         break
                     index += 1
@@ -290,9 +294,11 @@ def _run_point(
     index: int,
     hooks: Hooks,
     scraper: Scraper | None = None,
+    tokenizer: ChunkTokenizer | None = None,
 ) -> bool:
     """Runs one point to the end, bracketed by the scraper's own scrapes of
-    the server's metrics; False if the user interrupted it."""
+    the server's metrics, then recounts its chunks with `tokenizer` if any;
+    False if the user interrupted it."""
     try:
         if scraper is not None:
             scraper.start_point(label, point.name)
@@ -302,6 +308,8 @@ def _run_point(
     started = _core.now_us()
     interrupted = False
     written: list[pa.RecordBatch] = []  # this point's rows, as in the file
+    # For the tokenizer, per written batch: the engine's chunk text columns.
+    texts: list[tuple[pa.Array, pa.Array]] = []
 
     def progress() -> Progress:
         p = run.progress()
@@ -319,15 +327,26 @@ def _run_point(
             continue
         if batch is None:
             break
-        out = writer.write(pa.record_batch(batch), run_id=run_id, label=label, point=point.name, point_index=index)
+        engine_batch = pa.record_batch(batch)
+        out = writer.write(engine_batch, run_id=run_id, label=label, point=point.name, point_index=index)
         if out is not None:
             written.append(out)
+            if tokenizer is not None:
+                texts.append((engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
         hooks.progress(progress())
     try:
         if scraper is not None:
             scraper.end_point()
     except KeyboardInterrupt:
         interrupted = True
+    if tokenizer is not None:
+        # Between points, off the measurement path. The partial file keeps
+        # the engine's estimate; the final file gets the recount.
+        for i, (text, chars) in enumerate(texts):
+            recounted = tokenizer.recount(written[i], text, chars)
+            writer.replace(written[i], recounted)
+            written[i] = recounted
+        texts.clear()
     rows = pa.Table.from_batches(written, schema=writer.schema)
     if scraper is not None and len(scraper.log):
         # The point's rows as the file will hold them: with its samples.

@@ -30,6 +30,7 @@ TOKEN_SOURCES: dict[str, str] = {
 # `output_tokens`, but for tokens no chunk carried (docs/results.md).
 CHUNK_TOKEN_SOURCES: dict[str, str] = {
     "continuous_usage": "the server's cumulative count on every text chunk: exact",
+    "tokenizer": "each chunk's text counted with the tokenizer given to `--tokenizer`, after the point, reconciled with the server's count (largest remainder)",
     "text_length": "the server's final count split over the chunks in proportion to their text's length in characters (largest remainder, at least one per chunk): an estimate",
     "one_per_chunk": "the server reported no usage: one token per chunk, as the total is",
 }

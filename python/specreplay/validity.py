@@ -329,7 +329,7 @@ def _estimated_chunk_counts(ok: pd.DataFrame) -> str:
     return (
         f" The per-chunk token counts of {estimated} requests are estimated (no continuous usage stats: "
         "the server's count split over the chunks by their text's length), so their ITL/token is right "
-        "on average but not chunk by chunk."
+        "on average but not chunk by chunk: `replay --tokenizer tokenizer.json` counts them."
     )
 
 

@@ -1,6 +1,16 @@
 //! Splits a whole token count over chunks so the parts add up to it exactly:
 //! the largest-remainder (Hamilton) method. Used for the per-chunk estimate
-//! from text length (`accounting`).
+//! from text length (`accounting`) and, through the binding, to reconcile a
+//! tokenizer's per-chunk counts with the server's count
+//! (`specreplay.chunk_tokenizer`).
+
+use std::sync::Arc;
+
+use arrow_array::builder::{Int32Builder, Int64Builder, ListBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int64Type, Int8Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::ArrowError;
 
 /// `total` split into one part per weight, in proportion to the weights, the
 /// parts adding up to `total` exactly.
@@ -49,6 +59,112 @@ pub fn apportion(total: u64, weights: &[u64], at_least_one: bool) -> Vec<u64> {
         give_every_part_one(&mut parts);
     }
     parts
+}
+
+/// The per-chunk counts of one request: `output` split over the chunks by
+/// `weights` (at least one each), each side over its own chunks when the
+/// server gave the reasoning count `reasoning` (`is_reasoning` says which
+/// side a chunk is on), over all of them otherwise. Returns the parts and the
+/// reasoning chunks' sum. A side with a count but no chunk keeps its count
+/// out of the parts (hidden reasoning): no chunk carried it.
+pub fn split_by_side(
+    weights: &[u64],
+    is_reasoning: &[bool],
+    output: u64,
+    reasoning: Option<u64>,
+) -> (Vec<u64>, u64) {
+    let mut parts = vec![0; weights.len()];
+    let sides: &[(Option<bool>, u64)] = match reasoning {
+        Some(r) => &[(Some(true), r), (Some(false), output.saturating_sub(r))],
+        None => &[(None, output)],
+    };
+    for &(side, total) in sides {
+        let on_side = |i: &usize| side.map_or(true, |r| is_reasoning[*i] == r);
+        let index: Vec<usize> = (0..weights.len()).filter(on_side).collect();
+        let side_weights: Vec<u64> = index.iter().map(|&i| weights[i]).collect();
+        for (i, part) in index.into_iter().zip(apportion(total, &side_weights, true)) {
+            parts[i] = part;
+        }
+    }
+    let reasoning_sum = parts
+        .iter()
+        .zip(is_reasoning)
+        .filter(|(_, &r)| r)
+        .map(|(p, _)| p)
+        .sum();
+    (parts, reasoning_sum)
+}
+
+/// `split_by_side` over columns, one row per request: `weights`
+/// (list<int64>: a tokenizer's count per chunk), `chunk_channel` (list<int8>,
+/// 0 = reasoning), `output_tokens` (int64, the server's count) and
+/// `reasoning_tokens` (int64: the server's split, null when it gave none).
+/// Returns `chunk_tokens` (list<int32>) and `reasoning_tokens` (int64: the
+/// server's where given, else the reasoning chunks' sum). A row with a null
+/// count comes back with null lists.
+pub fn reconcile_batch(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .ok_or_else(|| ArrowError::SchemaError(format!("no column {name:?}")))
+    };
+    let list = |name: &str| {
+        column(name)?
+            .as_list_opt::<i32>()
+            .ok_or_else(|| ArrowError::SchemaError(format!("{name}: not a list")))
+    };
+    let (weights, channels) = (list("weights")?, list("chunk_channel")?);
+    let output = column("output_tokens")?.as_primitive_opt::<Int64Type>();
+    let reasoning = column("reasoning_tokens")?.as_primitive_opt::<Int64Type>();
+    let (Some(output), Some(reasoning)) = (output, reasoning) else {
+        return Err(ArrowError::SchemaError(
+            "output_tokens and reasoning_tokens must be int64".into(),
+        ));
+    };
+    let mut tokens = ListBuilder::new(Int32Builder::new());
+    let mut reasoning_out = Int64Builder::with_capacity(batch.num_rows());
+    for row in 0..batch.num_rows() {
+        if weights.is_null(row) || channels.is_null(row) || output.is_null(row) {
+            tokens.append_null();
+            reasoning_out.append_option(reasoning.is_valid(row).then(|| reasoning.value(row)));
+            continue;
+        }
+        let w = weights.value(row);
+        let w = w
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| ArrowError::SchemaError("weights: not a list of int64".into()))?;
+        let c = channels.value(row);
+        let c = c
+            .as_primitive_opt::<Int8Type>()
+            .ok_or_else(|| ArrowError::SchemaError("chunk_channel: not a list of int8".into()))?;
+        if w.len() != c.len() {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "row {row}: {} weights for {} chunks",
+                w.len(),
+                c.len()
+            )));
+        }
+        let w: Vec<u64> = w.values().iter().map(|&x| x.max(0) as u64).collect();
+        let is_reasoning: Vec<bool> = c.values().iter().map(|&x| x == 0).collect();
+        let given = reasoning
+            .is_valid(row)
+            .then(|| reasoning.value(row).max(0) as u64);
+        let (parts, sum) = split_by_side(&w, &is_reasoning, output.value(row).max(0) as u64, given);
+        for part in parts {
+            tokens
+                .values()
+                .append_value(i32::try_from(part).unwrap_or(i32::MAX));
+        }
+        tokens.append(true);
+        reasoning_out.append_value(given.unwrap_or(sum) as i64);
+    }
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("chunk_tokens", Arc::new(tokens.finish())),
+        ("reasoning_tokens", Arc::new(reasoning_out.finish())),
+    ];
+    RecordBatch::try_from_iter_with_nullable(
+        columns.into_iter().map(|(name, array)| (name, array, true)),
+    )
 }
 
 /// Moves a unit from the largest part to each part at zero. With a sum of
@@ -103,6 +219,67 @@ mod tests {
         assert_eq!(apportion(6, &[1, 1, 100], true), vec![1, 1, 4]);
         // Fewer tokens than chunks: no floor of one, plain proportions.
         assert_eq!(apportion(2, &[1, 1, 1], true), vec![1, 1, 0]);
+    }
+
+    #[test]
+    fn each_side_over_its_own_chunks_when_the_split_is_known() {
+        let reasoning = [true, true, false];
+        // 6 reasoning over 4:2 characters, 3 on the answer chunk.
+        assert_eq!(
+            split_by_side(&[4, 2, 2], &reasoning, 9, Some(6)),
+            (vec![4, 2, 3], 6)
+        );
+        // Without the split, 9 over 4:2:2 for all: 4.5, 2.25, 2.25.
+        assert_eq!(
+            split_by_side(&[4, 2, 2], &reasoning, 9, None),
+            (vec![5, 2, 2], 7)
+        );
+        // Hidden reasoning: 5 counted, none streamed, kept out of the parts.
+        assert_eq!(
+            split_by_side(&[3, 3], &[false, false], 9, Some(5)),
+            (vec![2, 2], 0)
+        );
+    }
+
+    #[test]
+    fn reconcile_batch_splits_each_row() {
+        use arrow_array::builder::Int8Builder;
+        use arrow_array::Int64Array;
+        let mut weights = ListBuilder::new(Int64Builder::new());
+        let mut channels = ListBuilder::new(Int8Builder::new());
+        for (w, c) in [
+            (vec![2i64, 2, 1], vec![0i8, 0, 1]),
+            (vec![1, 1], vec![1, 1]),
+        ] {
+            weights.values().append_slice(&w);
+            weights.append(true);
+            channels.values().append_slice(&c);
+            channels.append(true);
+        }
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            ("weights", Arc::new(weights.finish())),
+            ("chunk_channel", Arc::new(channels.finish())),
+            ("output_tokens", Arc::new(Int64Array::from(vec![6, 3]))),
+            (
+                "reasoning_tokens",
+                Arc::new(Int64Array::from(vec![None, Some(0)])),
+            ),
+        ];
+        let batch = RecordBatch::try_from_iter(columns).unwrap();
+        let out = reconcile_batch(&batch).unwrap();
+        let tokens = out.column(0).as_list::<i32>();
+        let row = |i: usize| {
+            tokens
+                .value(i)
+                .as_primitive::<arrow_array::types::Int32Type>()
+                .values()
+                .to_vec()
+        };
+        // The tokenizer counted 5, the server 6: the unit goes to the first chunk.
+        assert_eq!(row(0), vec![3, 2, 1]);
+        assert_eq!(row(1), vec![2, 1]);
+        let reasoning = out.column(1).as_primitive::<Int64Type>();
+        assert_eq!((reasoning.value(0), reasoning.value(1)), (5, 0));
     }
 
     proptest! {

@@ -228,6 +228,7 @@ pub fn start(
                 retries: spec.retries,
                 cancel,
                 server_stamps: spec.server_stamps,
+                chunk_text: spec.chunk_text,
             },
             requests,
             warmup: spec.warmup,

@@ -187,6 +187,13 @@ pub struct RequestRecord {
     /// `sim_sent_us` of the event that carried it (None if it had none).
     /// Empty otherwise.
     pub server_stamps: Vec<Option<i64>>,
+    /// Only with `RunSpec::chunk_text`: every chunk's text, in chunk order
+    /// (empty otherwise).
+    pub chunk_text: String,
+    /// Parallel to `chunks`: the characters of text each carried (the
+    /// per-chunk estimate's weights; with `chunk_text`, where each chunk's
+    /// text ends in it).
+    pub chunk_text_chars: Vec<u32>,
     pub server_predicted_n: Option<i64>,
     pub server_predicted_ms: Option<f64>,
     /// Attempts made (1 without retries).

@@ -16,7 +16,7 @@
 
 use crate::decode::{Channel, Record, Timings, Usage};
 
-use super::apportion::apportion;
+use super::apportion::split_by_side;
 use super::record::{Chunk, ChunkTokenSource, RequestRecord, Stamp, TokenSource};
 
 #[derive(Debug, Default)]
@@ -25,6 +25,9 @@ pub struct StreamAccount {
     /// Parallel to `chunks`: the characters of text each carried, the
     /// weights of the per-chunk estimate.
     text_chars: Vec<u32>,
+    /// Every chunk's text in chunk order, filled only by `keep_text` (for a
+    /// tokenizer, `RunSpec::chunk_text`); `text_chars` marks the chunks.
+    text: String,
     /// Parallel to `chunks`, filled only by `stamp_new_chunks`.
     server_stamps: Vec<Option<i64>>,
     first_reasoning_us: Option<i64>,
@@ -120,6 +123,30 @@ impl StreamAccount {
         }
     }
 
+    /// Keeps the text of an event's records, as `on_event` made them chunks:
+    /// channel by channel in order of first appearance.
+    pub fn keep_text(&mut self, records: &[Record]) {
+        let mut seen: [Option<Channel>; 3] = [None; 3];
+        for record in records {
+            let Record::Text { channel, text } = record else {
+                continue;
+            };
+            if text.is_empty() || seen.contains(&Some(*channel)) {
+                continue;
+            }
+            if let Some(slot) = seen.iter_mut().find(|s| s.is_none()) {
+                *slot = Some(*channel);
+            }
+            for r in records {
+                if let Record::Text { channel: c, text } = r {
+                    if c == channel {
+                        self.text.push_str(text);
+                    }
+                }
+            }
+        }
+    }
+
     /// Gives every chunk pushed since the last call the server's send stamp
     /// `server_ts_us` (only used with `RunSpec::server_stamps`).
     pub fn stamp_new_chunks(&mut self, server_ts_us: Option<i64>) {
@@ -141,22 +168,26 @@ impl StreamAccount {
         self.text_chars.push(chars);
     }
 
-    /// Splits `total` over the chunks of one side (reasoning, or the
-    /// answer), or of both with `None`, in proportion to their text.
-    fn spread(&mut self, reasoning_side: Option<bool>, total: i64) {
-        let on_side =
-            |c: &Chunk| reasoning_side.map_or(true, |r| (c.channel == Channel::Reasoning) == r);
-        let weights: Vec<u64> = self
+    /// Splits `output` over the chunks in proportion to their text: each
+    /// side over its own chunks when `reasoning` is the server's count, all
+    /// together otherwise. Returns the reasoning chunks' sum.
+    fn spread(&mut self, output: i64, reasoning: Option<i64>) -> i64 {
+        let is_reasoning: Vec<bool> = self
             .chunks
             .iter()
-            .zip(&self.text_chars)
-            .filter(|(c, _)| on_side(c))
-            .map(|(_, &chars)| u64::from(chars))
+            .map(|c| c.channel == Channel::Reasoning)
             .collect();
-        let mut parts = apportion(total.max(0) as u64, &weights, true).into_iter();
-        for chunk in self.chunks.iter_mut().filter(|c| on_side(c)) {
-            chunk.tokens = clamp_i32(parts.next().unwrap_or(0));
+        let weights: Vec<u64> = self.text_chars.iter().map(|&c| u64::from(c)).collect();
+        let (parts, reasoning_sum) = split_by_side(
+            &weights,
+            &is_reasoning,
+            output.max(0) as u64,
+            reasoning.map(|r| r.max(0) as u64),
+        );
+        for (chunk, part) in self.chunks.iter_mut().zip(parts) {
+            chunk.tokens = clamp_i32(part);
         }
+        reasoning_sum as i64
     }
 
     /// Writes timestamps and token counts into the request's record.
@@ -212,18 +243,11 @@ impl StreamAccount {
             TokenSource::ContinuousUsage => Some(ChunkTokenSource::ContinuousUsage),
             TokenSource::Chunks => Some(ChunkTokenSource::OnePerChunk),
             TokenSource::Usage => {
-                self.spread(Some(true), reasoning);
-                self.spread(Some(false), output - reasoning);
+                self.spread(output, Some(reasoning));
                 Some(ChunkTokenSource::TextLength)
             }
             TokenSource::UsageSplitEstimated => {
-                self.spread(None, output);
-                reasoning = self
-                    .chunks
-                    .iter()
-                    .filter(|c| c.channel == Channel::Reasoning)
-                    .map(|c| i64::from(c.tokens))
-                    .sum();
+                reasoning = self.spread(output, None);
                 Some(ChunkTokenSource::TextLength)
             }
         };
@@ -247,6 +271,8 @@ impl StreamAccount {
         rec.finish_reason = self.finish_reason;
         rec.chunks = self.chunks;
         rec.server_stamps = self.server_stamps;
+        rec.chunk_text = self.text;
+        rec.chunk_text_chars = self.text_chars;
     }
 }
 
