@@ -139,3 +139,15 @@ def test_a_token_counts_in_the_chunk_that_completes_it(tmp_path: Path) -> None:
     # ends in the second chunk, "world" and "again" in the third.
     (counts,) = tokenizer.counts(["hello world again"], [np.array([3, 6, 8])])
     assert list(counts) == [0, 1, 2]
+
+
+def test_a_server_without_tokenize_keeps_the_estimate_and_says_so(tmp_path: Path) -> None:
+    (tmp_path / "sim.toml").write_text(SIM)
+    out = tmp_path / "run.arrow"
+    args = ["replay", REASONING, "--concurrency", "2", "--num-requests", "4", "--no-continuous-usage", "--server-tokenize",
+            "--sim-config", str(tmp_path / "sim.toml"), "-o", str(out)]  # fmt: skip
+    result = CliRunner().invoke(cli, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "could not be counted" in result.output and "/tokenize" in result.output
+    df = specreplay.load(out)
+    assert set(df["chunk_token_source"]) == {"text_length"}

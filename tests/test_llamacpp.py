@@ -271,3 +271,16 @@ def test_an_imported_mooncake_excerpt_replays_with_no_request_refused(tmp_path: 
     # Each prompt reached the server whole: at least one token per filler word.
     words = {r.id: r.prompt_blocks.tokens for r in records if r.prompt_blocks}
     assert all(df["prompt_tokens"] >= df["trace_id"].map(words))
+
+
+def test_the_servers_tokenize_counts_the_chunks_after_the_point(tmp_path: Path, scripted: tuple[LlamaCppServer, ScriptedModel]) -> None:
+    server, _ = scripted
+    df = replay(tmp_path, server, write_trace(tmp_path / "t.jsonl", 4), max_tokens=100, continuous_usage=False, server_tokenize=True)
+    assert (df["chunk_token_source"] == "tokenizer").all()
+    assert (df["output_tokens"] == COMPLETION_TOKENS).all()
+    assert all(int(sum(k)) == COMPLETION_TOKENS for k in df["chunk_tokens"])
+    assert (df["reasoning_tokens"] + df["content_tokens"] == df["output_tokens"]).all()
+    # The scripted model's tokenizer spells text byte by byte (its generated
+    # tokens are whole words), so /tokenize counts bytes: reconciled with the
+    # 24 tokens, every chunk keeps at least one, none is zero.
+    assert all(min(k) >= 1 for k in df["chunk_tokens"])

@@ -1,6 +1,7 @@
-"""Per-chunk token counts from a local Hugging Face tokenizer
+"""Per-chunk token counts from a tokenizer: a local Hugging Face one
 (`replay --tokenizer tokenizer.json`, the `tokenizers` package: the
-`tokenizer` extra).
+`tokenizer` extra, `ChunkTokenizer`), or the server's own `/tokenize`
+(`replay --server-tokenize`, `server_tokenize.ServerTokenizer`).
 
 Without continuous usage the engine splits the server's final count over the
 chunks by their text's length (`chunk_token_source` = `text_length`). With a
@@ -21,8 +22,9 @@ without usage there is no server count to reconcile with.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -35,8 +37,18 @@ from specreplay.errors import ConfigError
 TEXT_COLUMNS: tuple[str, ...] = ("chunk_text", "chunk_text_chars")
 
 
+class ChunkCounter(Protocol):
+    """What counts tokens per chunk: per request, from its whole text and
+    its characters per chunk; None for a request it cannot count. `failure`
+    says why it stopped counting, if it did."""
+
+    failure: str | None
+
+    def counts(self, texts: list[str], chars: list[np.ndarray]) -> Sequence[np.ndarray | None]: ...
+
+
 class ChunkTokenizer:
-    """A `tokenizer.json` loaded once for the run."""
+    """A local `tokenizer.json` loaded once for the run."""
 
     def __init__(self, path: str | Path) -> None:
         try:
@@ -48,6 +60,7 @@ class ChunkTokenizer:
         except Exception as e:  # the package raises plain Exception for a bad file
             raise ConfigError(f"--tokenizer {path}: not a Hugging Face tokenizer.json ({e})") from None
         self.path = str(path)
+        self.failure: str | None = None
 
     def counts(self, texts: list[str], chars: list[np.ndarray]) -> list[np.ndarray]:
         """Per request: its tokens per chunk, a token counted in the chunk
@@ -55,42 +68,56 @@ class ChunkTokenizer:
         encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
         out = []
         for encoding, per_chunk in zip(encodings, chars):
-            ends = np.cumsum(per_chunk)
             offsets = np.asarray(encoding.offsets, dtype="int64").reshape(-1, 2)
-            last_char = offsets[:, 1] - 1
-            chunk = np.minimum(np.searchsorted(ends, last_char, side="right"), max(len(ends) - 1, 0))
-            out.append(np.bincount(chunk, minlength=len(ends)).astype("int64"))
+            out.append(tokens_per_chunk(offsets[:, 1] - 1, per_chunk))
         return out
 
-    def recount(self, rows: pa.RecordBatch, text: pa.Array, chars: pa.Array) -> pa.RecordBatch:
-        """`rows` (results columns) with the `text_length` rows' per-chunk
-        counts, reasoning/content split and `chunk_token_source` replaced by
-        the tokenizer's, reconciled with the server's counts; `text` and
-        `chars` are the engine's `TEXT_COLUMNS` for the same rows."""
-        source = rows.column("chunk_token_source")
-        chosen = pc.fill_null(pc.equal(source, "text_length"), False)
-        picked = np.flatnonzero(chosen.to_numpy(zero_copy_only=False))
-        if not len(picked):
-            return rows
-        index = pa.array(picked)
-        texts = [str(t) for t in text.take(index).to_pylist()]
-        picked_chars = chars.take(index)
-        flat = pc.list_flatten(picked_chars).to_numpy(zero_copy_only=False).astype("int64")
-        char_lists = np.split(flat, picked_chars.offsets.to_numpy()[1:-1])
-        counts = self.counts(texts, char_lists)
-        # The server's split is kept where it gave one (token_source usage).
-        given = pc.equal(rows.column("token_source").take(index), "usage")
-        reasoning = pc.if_else(given, rows.column("reasoning_tokens").take(index), pa.nulls(len(picked), pa.int64()))
-        request = pa.record_batch(
-            {
-                "weights": pa.array(counts, type=pa.list_(pa.int64())),
-                "chunk_channel": rows.column("chunk_channel").take(index),
-                "output_tokens": rows.column("output_tokens").take(index),
-                "reasoning_tokens": reasoning,
-            }
-        )
-        reconciled = pa.record_batch(_core.reconcile_chunk_tokens(request))
-        return _replace_rows(rows, picked, reconciled)
+
+def tokens_per_chunk(last_chars: np.ndarray, chars: np.ndarray) -> np.ndarray:
+    """Tokens per chunk, a token counted in the chunk that holds its last
+    character (`last_chars`: per token, its position in the text; `chars`:
+    characters per chunk)."""
+    ends = np.cumsum(chars)
+    chunk = np.minimum(np.searchsorted(ends, last_chars, side="right"), max(len(ends) - 1, 0))
+    counts: np.ndarray = np.bincount(chunk, minlength=len(ends)).astype("int64")
+    return counts
+
+
+def recount(counter: ChunkCounter, rows: pa.RecordBatch, text: pa.Array, chars: pa.Array) -> pa.RecordBatch:
+    """`rows` (results columns) with the `text_length` rows' per-chunk
+    counts, reasoning/content split and `chunk_token_source` replaced by
+    `counter`'s, reconciled with the server's counts; `text` and `chars` are
+    the engine's `TEXT_COLUMNS` for the same rows. A row the counter cannot
+    count keeps the estimate."""
+    source = rows.column("chunk_token_source")
+    chosen = pc.fill_null(pc.equal(source, "text_length"), False)
+    candidates = np.flatnonzero(chosen.to_numpy(zero_copy_only=False))
+    if not len(candidates):
+        return rows
+    index = pa.array(candidates)
+    texts = [str(t) for t in text.take(index).to_pylist()]
+    picked_chars = chars.take(index)
+    flat = pc.list_flatten(picked_chars).to_numpy(zero_copy_only=False).astype("int64")
+    char_lists = np.split(flat, picked_chars.offsets.to_numpy()[1:-1])
+    counted = list(counter.counts(texts, char_lists))
+    kept = [i for i, c in enumerate(counted) if c is not None]
+    if not kept:
+        return rows
+    picked = candidates[kept]
+    index = pa.array(picked)
+    # The server's split is kept where it gave one (token_source usage).
+    given = pc.equal(rows.column("token_source").take(index), "usage")
+    reasoning = pc.if_else(given, rows.column("reasoning_tokens").take(index), pa.nulls(len(picked), pa.int64()))
+    request = pa.record_batch(
+        {
+            "weights": pa.array([counted[i] for i in kept], type=pa.list_(pa.int64())),
+            "chunk_channel": rows.column("chunk_channel").take(index),
+            "output_tokens": rows.column("output_tokens").take(index),
+            "reasoning_tokens": reasoning,
+        }
+    )
+    reconciled = pa.record_batch(_core.reconcile_chunk_tokens(request))
+    return _replace_rows(rows, picked, reconciled)
 
 
 def _replace_rows(rows: pa.RecordBatch, picked: np.ndarray, reconciled: pa.RecordBatch) -> pa.RecordBatch:

@@ -21,11 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from specreplay import _core
-from specreplay.chunk_tokenizer import ChunkTokenizer
+from specreplay.chunk_tokenizer import ChunkCounter, ChunkTokenizer, recount
 from specreplay.config import Point, ReplayConfig
 from specreplay.errors import ConfigError
 from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
+from specreplay.server_tokenize import ServerTokenizer
 from specreplay.servermetrics import store as metrics_store
 from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
 from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url
@@ -101,7 +102,7 @@ def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]
         "retries": config.retries,
         "seed": config.seed,
         "preconnect": config.preconnect,
-        "chunk_text": config.tokenizer is not None,
+        "chunk_text": config.tokenizer is not None or config.server_tokenize,
     }
 
 
@@ -144,7 +145,7 @@ class _Run:
     trace_sha256: str
     target: Target | None = None
     scraper: Scraper | None = None
-    tokenizer: ChunkTokenizer | None = None
+    tokenizer: ChunkCounter | None = None
 
     def metrics_target(self) -> str | None:
         """The metrics page to scrape, or None with `metrics = false`."""
@@ -225,6 +226,8 @@ def run_replay(
                 else f"target {redact_url(run.target.url)}" + (f", model {run.target.model}" if run.target.model else "")
             )
             hooks.target(run.target, (f"{run.config.label}: " if len(runs) > 1 else "") + desc)
+            if run.config.server_tokenize:
+                run.tokenizer = ServerTokenizer(run.target.url, run.headers)
             if run.config.url is not None and run.config.continuous_usage:
                 _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
         metadata = _file_metadata(runs, run_id)
@@ -294,7 +297,7 @@ def _run_point(
     index: int,
     hooks: Hooks,
     scraper: Scraper | None = None,
-    tokenizer: ChunkTokenizer | None = None,
+    tokenizer: ChunkCounter | None = None,
 ) -> bool:
     """Runs one point to the end, bracketed by the scraper's own scrapes of
     the server's metrics, then recounts its chunks with `tokenizer` if any;
@@ -343,10 +346,12 @@ def _run_point(
         # Between points, off the measurement path. The partial file keeps
         # the engine's estimate; the final file gets the recount.
         for i, (text, chars) in enumerate(texts):
-            recounted = tokenizer.recount(written[i], text, chars)
+            recounted = recount(tokenizer, written[i], text, chars)
             writer.replace(written[i], recounted)
             written[i] = recounted
         texts.clear()
+        if tokenizer.failure:
+            hooks.note(f"the chunks could not be counted: {tokenizer.failure}; the rows keep the estimate from the chunks' text")
     rows = pa.Table.from_batches(written, schema=writer.schema)
     if scraper is not None and len(scraper.log):
         # The point's rows as the file will hold them: with its samples.
