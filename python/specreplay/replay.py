@@ -22,11 +22,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from specreplay import _core
+from specreplay.chunk_tokenizer import ChunkCounter, ChunkTokenizer, recount
 from specreplay.config import Point, ReplayConfig
 from specreplay.errors import ConfigError, SpecreplayError
 from specreplay.feed import Feeder
 from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
+from specreplay.server_tokenize import ServerTokenizer
 from specreplay.servermetrics import store as metrics_store
 from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
 from specreplay.shaping import auth_headers, base_url, body_with_prompt, redact_url
@@ -105,6 +107,7 @@ def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]
         "preconnect": config.preconnect,
         "sessions": config.sessions,
         "live_history": config.live_history,
+        "chunk_text": config.tokenizer is not None or config.server_tokenize,
     }
 
 
@@ -146,6 +149,7 @@ class _Run:
     trace_sha256: str
     target: Target | None = None
     scraper: Scraper | None = None
+    tokenizer: ChunkCounter | None = None
 
     def metrics_target(self) -> str | None:
         """The metrics page to scrape, or None with `metrics = false`."""
@@ -176,7 +180,8 @@ def _prepare_run(config: ReplayConfig) -> _Run:
     config.validate()
     trace = scan_trace(config.trace)
     headers = auth_headers(config, set(trace.apis))
-    return _Run(config, trace, config.points(trace.has_arrivals), headers, trace.sha256)
+    tokenizer = ChunkTokenizer(config.tokenizer) if config.tokenizer else None
+    return _Run(config, trace, config.points(trace.has_arrivals), headers, trace.sha256, tokenizer=tokenizer)
 
 
 def _session_note(run: _Run) -> str | None:
@@ -234,6 +239,8 @@ def run_replay(
                 else f"target {redact_url(run.target.url)}" + (f", model {run.target.model}" if run.target.model else "")
             )
             hooks.target(run.target, (f"{run.config.label}: " if len(runs) > 1 else "") + desc)
+            if run.config.server_tokenize:
+                run.tokenizer = ServerTokenizer(run.target.url, run.headers)
             if run.config.url is not None and run.config.continuous_usage:
                 _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
             note = _session_note(run)
@@ -261,7 +268,7 @@ def run_replay(
                     hooks.point_started(point, index, len(result.points), run.config.label)
                     spec = _run_spec(run.config, point, run.headers)
                     feeder = Feeder(run.trace, run.config, run.target.url, model)
-                    finished = _run_point(spec, feeder, writer, run_id, run.config.label, point, index, hooks, run.scraper)
+                    finished = _run_point(spec, feeder, writer, run_id, run.config.label, point, index, hooks, run.scraper, run.tokenizer)
                     if k == 0:  # every point of a run replays the same turns: say it once
                         for note in feeder.think.sources.notes():
                             hooks.note(note)
@@ -310,12 +317,13 @@ def _run_point(
     index: int,
     hooks: Hooks,
     scraper: Scraper | None = None,
+    tokenizer: ChunkCounter | None = None,
 ) -> bool:
     """Runs one point to the end, feeding it as it asks, bracketed by the
-    scraper's own scrapes of the server's metrics; False if the user
-    interrupted it. A trace that turns out bad while it is fed (it changed
-    since it was checked) cancels the point, keeps what finished, and raises
-    once every row is written."""
+    scraper's own scrapes of the server's metrics, then recounts its chunks
+    with `tokenizer` if any; False if the user interrupted it. A trace that
+    turns out bad while it is fed (it changed since it was checked) cancels
+    the point, keeps what finished, and raises once every row is written."""
     try:
         if scraper is not None:
             scraper.start_point(label, point.name)
@@ -326,6 +334,8 @@ def _run_point(
     interrupted = False
     failure: SpecreplayError | None = None
     first_row = writer.rows  # this point's rows follow in the file
+    # For the tokenizer, per written batch: it, and the engine's chunk text columns.
+    texts: list[tuple[pa.RecordBatch, pa.Array, pa.Array]] = []
 
     def progress() -> Progress:
         p = run.progress()
@@ -349,13 +359,25 @@ def _run_point(
             continue
         if batch is None:
             break
-        writer.write(pa.record_batch(batch), run_id=run_id, label=label, point=point.name, point_index=index)
+        engine_batch = pa.record_batch(batch)
+        out = writer.write(engine_batch, run_id=run_id, label=label, point=point.name, point_index=index)
+        if out is not None and tokenizer is not None:
+            texts.append((out, engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
         hooks.progress(progress())
     try:
         if scraper is not None:
             scraper.end_point()
     except KeyboardInterrupt:
         interrupted = True
+    if tokenizer is not None:
+        # Between points, off the measurement path. The partial file keeps
+        # the engine's estimate; the final file gets the recount.
+        if texts:
+            recounted = [recount(tokenizer, written, text, chars) for written, text, chars in texts]
+            writer.replace_from(first_row, pa.Table.from_batches(recounted, schema=writer.schema))
+        texts.clear()
+        if tokenizer.failure:
+            hooks.note(f"the chunks could not be counted: {tokenizer.failure}; the rows keep the estimate from the chunks' text")
     rows = writer.table(first_row)
     if scraper is not None and len(scraper.log):
         # The point's rows as the file will hold them: with its samples.

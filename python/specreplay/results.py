@@ -74,6 +74,15 @@ class ResultsWriter:
         self.rows += n
         return out
 
+    def replace_from(self, first_row: int, rows: pa.Table) -> None:
+        """Puts `rows` in place of every row from `first_row` on (as many) in
+        the final file; the partial stream keeps them as written."""
+        kept = self.table().slice(0, first_row)
+        if kept.num_rows + rows.num_rows != self.rows:
+            raise ValueError(f"replace_from: {rows.num_rows} rows for the {self.rows - first_row} from row {first_row}")
+        self._batches = kept.to_batches() + rows.to_batches()
+        self._fresh = []
+
     def table(self, first_row: int = 0) -> pa.Table:
         """Every row written so far (from `first_row` on)."""
         return pa.Table.from_batches(self._batches + self._fresh, schema=self.schema).slice(first_row)

@@ -8,6 +8,7 @@
 //! and a feed that falls behind shows as send lag, never as a blocked thread.
 
 mod accounting;
+pub mod apportion;
 pub mod batch;
 pub mod body;
 mod dispatch;
@@ -290,6 +291,7 @@ fn launch(
                 cancel,
                 server_stamps: spec.server_stamps,
                 keep_answer: spec.live_history && dependent,
+                chunk_text: spec.chunk_text,
             },
             releases: Releases::new(feed.bell.clone()),
             feed,
