@@ -9,18 +9,15 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http::Uri;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::{Connection, HttpConnector};
 use tower_service::Service;
 
 use super::read_log::{ConnLog, H1_READS};
-use super::stream::{KernelStamped, Recording};
+use super::stream::{Conn, KernelStamped};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
-
-/// The stream a pooled connection is made of.
-pub type Conn = Recording<MaybeHttpsStream<KernelStamped>>;
 
 /// hyper-util's TCP connector, its socket wrapped in [`KernelStamped`].
 #[derive(Clone)]
@@ -104,16 +101,13 @@ impl StampingConnector {
     /// Opens a connection (TCP, then TLS for https) and times it.
     async fn open(mut https: HttpsConnector<TcpConnector>, dst: Uri) -> Result<Conn, BoxError> {
         let started = Instant::now();
-        let stream = https.call(dst).await?;
-        let log = match &stream {
-            MaybeHttpsStream::Http(tcp) => tcp.log().clone(),
-            MaybeHttpsStream::Https(tls) => tls.inner().get_ref().0.inner().log().clone(),
-        };
-        log.set_connect_us(started.elapsed().as_micros() as i64);
-        if stream.connected().is_negotiated_h2() {
-            log.set_h2();
+        let conn = Conn::new(https.call(dst).await?);
+        conn.log()
+            .set_connect_us(started.elapsed().as_micros() as i64);
+        if matches!(conn, Conn::Tls(_)) && conn.connected().is_negotiated_h2() {
+            conn.log().set_h2();
         }
-        Ok(Recording::new(stream, log))
+        Ok(conn)
     }
 
     /// Opens up to `n` connections to `uri`'s origin before the clock starts,
