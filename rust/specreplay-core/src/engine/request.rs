@@ -66,6 +66,11 @@ struct Attempt {
 /// how many were made.
 pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut RequestRecord) {
     let deadline = ctx.timeout.map(|t| tokio::time::Instant::now() + t);
+    // The run's token, through a child of this request's own: waiting on a
+    // token locks its mutex at every poll (tokio's `Notified`), and this wait
+    // is polled at every chunk, so a token shared by every request task
+    // would be one lock contended by every worker thread per chunk.
+    let cancel = ctx.cancel.child_token();
     // What ends an attempt or a backoff early: the whole-request deadline
     // or the run's cancellation.
     let interrupted = || async {
@@ -83,7 +88,7 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
                     ctx.timeout.unwrap_or_default().as_secs_f64()
                 ),
             ),
-            _ = ctx.cancel.cancelled() => (ErrorKind::Cancelled, "run cancelled".to_string()),
+            _ = cancel.cancelled() => (ErrorKind::Cancelled, "run cancelled".to_string()),
         }
     };
     let mut attempts = 0;

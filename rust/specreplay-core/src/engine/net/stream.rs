@@ -261,13 +261,16 @@ pub enum Conn {
 }
 
 impl Conn {
+    /// A plain TCP connection: hyper reads the socket itself.
+    pub fn plain(mut tcp: KernelStamped) -> Self {
+        tcp.read_by_hyper = true;
+        Conn::Plain(tcp)
+    }
+
     /// The instrumented stream for what the TLS connector opened.
     pub fn new(stream: MaybeHttpsStream<KernelStamped>) -> Self {
         match stream {
-            MaybeHttpsStream::Http(mut tcp) => {
-                tcp.read_by_hyper = true;
-                Conn::Plain(tcp)
-            }
+            MaybeHttpsStream::Http(tcp) => Conn::plain(tcp),
             MaybeHttpsStream::Https(tls) => {
                 let log = tls.inner().get_ref().0.inner().log().clone();
                 let tls = MaybeHttpsStream::Https(tls);
