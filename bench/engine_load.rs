@@ -11,7 +11,7 @@
 //! one and prints it).
 //!
 //! `stream` prints one JSON line: requests, text chunks, CPU seconds of the
-//! process over the run (getrusage), CPU µs per chunk, the share of chunks
+//! process over the run (getrusage: total, user, system), CPU µs per chunk, the share of chunks
 //! with a kernel stamp. `mem` runs a short warm-up, takes the base RSS, starts
 //! STREAMS requests at once and samples RSS every 250 ms from SETTLE_S to
 //! SETTLE_S + SAMPLE_S after their start, then cancels them and exits.
@@ -88,14 +88,16 @@ fn main() {
         "stream" => {
             let concurrency: usize = arg(&args, 3, "CONCURRENCY");
             let requests: u64 = arg(&args, 4, "REQUESTS");
-            let (cpu0, wall0) = (process_cpu_s(), Instant::now());
+            let ((user0, sys0), wall0) = (process_cpu_s(), Instant::now());
             let mut run = start(&rt, &url, concurrency, requests, 4096);
             let (rows, failed, chunks, kernel) = drain(&rt, &mut run);
-            let (cpu, wall) = (process_cpu_s() - cpu0, wall0.elapsed().as_secs_f64());
+            let (user1, sys1) = process_cpu_s();
+            let (cpu, wall) = (user1 - user0 + sys1 - sys0, wall0.elapsed().as_secs_f64());
             println!(
                 "{}",
                 serde_json::json!({
                     "requests": rows, "failed": failed, "chunks": chunks, "wall_s": wall, "cpu_s": cpu,
+                    "user_s": user1 - user0, "sys_s": sys1 - sys0,
                     "cpu_us_per_chunk": cpu * 1e6 / chunks.max(1) as f64,
                     "kernel_stamped": kernel as f64 / chunks.max(1) as f64,
                 })

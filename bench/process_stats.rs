@@ -2,13 +2,13 @@
 //! seconds (getrusage), resident memory, command-line arguments by position.
 //! Included by each bench with `#[path = "process_stats.rs"] mod process_stats;`.
 
-/// User + system CPU seconds of this process so far.
-pub fn process_cpu_s() -> f64 {
+/// User and system CPU seconds of this process so far.
+pub fn process_cpu_s() -> (f64, f64) {
     // SAFETY: a zeroed rusage is valid, and getrusage fills it.
     let mut r: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(r.ru_utime) + secs(r.ru_stime)
+    (secs(r.ru_utime), secs(r.ru_stime))
 }
 
 /// This process's resident set (VmRSS), KiB.

@@ -7,21 +7,28 @@
 //!
 //!     cargo run --release -p specreplay-core --example reference_client -- stream URL CONCURRENCY REQUESTS WARMUP DURATION_S
 //!     cargo run --release -p specreplay-core --example reference_client -- mem URL STREAMS SETTLE_S SAMPLE_S
+//!     cargo run --release -p specreplay-core --example reference_client -- raw URL CONCURRENCY REQUESTS WARMUP DURATION_S
+//!     cargo run --release -p specreplay-core --example reference_client -- raw-mem URL STREAMS SETTLE_S SAMPLE_S
 //!
 //! `stream`: closed loop, CONCURRENCY requests in flight until REQUESTS were
 //! sent or DURATION_S passed. Prints one JSON line: chunks, CPU seconds
 //! (getrusage around the run, connection set-up included, as for
-//! specreplay), and per text chunk after the first WARMUP requests its
-//! CLOCK_MONOTONIC µs at the frame's arrival (before parsing) and the
-//! simulator's `sim_sent_us`, so the bench can compute the same user-space
-//! stamp error it computes for the other clients.
+//! specreplay: total, user, system), and per text chunk after the first
+//! WARMUP requests its CLOCK_MONOTONIC µs at the frame's arrival (before
+//! parsing) and the simulator's `sim_sent_us`, so the bench can compute the
+//! same user-space stamp error it computes for the other clients.
 //!
 //! `mem`: a short warm-up, the base RSS, then STREAMS long requests at once;
 //! RSS sampled every 250 ms from SETTLE_S to SETTLE_S + SAMPLE_S after their
 //! start, with the number in flight; then it exits.
 //!
-//! It is a bench: it asserts nothing, talks to the URL it is given only
-//! (127.0.0.1 in the bench), and every loop is bounded in count and time.
+//! `raw` and `raw-mem`: the same, by the floor client (`raw_request`): no
+//! HTTP library, no parsing, no stamps. What reading these streams costs at
+//! all on this machine, below which no client of this kind can go.
+//!
+//! URL is the server's `/v1` base. It is a bench: it asserts nothing, talks
+//! to the URL it is given only (127.0.0.1 in the bench), and every loop is
+//! bounded in count and time.
 
 #![allow(clippy::print_stdout)] // a bench prints its figures
 
@@ -348,7 +355,7 @@ fn stream_mode(args: &[String]) {
     let (warmup, duration_s): (u64, f64) = (arg(args, 5, "WARMUP"), arg(args, 6, "DURATION_S"));
     let rt = runtime();
     let duration = Duration::from_secs_f64(duration_s);
-    let (cpu0, wall0) = (process_cpu_s(), Instant::now());
+    let ((user0, sys0), wall0) = (process_cpu_s(), Instant::now());
     let totals = Arc::new(Totals::default());
     if args[1] == "raw" {
         rt.block_on(raw_closed_loop(
@@ -369,7 +376,7 @@ fn stream_mode(args: &[String]) {
             totals.clone(),
         ));
     }
-    let (cpu1, wall) = (process_cpu_s(), wall0.elapsed().as_secs_f64());
+    let ((user1, sys1), wall) = (process_cpu_s(), wall0.elapsed().as_secs_f64());
     let steady = totals.steady.lock().unwrap_or_else(|e| e.into_inner());
     let chunks = totals.chunks.load(Ordering::Relaxed);
     println!(
@@ -379,7 +386,9 @@ fn stream_mode(args: &[String]) {
             "requests_failed": totals.failed.load(Ordering::Relaxed),
             "chunks": chunks,
             "wall_s": wall,
-            "cpu_s": cpu1 - cpu0,
+            "cpu_s": user1 - user0 + sys1 - sys0,
+            "user_s": user1 - user0,
+            "sys_s": sys1 - sys0,
             "arrival_mono_us": steady.0,
             "server_us": steady.1,
         })
