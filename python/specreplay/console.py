@@ -1,6 +1,7 @@
 """Rendering the summary, the per-request listing and the validity findings
 with rich. Every function takes the `Console` to print on, so the CLI, tests
-(`Console(record=True)`) and notebooks choose where it goes.
+(`Console(record=True)`) and notebooks choose where it goes; the CLI's come
+from `cli_console`.
 
 Text that comes from data (trace ids, error messages, findings) is passed as
 `rich.text.Text`, never as markup: a `[` in a server's error must not be
@@ -10,6 +11,7 @@ parsed as a style tag.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -17,7 +19,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from specreplay.summary import STATS, per_request
+from specreplay.summary import STATS
 from specreplay.validity import Finding
 
 # Summary prefix -> row label. TTFC is spelled out: it is the figure a user waits for.
@@ -31,6 +33,32 @@ LATENCY_LABELS: dict[str, str] = {
     "send_lag": "send lag",
 }
 MISSING = "—"
+
+#: The width of a CLI console whose output is not a terminal: wide enough that
+#: no table is wrapped and no line split, so `grep` finds a whole line.
+UNWRAPPED_WIDTH = 100_000
+
+
+def cli_console(*, stderr: bool = False) -> Console:
+    """A console for the CLI on stdout (or stderr). On a terminal, rich's own
+    layout for its width. Anywhere else (a pipe, a file, a CI log) tables
+    keep their natural width and lines are not wrapped: rich would otherwise
+    wrap at 80 columns, and a verdict such as "no significant difference"
+    split over two lines is one `grep` misses."""
+    console = Console(stderr=stderr)
+    if not _is_tty(console):
+        console.width = UNWRAPPED_WIDTH
+    return console
+
+
+def _is_tty(console: Console) -> bool:
+    # The file itself, not rich's is_terminal: FORCE_COLOR (set in many CI
+    # logs for colour) makes rich treat a pipe as a terminal of 80 columns.
+    isatty = getattr(console.file, "isatty", None)
+    try:
+        return bool(isatty is not None and isatty())
+    except ValueError:  # a closed file
+        return False
 
 
 def _missing(value: Any) -> bool:
@@ -51,14 +79,28 @@ def fmt_ms(value: Any) -> str:
     return f"{x:,.0f}"
 
 
+def fmt_value(value: Any, unit: str) -> str:
+    """A compared figure in its unit: ms, a rate, a share (%), tokens per step, requests."""
+    if unit == "ms":
+        return fmt_ms(value)
+    if _missing(value):
+        return MISSING
+    if unit == "%":
+        return f"{float(value):.1%}"
+    if unit in ("tok/step", "req"):
+        return f"{float(value):.3g}" if unit == "req" else f"{float(value):.2f}"
+    return fmt_rate(value)
+
+
 def fmt_rate(value: Any, digits: int = 1) -> str:
     """A rate (tokens/s, requests/s) with thousands separators; — when unknown."""
     return MISSING if _missing(value) else f"{float(value):,.{digits}f}"
 
 
-def print_summary(console: Console, summary: pd.DataFrame) -> None:
+def print_summary(console: Console, summary: pd.DataFrame, findings: Sequence[Finding] = ()) -> None:
     """Per sweep point of a `summary.summarize` frame: a heading line (counts,
-    duration, rates), a table of latencies in ms, and a throughput line."""
+    duration, rates), a table of latencies in ms, a throughput line, and the
+    `findings` on that point (those whose `point` is the row's), if any."""
     for _, row in summary.iterrows():
         console.print(Text(_point_heading(row), style="bold"))
         console.print(_latency_table(row))
@@ -73,6 +115,9 @@ def print_summary(console: Console, summary: pd.DataFrame) -> None:
         client = _client_line(row)
         if client:
             console.print(Text(client, style="dim"))
+        for line in server_lines(row):
+            console.print(Text(line))
+        print_finding_lines(console, [f for f in findings if f.point == row["point"]])
         console.print()
 
 
@@ -92,6 +137,47 @@ def _client_line(row: pd.Series) -> str:
             f"{int(row['connected'])} requests connected: p50 {fmt_ms(row['connect_p50_ms'])} / p99 {fmt_ms(row['connect_p99_ms'])} ms"
         )
     return "  ·  ".join(parts)
+
+
+def server_lines(row: pd.Series) -> list[str]:
+    """What the server's own metrics said about the point (docs/results.md,
+    "Server metrics"): speculative decoding, then load; nothing when the run
+    scraped none, and only the figures the server published."""
+    if not row.get("server_scrapes"):
+        return []
+    lines = []
+    if not _missing(row.get("spec_acceptance_length")):
+        spec = []
+        if not _missing(row["spec_draft_len"]):
+            spec.append(f"{float(row['spec_draft_len']):.3g} drafts/step")
+        if not _missing(row["spec_acceptance_rate"]):
+            spec.append(f"acceptance rate {float(row['spec_acceptance_rate']):.1%}")
+        length = f"acceptance length {float(row['spec_acceptance_length']):.2f} tokens/step"
+        if not _missing(row.get("decode_chunk_tokens_mean")):
+            length += f" (client: {float(row['decode_chunk_tokens_mean']):.2f} tokens per chunk after the first)"
+        spec.append(length)
+        by_position = row.get("spec_acceptance_by_position")
+        if isinstance(by_position, tuple) and by_position:
+            spec.append("by position " + " ".join(f"{x:.0%}" for x in by_position[:8]) + (" …" if len(by_position) > 8 else ""))
+        if not _missing(row["spec_drafts_per_s"]):
+            spec.append(f"{fmt_rate(row['spec_drafts_per_s'])} steps/s")
+        lines.append("  server speculation: " + "  ·  ".join(spec))
+    load = []
+    for key, name in (("running", "running"), ("waiting", "waiting")):
+        if not _missing(row.get(f"server_{key}_mean")):
+            load.append(
+                f"{name} {float(row[f'server_{key}_mean']):.3g} mean, {float(row[f'server_{key}_p90']):.3g} p90, "
+                f"{float(row[f'server_{key}_max']):.3g} max"
+            )
+    if not _missing(row.get("server_kv_usage_mean")):
+        load.append(f"KV cache {float(row['server_kv_usage_mean']):.0%} mean, {float(row['server_kv_usage_max']):.0%} max")
+    if not _missing(row.get("server_prefix_hit_rate")):
+        load.append(f"prefix-cache hits {float(row['server_prefix_hit_rate']):.0%}")
+    if not _missing(row.get("server_preemptions")):
+        load.append(f"preemptions {int(row['server_preemptions'])}")
+    scrapes = f"{int(row['server_scrapes'])} scrapes over {float(row['server_window_s']):.1f} s"
+    lines.append("  server load: " + "  ·  ".join(load + [scrapes]))
+    return lines
 
 
 def _point_heading(row: pd.Series) -> str:
@@ -122,9 +208,10 @@ def _latency_table(row: pd.Series) -> Table:
     return table
 
 
-def print_per_request(console: Console, df: pd.DataFrame) -> None:
-    """The `--per-request` listing of a results frame (warmup rows left out)."""
-    lines = per_request(df).sort_values(["point", "request_index"], kind="stable")
+def print_per_request(console: Console, lines: pd.DataFrame) -> None:
+    """The `--per-request` listing: `summary.per_request`'s lines (or
+    `summary.request_lines` of an analysis' rows)."""
+    lines = lines.sort_values(["point", "request_index"], kind="stable")
     # One point (as after each sweep point): name it once, not on every line.
     single = lines["point"].nunique() == 1
     title = f"per request · {lines['point'].iloc[0]}" if single else "per request"
@@ -155,25 +242,46 @@ def _int(value: Any) -> str:
     return MISSING if _missing(value) else str(int(value))
 
 
+#: (style of the level, point and code; style of the message) per level.
+FINDING_STYLES: dict[str, tuple[str, str]] = {"error": ("bold red", "red"), "warning": ("yellow", ""), "note": ("cyan", "")}
+
+
 def print_findings(console: Console, findings: list[Finding]) -> None:
-    """The validity findings under a header no one can miss: errors in bold red
-    under "INVALID MEASUREMENT", warnings in yellow, notes in cyan."""
-    errors = [f for f in findings if f.level == "error"]
-    warnings = [f for f in findings if f.level == "warning"]
-    notes = [f for f in findings if f.level == "note"]
-    if errors:
-        header = f"INVALID MEASUREMENT: {len(errors)} error(s), {len(warnings)} warning(s) — read before using any figure"
-        console.print(Text(header, style="bold white on red"))
-    elif warnings:
-        console.print(Text(f"MEASUREMENT WARNINGS: {len(warnings)} warning(s)", style="bold yellow"))
-    else:
-        console.print(Text("validity: no errors or warnings", style="green"))
-    styles = {"error": ("bold red", "red"), "warning": ("yellow", ""), "note": ("cyan", "")}
-    for finding in errors + warnings + notes:
-        head, body = styles[finding.level]
+    """The validity findings under a header no one can miss (`print_verdict`'s):
+    errors in bold red, then warnings in yellow, then notes in cyan."""
+    _print_header(console, findings)
+    print_finding_lines(console, sorted(findings, key=lambda f: list(FINDING_STYLES).index(f.level)))
+
+
+def print_finding_lines(console: Console, findings: Sequence[Finding]) -> None:
+    """One line per finding, in the order given: level, point, code, message."""
+    for finding in findings:
+        head, body = FINDING_STYLES[finding.level]
         line = Text(f"{finding.level.upper():7} {finding.point}  {finding.code}: ", style=head)
         line.append(finding.message, style=body)
         console.print(line)
+
+
+def print_verdict(console: Console, findings: list[Finding]) -> None:
+    """The verdict over a whole run, for its end (the findings themselves
+    were printed with each point): the header, then the point and code of
+    each error and warning."""
+    _print_header(console, findings)
+    for finding in sorted((f for f in findings if f.level != "note"), key=lambda f: list(FINDING_STYLES).index(f.level)):
+        console.print(Text(f"{finding.level.upper():7} {finding.point}  {finding.code}", style=FINDING_STYLES[finding.level][0]))
+
+
+def _print_header(console: Console, findings: list[Finding]) -> None:
+    # "INVALID MEASUREMENT" as soon as one finding is an error.
+    errors = sum(f.level == "error" for f in findings)
+    warnings = sum(f.level == "warning" for f in findings)
+    if errors:
+        header = f"INVALID MEASUREMENT: {errors} error(s), {warnings} warning(s) — read before using any figure"
+        console.print(Text(header, style="bold white on red"))
+    elif warnings:
+        console.print(Text(f"MEASUREMENT WARNINGS: {warnings} warning(s)", style="bold yellow"))
+    else:
+        console.print(Text("validity: no errors or warnings", style="green"))
 
 
 VERDICT_STYLES: dict[str, str] = {"faster": "bold green", "slower": "bold red", "no significant difference": "dim", "n/a": "dim"}
@@ -202,13 +310,12 @@ def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 
         table.add_column(f"{confidence:.0%} CI", justify="right")
         table.add_column("verdict")
         for _, row in rows.iterrows():
-            fmt = fmt_ms if row["unit"] == "ms" else fmt_rate
-            unit = " ms" if row["unit"] == "ms" else ""
+            unit = str(row["unit"])
             interval = MISSING if _missing(row["ci_low"]) else f"[{fmt_change(row['ci_low'])}, {fmt_change(row['ci_high'])}]"
             table.add_row(
-                f"{row['name']}{unit}" if row["unit"] == "ms" else str(row["name"]),
-                fmt(row["base_value"]),
-                fmt(row["value"]),
+                f"{row['name']} ms" if unit == "ms" else str(row["name"]),
+                fmt_value(row["base_value"], unit),
+                fmt_value(row["value"], unit),
                 fmt_change(row["change"]),
                 interval,
                 Text(str(row["verdict"]), style=VERDICT_STYLES.get(str(row["verdict"]), "")),

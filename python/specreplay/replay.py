@@ -18,12 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from specreplay import _core
 from specreplay.config import Point, ReplayConfig
 from specreplay.errors import ConfigError
 from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
+from specreplay.servermetrics import store as metrics_store
+from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
 from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url
 from specreplay.target import Target, preflight, probe_usage, start_embedded
 from specreplay.trace import APIS, Trace, load_trace
@@ -138,12 +141,21 @@ class _Run:
     headers: list[tuple[str, str]]
     trace_sha256: str
     target: Target | None = None
+    scraper: Scraper | None = None
+
+    def metrics_target(self) -> str | None:
+        """The metrics page to scrape, or None with `metrics = false`."""
+        if not self.config.metrics or self.target is None:
+            return None
+        return self.config.metrics_url or metrics_url(self.target.url)
 
     def metadata(self) -> dict[str, Any]:
         """The run's resolved configuration as stored in results files."""
         out = self.config.to_metadata()
         if self.config.url is not None:
             out["url"] = redact_url(self.config.url)
+        if self.config.metrics_url is not None:
+            out["metrics_url"] = redact_url(self.config.metrics_url)
         out["points"] = [p.to_dict() for p in self.points]
         out["trace_sha256"] = self.trace_sha256
         out["llamacpp_timings"] = self.config.llamacpp_timings
@@ -151,6 +163,8 @@ class _Run:
             out["target"] = redact_url(self.target.url)
             out["embedded_simulator"] = self.target.embedded is not None
             out["served_model"] = self.target.model
+            scraped = self.metrics_target()
+            out["metrics_target"] = redact_url(scraped) if scraped else None
         return out
 
 
@@ -211,6 +225,9 @@ def run_replay(
                 _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
         metadata = _file_metadata(runs, run_id)
         writer = ResultsWriter(output, metadata)
+        samples = metrics_store.SampleLog(output)
+        for run in runs:
+            run.scraper = _scraper(run, samples, hooks, named=len(runs) > 1)
         first_target = runs[0].target
         assert first_target is not None
         result = RunResult(
@@ -228,19 +245,39 @@ def run_replay(
                     ensure_open_files(streams, run.target.embedded is not None)
                     hooks.point_started(point, index, len(result.points), run.config.label)
                     spec = _run_spec(run.config, point, run.headers)
-                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks):
+                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks, run.scraper):
                         result.interrupted = True
                         break
                     index += 1
+                if run.scraper is not None:
+                    run.scraper.close()
                 if result.interrupted:
                     break
         finally:
-            writer.close({"specreplay.interrupted": json.dumps(result.interrupted)}, finalize)
+            for run in runs:
+                if run.scraper is not None:
+                    run.scraper.stop()
+            extra = {"specreplay.interrupted": json.dumps(result.interrupted)}
+            if len(samples):
+                extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
+            writer.close(extra, finalize)
+            # Only once they are in the results file.
+            samples.remove()
         return result
     finally:
         for run in runs:
             if run.target is not None:
                 run.target.close()
+
+
+def _scraper(run: _Run, samples: metrics_store.SampleLog, hooks: Hooks, named: bool) -> Scraper | None:
+    url = run.metrics_target()
+    if url is None or run.target is None:
+        return None
+    # The API's credentials go to the API's own server only.
+    headers = run.headers if same_origin(url, run.target.url) else []
+    label = run.config.label
+    return Scraper(url, headers, run.config.metrics_interval, samples, (lambda m: hooks.note(f"{label}: {m}")) if named else hooks.note)
 
 
 def _run_point(
@@ -252,8 +289,15 @@ def _run_point(
     point: Point,
     index: int,
     hooks: Hooks,
+    scraper: Scraper | None = None,
 ) -> bool:
-    """Runs one point to the end; False if the user interrupted it."""
+    """Runs one point to the end, bracketed by the scraper's own scrapes of
+    the server's metrics; False if the user interrupted it."""
+    try:
+        if scraper is not None:
+            scraper.start_point(label, point.name)
+    except KeyboardInterrupt:
+        return False
     run = _core.start_point(spec, requests)
     started = _core.now_us()
     interrupted = False
@@ -279,7 +323,18 @@ def _run_point(
         if out is not None:
             written.append(out)
         hooks.progress(progress())
+    try:
+        if scraper is not None:
+            scraper.end_point()
+    except KeyboardInterrupt:
+        interrupted = True
     rows = pa.Table.from_batches(written, schema=writer.schema)
+    if scraper is not None and len(scraper.log):
+        # The point's rows as the file will hold them: with its samples.
+        taken = scraper.log.table()
+        mine = taken.filter(pc.and_(pc.equal(taken["label"], label), pc.equal(taken["point"], point.name)))
+        metadata = {**(rows.schema.metadata or {}), metrics_store.METADATA_KEY.encode(): metrics_store.encode(mine).encode()}
+        rows = rows.replace_schema_metadata(metadata)
     hooks.point_finished(point, progress(), rows)
     return not interrupted
 
