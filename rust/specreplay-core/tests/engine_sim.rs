@@ -209,6 +209,44 @@ async fn cancelling_turns_in_flight_requests_into_cancelled_rows() {
     sim.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_request_timeout_ends_requests_mid_stream() {
+    let sim = SimServer::start(
+        SimConfig {
+            tpot_ms: 50.0,
+            ..sim_config()
+        },
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+    )
+    .await
+    .unwrap();
+    let url = format!("http://{}/v1/chat/completions", sim.local_addr());
+    let mut spec = spec(LoadMode::Concurrency { concurrency: 3 }, Some(3));
+    spec.timeout_s = Some(0.3);
+    let run = engine::start(
+        spec,
+        requests(&url, 3, None),
+        &tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let records = tokio::time::timeout(Duration::from_secs(10), drain(run))
+        .await
+        .expect("the timeout ended the run's requests");
+    // Each had streamed some chunks (13 or more tokens at 50 ms each) when its
+    // deadline ended it, and keeps them.
+    assert_eq!(records.len(), 3);
+    for r in &records {
+        assert!(
+            matches!(r.error, Some((ErrorKind::Timeout, _))),
+            "{:?}",
+            r.error
+        );
+        assert!(r.first_token_us.is_some());
+        assert!(!r.chunks.is_empty());
+    }
+    sim.shutdown().await;
+}
+
 /// Reads one HTTP/1.1 request (head and Content-Length body); false at EOF.
 async fn read_request(sock: &mut tokio::net::TcpStream) -> bool {
     use tokio::io::AsyncReadExt;

@@ -7,6 +7,7 @@
 mod accounting;
 pub mod batch;
 pub(crate) mod http;
+mod interrupt;
 pub(crate) mod net;
 mod pacing;
 pub mod record;

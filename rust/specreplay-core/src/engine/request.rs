@@ -21,6 +21,7 @@ use crate::sse::{SseEvent, SseParser};
 
 use super::accounting::StreamAccount;
 use super::http::HttpClient;
+use super::interrupt::unless;
 use super::net::{ConnLog, FrameClock};
 use super::record::{ErrorKind, RequestRecord, Stamp};
 use super::spec::PreparedRequest;
@@ -66,13 +67,8 @@ struct Attempt {
 /// how many were made.
 pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut RequestRecord) {
     let deadline = ctx.timeout.map(|t| tokio::time::Instant::now() + t);
-    // The run's token, through a child of this request's own: waiting on a
-    // token locks its mutex at every poll (tokio's `Notified`), and this wait
-    // is polled at every chunk, so a token shared by every request task
-    // would be one lock contended by every worker thread per chunk.
-    let cancel = ctx.cancel.child_token();
     // What ends an attempt or a backoff early: the whole-request deadline
-    // or the run's cancellation.
+    // or the run's cancellation (polled only when it fires: `interrupt`).
     let interrupted = || async {
         let expired = async {
             match deadline {
@@ -88,17 +84,16 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
                     ctx.timeout.unwrap_or_default().as_secs_f64()
                 ),
             ),
-            _ = cancel.cancelled() => (ErrorKind::Cancelled, "run cancelled".to_string()),
+            _ = ctx.cancel.cancelled() => (ErrorKind::Cancelled, "run cancelled".to_string()),
         }
     };
     let mut attempts = 0;
     let (outcome, attempt) = loop {
         attempts += 1;
         let mut attempt = Attempt::default();
-        let outcome = tokio::select! {
-            out = exchange(ctx, req, rec, &mut attempt) => out,
-            failure = interrupted() => Err(failure),
-        };
+        let outcome = unless(exchange(ctx, req, rec, &mut attempt), interrupted())
+            .await
+            .unwrap_or_else(Err);
         let retriable = match &outcome {
             Err((ErrorKind::Connect, _)) => true,
             Err((ErrorKind::Http, _)) => {
@@ -113,9 +108,8 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
             .retry_after
             .unwrap_or(RETRY_BASE * 2u32.saturating_pow(attempts - 1))
             .min(RETRY_AFTER_CAP);
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            failure = interrupted() => break (Err(failure), attempt),
+        if let Err(failure) = unless(tokio::time::sleep(backoff), interrupted()).await {
+            break (Err(failure), attempt);
         }
         rec.first_byte_us = None;
         rec.http_status = None;
