@@ -166,7 +166,11 @@ def engine_mem(sim: Sim, n: int) -> dict[str, Any]:
         elif elapsed >= MEM_SETTLE_S + MEM_SAMPLE_S:
             run.cancel()
 
-    engine_run({"load": {"mode": "concurrency", "concurrency": n}, "num_requests": n, "timeout_s": 120},
+    # No preconnect: the other clients start their N streams with their
+    # connections, and at 4,096 streams preconnect's waves outlast the settle
+    # time (no stream was in flight in the sampled window).
+    engine_run({"load": {"mode": "concurrency", "concurrency": n}, "num_requests": n, "timeout_s": 120,
+                "preconnect": False},
                engine_requests(sim.url, payloads()), on_poll)
     return mem_result(n, rss0, samples, in_flight)
 
