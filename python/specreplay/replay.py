@@ -21,10 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from specreplay import _core
+from specreplay.chunk_tokenizer import ChunkCounter, ChunkTokenizer, recount
 from specreplay.config import Point, ReplayConfig
 from specreplay.errors import ConfigError
 from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
+from specreplay.server_tokenize import ServerTokenizer
 from specreplay.servermetrics import store as metrics_store
 from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
 from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url
@@ -100,6 +102,7 @@ def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]
         "retries": config.retries,
         "seed": config.seed,
         "preconnect": config.preconnect,
+        "chunk_text": config.tokenizer is not None or config.server_tokenize,
     }
 
 
@@ -142,6 +145,7 @@ class _Run:
     trace_sha256: str
     target: Target | None = None
     scraper: Scraper | None = None
+    tokenizer: ChunkCounter | None = None
 
     def metrics_target(self) -> str | None:
         """The metrics page to scrape, or None with `metrics = false`."""
@@ -172,7 +176,8 @@ def _prepare_run(config: ReplayConfig) -> _Run:
     config.validate()
     trace = load_trace(config.trace)
     headers = auth_headers(config, {r.api for r in trace.records})
-    return _Run(config, trace, config.points(trace.has_arrivals), headers, trace.sha256)
+    tokenizer = ChunkTokenizer(config.tokenizer) if config.tokenizer else None
+    return _Run(config, trace, config.points(trace.has_arrivals), headers, trace.sha256, tokenizer=tokenizer)
 
 
 def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:
@@ -221,6 +226,8 @@ def run_replay(
                 else f"target {redact_url(run.target.url)}" + (f", model {run.target.model}" if run.target.model else "")
             )
             hooks.target(run.target, (f"{run.config.label}: " if len(runs) > 1 else "") + desc)
+            if run.config.server_tokenize:
+                run.tokenizer = ServerTokenizer(run.target.url, run.headers)
             if run.config.url is not None and run.config.continuous_usage:
                 _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
         metadata = _file_metadata(runs, run_id)
@@ -245,7 +252,7 @@ def run_replay(
                     ensure_open_files(streams, run.target.embedded is not None)
                     hooks.point_started(point, index, len(result.points), run.config.label)
                     spec = _run_spec(run.config, point, run.headers)
-                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks, run.scraper):
+                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks, run.scraper, run.tokenizer):
                         result.interrupted = True
                         break
                     index += 1
@@ -290,9 +297,11 @@ def _run_point(
     index: int,
     hooks: Hooks,
     scraper: Scraper | None = None,
+    tokenizer: ChunkCounter | None = None,
 ) -> bool:
     """Runs one point to the end, bracketed by the scraper's own scrapes of
-    the server's metrics; False if the user interrupted it."""
+    the server's metrics, then recounts its chunks with `tokenizer` if any;
+    False if the user interrupted it."""
     try:
         if scraper is not None:
             scraper.start_point(label, point.name)
@@ -302,6 +311,8 @@ def _run_point(
     started = _core.now_us()
     interrupted = False
     written: list[pa.RecordBatch] = []  # this point's rows, as in the file
+    # For the tokenizer, per written batch: the engine's chunk text columns.
+    texts: list[tuple[pa.Array, pa.Array]] = []
 
     def progress() -> Progress:
         p = run.progress()
@@ -319,15 +330,28 @@ def _run_point(
             continue
         if batch is None:
             break
-        out = writer.write(pa.record_batch(batch), run_id=run_id, label=label, point=point.name, point_index=index)
+        engine_batch = pa.record_batch(batch)
+        out = writer.write(engine_batch, run_id=run_id, label=label, point=point.name, point_index=index)
         if out is not None:
             written.append(out)
+            if tokenizer is not None:
+                texts.append((engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
         hooks.progress(progress())
     try:
         if scraper is not None:
             scraper.end_point()
     except KeyboardInterrupt:
         interrupted = True
+    if tokenizer is not None:
+        # Between points, off the measurement path. The partial file keeps
+        # the engine's estimate; the final file gets the recount.
+        for i, (text, chars) in enumerate(texts):
+            recounted = recount(tokenizer, written[i], text, chars)
+            writer.replace(written[i], recounted)
+            written[i] = recounted
+        texts.clear()
+        if tokenizer.failure:
+            hooks.note(f"the chunks could not be counted: {tokenizer.failure}; the rows keep the estimate from the chunks' text")
     rows = pa.Table.from_batches(written, schema=writer.schema)
     if scraper is not None and len(scraper.log):
         # The point's rows as the file will hold them: with its samples.

@@ -5,6 +5,7 @@
 //! go into an unbounded channel that the Python layer drains at its own pace.
 
 mod accounting;
+pub mod apportion;
 pub mod batch;
 pub(crate) mod http;
 mod interrupt;
@@ -231,6 +232,7 @@ pub fn start(
                 retries: spec.retries,
                 cancel,
                 server_stamps: spec.server_stamps,
+                chunk_text: spec.chunk_text,
             },
             requests,
             warmup: spec.warmup,
