@@ -10,6 +10,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +35,23 @@ def payloads(n: int = N_PROMPTS, max_tokens: int = 4096) -> list[dict[str, Any]]
     ]
 
 
-def mono_offset_us() -> float:
-    """`now_us() − CLOCK_MONOTONIC µs` in this process (tightest bracket of 200)."""
+def clock_offset_us(read_us: Callable[[], float]) -> float:
+    """`now_us() − read_us()` in this process, from the tightest of 200 bracketed reads."""
     from specreplay import _core
 
     best_width, best = float("inf"), 0.0
     for _ in range(200):
-        a = time.monotonic_ns()
+        a = read_us()
         n = _core.now_us()
-        b = time.monotonic_ns()
+        b = read_us()
         if b - a < best_width:
-            best_width, best = b - a, n - (a + b) / 2000.0
+            best_width, best = b - a, n - (a + b) / 2
     return best
+
+
+def mono_offset_us() -> float:
+    """`now_us() − CLOCK_MONOTONIC µs` in this process."""
+    return clock_offset_us(lambda: time.monotonic_ns() / 1000)
 
 
 def pct(values: Any) -> dict[str, float]:
