@@ -225,3 +225,32 @@ def test_rows_kept_for_the_summary_are_compacted_in_order(tmp_path: Path) -> Non
     assert writer.table(first_row=n - 3).column("trace_id").to_pylist() == [f"t{i}" for i in range(n - 3, n)]
     writer.close()
     assert pa.ipc.open_file(str(tmp_path / "r.arrow")).read_all().num_rows == n
+
+
+def test_a_points_rows_are_replaced_from_its_first_row(tmp_path: Path) -> None:
+    """A recount (--tokenizer) puts a point's rows in place of the ones
+    written, across the writer's compactions, and the final file has them."""
+    from specreplay.results import COMPACT_EVERY, ResultsWriter
+    from specreplay.schema import engine_schema
+
+    writer = ResultsWriter(tmp_path / "r.arrow", {})
+
+    def write(i: int, point: str) -> None:
+        row = {name: None for name in engine_schema().names} | {"request_index": i, "trace_id": f"t{i}"}
+        writer.write(pa.RecordBatch.from_pylist([row], schema=engine_schema()), run_id="r", label="l", point=point, point_index=0)
+
+    for i in range(COMPACT_EVERY + 3):
+        write(i, "first")
+    first_row = writer.rows
+    for i in range(COMPACT_EVERY + 5):
+        write(first_row + i, "second")
+    mine = writer.table(first_row)
+    recounted = mine.set_column(mine.schema.get_field_index("trace_id"), "trace_id", pa.array([f"x{i}" for i in range(mine.num_rows)]))
+    writer.replace_from(first_row, recounted)
+    table = writer.table()
+    assert table.column("request_index").to_pylist() == list(range(table.num_rows))
+    assert table.column("trace_id").to_pylist() == [f"t{i}" for i in range(first_row)] + [f"x{i}" for i in range(mine.num_rows)]
+    with pytest.raises(ValueError, match="replace_from"):
+        writer.replace_from(first_row, recounted.slice(1))
+    writer.close()
+    assert pa.ipc.open_file(str(tmp_path / "r.arrow")).read_all().column("trace_id").to_pylist()[-1] == f"x{mine.num_rows - 1}"
