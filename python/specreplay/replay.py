@@ -334,8 +334,8 @@ def _run_point(
     interrupted = False
     failure: SpecreplayError | None = None
     first_row = writer.rows  # this point's rows follow in the file
-    # For the tokenizer, per written batch: it, and the engine's chunk text columns.
-    texts: list[tuple[pa.RecordBatch, pa.Array, pa.Array]] = []
+    # For the tokenizer: the engine's chunk text columns, in the order written.
+    texts: list[tuple[pa.Array, pa.Array]] = []
 
     def progress() -> Progress:
         p = run.progress()
@@ -362,7 +362,7 @@ def _run_point(
         engine_batch = pa.record_batch(batch)
         out = writer.write(engine_batch, run_id=run_id, label=label, point=point.name, point_index=index)
         if out is not None and tokenizer is not None:
-            texts.append((out, engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
+            texts.append((engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
         hooks.progress(progress())
     try:
         if scraper is not None:
@@ -373,7 +373,13 @@ def _run_point(
         # Between points, off the measurement path. The partial file keeps
         # the engine's estimate; the final file gets the recount.
         if texts:
-            recounted = [recount(tokenizer, written, text, chars) for written, text, chars in texts]
+            # Batch by batch as the engine handed them over (the writer has
+            # compacted its copies: they are sliced back out of its rows).
+            mine, start, recounted = writer.table(first_row), 0, []
+            for text, chars in texts:
+                (rows,) = mine.slice(start, len(text)).combine_chunks().to_batches()
+                recounted.append(recount(tokenizer, rows, text, chars))
+                start += len(text)
             writer.replace_from(first_row, pa.Table.from_batches(recounted, schema=writer.schema))
         texts.clear()
         if tokenizer.failure:
