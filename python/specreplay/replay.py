@@ -1,6 +1,10 @@
 """Runs a replay: resolves the target, runs each sweep point on the Rust
 engine, streams finished requests into the results file, and returns them.
 
+Which points a run runs is its `Plan`: the configured sweep, in order, or a
+capacity search (`capacity.SearchPlan`) that chooses each next rate from how
+the points before it went.
+
 The engine runs on its own threads; this loop only drains finished requests
 (in columnar batches) every quarter second, so nothing here is on the
 measurement path.
@@ -13,9 +17,10 @@ import json
 import platform
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -28,8 +33,14 @@ from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare
 from specreplay.target import Target, preflight, probe_usage, start_embedded
 from specreplay.trace import APIS, Trace, load_trace
 
+if TYPE_CHECKING:
+    from specreplay.analysis import RunAnalysis
+    from specreplay.capacity import Answer
+
 #: How long one drain waits for finished requests before reporting progress.
 POLL_S = 0.25
+#: Metadata key of what each run's capacity search found (`capacity.Answer.to_dict`).
+CAPACITY_KEY = "specreplay.capacity"
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,28 @@ class Progress:
 
 
 @dataclass
+class FinishedPoint:
+    """A point that ran: its rows as written, how far it got, and (made on
+    first use, once for everyone who reads it) its analysis."""
+
+    point: Point
+    label: str
+    rows: pa.Table
+    progress: Progress
+    interrupted: bool = False
+    cut: bool = False
+    """Cancelled when the run's time budget ran out (a capacity search's)."""
+
+    @cached_property
+    def runs(self) -> list[RunAnalysis]:
+        """`analysis.analyse` of the rows (one run; none when no row was written)."""
+        from specreplay.analysis import analyse
+        from specreplay.results import to_frame
+
+        return analyse(to_frame(self.rows)) if self.rows.num_rows else []
+
+
+@dataclass
 class RunResult:
     path: Path
     run_id: str
@@ -57,6 +90,8 @@ class RunResult:
     embedded: bool = False
     model: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    capacity: dict[str, Answer] = field(default_factory=dict)
+    """Per run label, what its capacity search found (runs that searched)."""
 
     def table(self) -> pa.Table:
         return read_table(self.path)
@@ -64,13 +99,43 @@ class RunResult:
 
 class Hooks:
     """What a front end wants to hear about while a run goes (the CLI draws a
-    progress display; the Python API stays quiet)."""
+    live view; the Python API stays quiet). `total` is None when a search
+    decides how many points there will be; `expected` is the requests the
+    point will send; `status` what its plan says about it (a search's bracket)."""
 
     def target(self, target: Target, description: str) -> None: ...
     def note(self, message: str) -> None: ...
-    def point_started(self, point: Point, index: int, total: int, label: str) -> None: ...
+    def point_started(self, point: Point, index: int, total: int | None, label: str, expected: int, status: str | None) -> None: ...
+    def rows(self, batch: pa.RecordBatch) -> None: ...
     def progress(self, progress: Progress) -> None: ...
-    def point_finished(self, point: Point, progress: Progress, rows: pa.Table) -> None: ...
+    def point_finished(self, finished: FinishedPoint) -> None: ...
+    def search_finished(self, label: str, answer: Answer, lines: list[str]) -> None: ...
+
+
+class Plan:
+    """The points of a run: the configured sweep, in order. A plan may also
+    set each point's request count, a deadline, and a status line
+    (`capacity.SearchPlan` does)."""
+
+    searching = False
+
+    def __init__(self, points: list[Point]) -> None:
+        self.points = list(points)
+
+    def next_point(self) -> Point | None:
+        return self.points.pop(0) if self.points else None
+
+    def num_requests(self, config: ReplayConfig) -> int | None:
+        return config.num_requests
+
+    @property
+    def deadline_us(self) -> float | None:
+        return None
+
+    def status(self) -> str | None:
+        return None
+
+    def finished(self, finished: FinishedPoint) -> None: ...
 
 
 def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]) -> dict[str, Any]:
@@ -131,10 +196,12 @@ class _Run:
     points: list[Point]
     headers: list[tuple[str, str]]
     trace_sha256: str
+    plan: Plan
     target: Target | None = None
 
     def metadata(self) -> dict[str, Any]:
-        """The run's resolved configuration as stored in results files."""
+        """The run's resolved configuration as stored in results files (a
+        search's points: those run so far)."""
         out = self.config.to_metadata()
         if self.config.url is not None:
             out["url"] = redact_url(self.config.url)
@@ -152,7 +219,20 @@ def _prepare_run(config: ReplayConfig) -> _Run:
     config.validate()
     trace = load_trace(config.trace)
     headers = auth_headers(config, {r.api for r in trace.records})
-    return _Run(config, trace, config.points(trace.has_arrivals), headers, trace.sha256)
+    if config.find_max_rate:
+        from specreplay.capacity import SearchPlan
+
+        return _Run(config, trace, [], headers, trace.sha256, SearchPlan(config))
+    points = config.points(trace.has_arrivals)
+    return _Run(config, trace, points, headers, trace.sha256, Plan(points))
+
+
+def _runs_metadata(runs: list[_Run]) -> dict[str, str]:
+    return {
+        # The first run's configuration (the only one, unless a config file named several).
+        "specreplay.config": json.dumps(runs[0].metadata()),
+        "specreplay.runs": json.dumps([r.metadata() for r in runs]),
+    }
 
 
 def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:
@@ -161,9 +241,7 @@ def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:
     return {
         "specreplay.version": _core.__version__,
         "specreplay.run_id": run_id,
-        # The first run's configuration (the only one, unless a config file named several).
-        "specreplay.config": json.dumps(first.metadata()),
-        "specreplay.runs": json.dumps([r.metadata() for r in runs]),
+        **_runs_metadata(runs),
         "specreplay.target": redact_url(target),
         "specreplay.model": (first.target.model if first.target is not None else None) or "",
         "specreplay.started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
@@ -211,30 +289,56 @@ def run_replay(
             path=output, run_id=run_id, points=[p for r in runs for p in r.points], target=redact_url(first_target.url),
             embedded=first_target.embedded is not None, model=first_target.model, metadata=metadata,
         )
+        total = None if any(r.plan.searching for r in runs) else len(result.points)
         try:
             index = 0
             for run in runs:
-                assert run.target is not None
-                model = run.target.model or run.config.model
-                requests = [r.as_tuple() for r in prepare(run.trace.records, run.config, run.target.url, model)]
-                for point in run.points:
-                    streams = peak_streams(point.mode, point.value, run.config.max_concurrency, run.config.num_requests or len(requests))
-                    ensure_open_files(streams, run.target.embedded is not None)
-                    hooks.point_started(point, index, len(result.points), run.config.label)
-                    spec = json.dumps(_run_spec(run.config, point, run.headers))
-                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks):
-                        result.interrupted = True
-                        break
-                    index += 1
+                index = _run_plan(run, writer, run_id, index, total, hooks, result)
                 if result.interrupted:
                     break
         finally:
-            writer.close({"specreplay.interrupted": json.dumps(result.interrupted)}, finalize)
+            extra = {"specreplay.interrupted": json.dumps(result.interrupted), **_runs_metadata(runs)}
+            if result.capacity:
+                extra[CAPACITY_KEY] = json.dumps({label: found.to_dict() for label, found in result.capacity.items()})
+            result.points = [p for r in runs for p in r.points]
+            writer.close(extra, finalize)
         return result
     finally:
         for run in runs:
             if run.target is not None:
                 run.target.close()
+
+
+def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: int | None, hooks: Hooks, result: RunResult) -> int:
+    """Runs the points of `run`'s plan from `index` on; returns the next index."""
+    assert run.target is not None
+    model = run.target.model or run.config.model
+    requests = [r.as_tuple() for r in prepare(run.trace.records, run.config, run.target.url, model)]
+    plan, label = run.plan, run.config.label
+    while (point := plan.next_point()) is not None:
+        num_requests = plan.num_requests(run.config)
+        config = run.config if num_requests == run.config.num_requests else replace(run.config, num_requests=num_requests)
+        streams = peak_streams(point.mode, point.value, config.max_concurrency, num_requests or len(requests))
+        ensure_open_files(streams, run.target.embedded is not None)
+        if plan.searching:
+            run.points.append(point)
+        hooks.point_started(point, index, total, label, num_requests or len(requests), plan.status())
+        spec = json.dumps(_run_spec(config, point, run.headers))
+        finished = _run_point(spec, requests, writer, run_id, label, point, index, hooks, plan.deadline_us)
+        hooks.point_finished(finished)
+        plan.finished(finished)
+        index += 1
+        if finished.interrupted:
+            result.interrupted = True
+            break
+    if plan.searching:
+        from specreplay.capacity import SearchPlan
+
+        assert isinstance(plan, SearchPlan)
+        found = plan.result(interrupted=result.interrupted)
+        result.capacity[label] = found
+        hooks.search_finished(label, found, found.lines(plan.slo))
+    return index
 
 
 def _run_point(
@@ -246,11 +350,13 @@ def _run_point(
     point: Point,
     index: int,
     hooks: Hooks,
-) -> bool:
-    """Runs one point to the end; False if the user interrupted it."""
+    deadline_us: float | None = None,
+) -> FinishedPoint:
+    """Runs one point to the end (or, past `deadline_us`, cancels what is
+    left of it: its rows are kept, and it is marked cut)."""
     run = _core.start_point(spec, requests)
     started = _core.now_us()
-    interrupted = False
+    interrupted = cut = False
     written: list[pa.RecordBatch] = []  # this point's rows, as in the file
 
     def progress() -> Progress:
@@ -271,10 +377,13 @@ def _run_point(
         out = writer.write(pa.record_batch(batch), run_id=run_id, label=label, point=point.name, point_index=index)
         if out is not None:
             written.append(out)
+            hooks.rows(out)
         hooks.progress(progress())
+        if deadline_us is not None and not cut and _core.now_us() > deadline_us:
+            cut = True
+            run.cancel()
     rows = pa.Table.from_batches(written, schema=writer.schema)
-    hooks.point_finished(point, progress(), rows)
-    return not interrupted
+    return FinishedPoint(point, label, rows, progress(), interrupted, cut)
 
 
 def replay(trace: str, api_key: str | None = None, **options: Any) -> pa.Table:

@@ -23,6 +23,7 @@ from specreplay.console import print_findings, print_per_request, print_summary
 from specreplay.errors import ConfigError
 from specreplay.replay import Hooks, Progress, run_replay
 from specreplay.results import VALIDITY_KEY, to_frame
+from specreplay.slo import merge_tables, table_from_expressions
 from specreplay.target import Target
 from specreplay.tomlfile import read_toml
 
@@ -133,27 +134,35 @@ def _flag_values(ctx: click.Context, opts: dict[str, Any]) -> dict[str, Any]:
             flags["sim"] = load_sim_config(value)
         elif name == "concurrency":
             flags["concurrency"] = [int(c) for c in value] if all(float(c).is_integer() for c in value) else value
+        elif name == "slo":
+            flags["slo"] = {**flags.get("slo", {}), **table_from_expressions(value)}
+        elif name == "slo_ttft_token":
+            flags["slo"] = {**flags.get("slo", {}), "ttft_token": value}
         else:
             flags[name] = value
     return flags
 
 
 #: Options that steer this command rather than describe the benchmark.
-CLI_ONLY = frozenset({"config_path", "per_request", "strict", "api_key"})
+CLI_ONLY = frozenset({"config_path", "per_request", "strict", "api_key", "status_interval"})
 
 
 def resolve_configs(ctx: click.Context, opts: dict[str, Any]) -> list[ReplayConfig]:
     """file < SPECREPLAY_* environment < flags, for each run the file names."""
     try:
         given = _flag_values(ctx, opts)
-        flags = ReplayConfig.from_mapping(given, lambda key: f"--{key.replace('_', '-')}")
+        flags = ReplayConfig.from_mapping(given, lambda key: "--slo" if key == "slo" else f"--{key.replace('_', '-')}")
         flag_values = {k: getattr(flags, k) for k in given}
+        # --slo merges into the file's [slo] table key by key (slo.merge_tables).
+        slo_flags = flag_values.pop("slo", None)
         if opts["config_path"] is not None:
             configs = load_config_file(opts["config_path"], os.environ, flag_values)
             if len(configs) > 1 and "label" in flag_values:
                 raise ConfigError("--label: the config file names several runs, each labelled by its name")
         else:
             configs = [apply_overrides(ReplayConfig(), {**env_overrides(os.environ), **flag_values})]
+        if slo_flags is not None:
+            configs = [apply_overrides(c, {"slo": merge_tables(c.slo, slo_flags)}) for c in configs]
         for config in configs:
             config.resolve_api_key()
             if opts["api_key"]:
@@ -227,6 +236,12 @@ class ListOptionsCommand(click.Command):
 @click.option("--strict", is_flag=True, help="Exit non-zero when a validity check finds an error or warning.")
 @click.option("--continuous-usage/--no-continuous-usage", default=True, show_default=True, help="Ask for usage on every chunk (exact tokens per chunk).")
 @click.option("--sim-config", type=click.Path(dir_okay=False), help="TOML settings for the embedded simulator (see `specreplay serve --help`).")
+@click.option("--slo", multiple=True, metavar="EXPR", help="An SLO (repeatable): 'ttft < 2000' per request (ms), 'p99 ttft < 2000' on a point, 'success >= 99%', 'attainment >= 90%'. Merged into the config's [slo].")
+@click.option("--slo-ttft-token", type=click.Choice(["answer", "any"]), help="What 'ttft' in an SLO waits for: the first answer token (default) or the first token of any kind, reasoning included.")
+@click.option("--find-max-rate", is_flag=True, default=None, help="Search for the highest request rate whose --slo targets hold (open loop; --rate R is where it starts).")
+@click.option("--search-tolerance", type=float, help="--find-max-rate stops when the highest rate that held and the lowest that did not are this close (relative). Default 0.05.")
+@click.option("--search-budget", type=float, help="--find-max-rate stops after this many seconds. Default 1800.")
+@click.option("--status-interval", type=float, default=10.0, show_default=True, help="When the output is not a terminal: seconds between two status lines.")
 @click.pass_context
 def replay(ctx: click.Context, /, **opts: Any) -> None:
     """Replay TRACE against a server (or the embedded simulator) and measure it.
