@@ -19,6 +19,7 @@ dev: $(PY) ## install specreplay (debug build) and the test tools into .venv
 
 .PHONY: test
 test: dev ## run every test: Rust (cargo test), Python (pytest), stub check (mypy stubtest)
+	$(PY) tests/browser.py  # the report tests' Chromium: installed when missing (root with apt), else one line on what to run
 	SPECREPLAY_FUZZ_CASES=20000 cargo test --workspace --exclude specreplay-py
 	$(VENV)/bin/python -m mypy.stubtest specreplay._core --allowlist .ci/stubtest-allowlist.txt
 	$(VENV)/bin/mypy

@@ -188,15 +188,21 @@ def serve_sim(config_json: str) -> None:
 # specreplay engine runs
 
 
-def engine_requests(url: str, bodies: list[dict[str, Any]]) -> list[tuple[str, str, str, bytes, float]]:
-    return [(f"q{i}", "chat", url + "/chat/completions", json.dumps(b).encode(), 0.0) for i, b in enumerate(bodies)]
+def engine_requests(url: str, bodies: list[dict[str, Any]]) -> Any:
+    """The requests as the engine takes them: one batch with the columns of `schema.REQUEST_COLUMNS`."""
+    import pyarrow as pa
+    from specreplay.schema import request_schema
+
+    rows = [{"trace_id": f"q{i}", "api": "chat", "url": url + "/chat/completions", "body": json.dumps(b).encode(), "arrival_s": 0.0}
+            for i, b in enumerate(bodies)]
+    return pa.RecordBatch.from_pylist(rows, schema=request_schema())
 
 
-def engine_run(spec: dict[str, Any], requests: list[Any], on_poll: Any = None) -> Any:
+def engine_run(spec: dict[str, Any], requests: Any, on_poll: Any = None) -> Any:
     import pyarrow as pa
     from specreplay import _core
 
-    run = _core.start_point(json.dumps(spec), requests)
+    run = _core.start_point(spec, requests)
     batches = []
     while True:
         batch = run.next_batch(4096, 0.25)
@@ -279,8 +285,8 @@ def engine_mem(url: str, n: int) -> dict[str, Any]:
         elapsed = time.perf_counter() - t0
         if MEM_SETTLE_S <= elapsed < MEM_SETTLE_S + MEM_SAMPLE_S:
             samples.append(rss_kib())
-            scheduled, sent, finished, failed, _ = run.progress()
-            in_flight.append(sent - finished)
+            progress = run.progress()
+            in_flight.append(progress.sent - progress.finished)
         elif elapsed >= MEM_SETTLE_S + MEM_SAMPLE_S:
             run.cancel()
 

@@ -22,7 +22,7 @@ import pytest
 
 import specreplay
 from specreplay._core import SimServer, decode_response
-from specreplay.capture import BackgroundCapture, detect_api, split_upstream
+from specreplay.capture import BackgroundCapture, split_upstream
 from specreplay.config import ReplayConfig
 from specreplay.errors import ConfigError, StreamFormatError
 from specreplay.replay import run_replay
@@ -114,9 +114,9 @@ def test_capture_is_transparent_records_everything_and_replays_exactly(tmp_path:
         assert 0 < resp["ttfb_us"] <= resp["end_us"]
         if status == 200:
             usage = decode_response(rec.api, body, ctype)
-            assert resp.get("completion_tokens") == usage["completion_tokens"] == rec.expected_output_tokens
-            assert resp["finish_reason"] == usage["finish_reason"]
-            assert resp.get("prompt_tokens") == usage["prompt_tokens"]
+            assert resp.get("completion_tokens") == usage.completion_tokens == rec.expected_output_tokens
+            assert resp["finish_reason"] == usage.finish_reason
+            assert resp.get("prompt_tokens") == usage.prompt_tokens
     assert recs[0].response["reasoning_tokens"] > 0  # type: ignore[index]
     # A stream without include_usage carries no counts, and the proxy does not ask for them.
     assert "completion_tokens" not in recs[2].response and recs[2].response["finish_reason"] in ("stop", "length")  # type: ignore[index,operator]
@@ -203,9 +203,6 @@ def test_client_disconnect_upstream_down_and_other_paths(tmp_path: Path) -> None
     rec = load_trace(down).records[0]
     assert rec.response is not None and rec.response["status"] == 502 and "unreachable" in rec.response["error"]
 
-    # A path the upstream has under a prefix is kept; non-inference requests are forwarded only.
-    assert detect_api("POST", "/openai/deployments/gpt/chat/completions") == "chat"
-    assert detect_api("POST", "/v1/messages") == "anthropic" and detect_api("GET", "/v1/chat/completions") is None
     assert split_upstream("http://h:8000/v1") == ("http://h:8000", "")
     assert split_upstream("https://h/proxy/v1/") == ("https://h", "/proxy")
     with pytest.raises(ConfigError):
@@ -222,17 +219,40 @@ def test_decode_response_binding() -> None:
           b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n' \
           b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}\n\ndata: [DONE]\n\n'
     got = decode_response("chat", sse, "text/event-stream; charset=utf-8")
-    assert got == {"prompt_tokens": 3, "completion_tokens": 1, "reasoning_tokens": None, "cached_tokens": None,
-                   "finish_reason": "stop", "error": None, "complete": True}
-    assert decode_response("chat", sse[: sse.index(b"data: [DONE]")], "text/event-stream")["complete"] is False
+    assert (got.prompt_tokens, got.completion_tokens, got.reasoning_tokens, got.cached_tokens) == (3, 1, None, None)
+    assert (got.finish_reason, got.error, got.complete, got.predicted_tokens) == ("stop", None, True, None)
+    assert decode_response("chat", sse[: sse.index(b"data: [DONE]")], "text/event-stream").complete is False
     anthropic = json.dumps({"type": "message", "content": [{"type": "text", "text": "x"}], "stop_reason": "end_turn",
                             "usage": {"input_tokens": 5, "output_tokens": 2}}).encode()
     got = decode_response("anthropic", anthropic, "application/json")
-    assert (got["prompt_tokens"], got["completion_tokens"], got["finish_reason"]) == (5, 2, "end_turn")
+    assert (got.prompt_tokens, got.completion_tokens, got.finish_reason) == (5, 2, "end_turn")
+    llamacpp = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}],"timings":{"predicted_n":1,"predicted_ms":2.5}}\n\n'
+    assert decode_response("chat", llamacpp, "text/event-stream").predicted_tokens == 1
     with pytest.raises(StreamFormatError):
         decode_response("chat", b"{not json", "application/json")
     with pytest.raises(ConfigError):
         decode_response("grpc", b"", "application/json")
+
+
+def test_requests_are_told_apart_by_method_and_path(tmp_path: Path) -> None:
+    # A path the upstream has under a prefix is kept; other requests are forwarded only.
+    paths = [("POST", "/openai/deployments/gpt/chat/completions", {"messages": []}),
+             ("POST", "/v1/completions/", {"prompt": "p"}),
+             ("GET", "/v1/chat/completions", None),
+             ("POST", "/v1/embeddings", {"input": "x"})]
+
+    async def send(base: str) -> None:
+        async with aiohttp.ClientSession() as s:
+            for method, path, body in paths:
+                async with s.request(method, base + path, json=body) as r:
+                    await r.read()
+
+    trace_path = tmp_path / "trace.jsonl"
+    with SimServer(config=SIM) as sim, BackgroundCapture(sim.url, trace_path) as cap:
+        asyncio.run(send(origin(cap.url)))
+    assert cap.stats is not None and (cap.stats.recorded, cap.stats.passed_through) == (2, 2)
+    recs = load_trace(trace_path).records
+    assert [(r.api, r.path) for r in recs] == [("chat", "/openai/deployments/gpt/chat/completions"), ("completions", "/v1/completions/")]
 
 
 def test_capture_cli_stops_on_max_requests_and_on_ctrl_c(tmp_path: Path) -> None:

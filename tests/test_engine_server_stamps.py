@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from specreplay import _core
 from specreplay._core import SimServer
-from specreplay.schema import engine_schema
+from specreplay.schema import engine_schema, request_schema
 
 FAST = {
     "ttft_ms": 5,
@@ -28,8 +28,9 @@ def run_point(url: str, **extra: Any) -> pa.Table:
     body = json.dumps(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True, "stream_options": {"include_usage": True}}
     ).encode()
-    spec = {"load": {"mode": "concurrency", "concurrency": 2}, "num_requests": 4, "timeout_s": 30, **extra}
-    run = _core.start_point(json.dumps(spec), [("a", "chat", url + "/chat/completions", body, 0.0)])
+    spec: Any = {"load": {"mode": "concurrency", "concurrency": 2}, "num_requests": 4, "timeout_s": 30, **extra}
+    request = {"trace_id": "a", "api": "chat", "url": url + "/chat/completions", "body": body, "arrival_s": 0.0}
+    run = _core.start_point(spec, pa.RecordBatch.from_pylist([request], schema=request_schema()))
     batches = []
     while (batch := run.next_batch(64, 0.25)) is not None:
         if batch.num_rows:

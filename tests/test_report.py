@@ -14,6 +14,7 @@ import subprocess
 import zlib
 from pathlib import Path
 
+import browser
 import pytest
 from click.testing import CliRunner
 
@@ -58,11 +59,11 @@ def test_report_command_writes_the_file(sim_runs: dict[str, Path], tmp_path: Pat
 
 
 def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    found = browser.find()
     if found is None:
-        if os.environ.get("SPECREPLAY_NO_BROWSER") == "1":
-            pytest.skip("SPECREPLAY_NO_BROWSER=1")
-        pytest.fail("chromium is not installed: apt-get install chromium (.ci/run does), or set SPECREPLAY_NO_BROWSER=1")
+        if browser.may_skip(os.environ):
+            pytest.skip(f"{browser.SKIP_VAR}=1")
+        pytest.fail(browser.missing_message(os.geteuid() == 0, shutil.which("apt-get") is not None))
     return found
 
 

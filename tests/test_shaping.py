@@ -8,6 +8,7 @@ import pytest
 
 from specreplay.config import ReplayConfig
 from specreplay.errors import ConfigError
+from specreplay.schema import request_schema
 from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url, shape_body
 from specreplay.trace import PromptBlocks, TraceRecord
 
@@ -73,16 +74,16 @@ def test_prompt_blocks_become_the_input_of_each_api() -> None:
     assert again["prompt"] == text
     seeded = PromptBlocks(tokens=600, block_size=512, hash_ids=[4, 9], seed=3)
     assert body_with_prompt(TraceRecord(id="z", api="completions", body={}, prompt_blocks=seeded))["prompt"] != text
-    sent = json.loads(prepare([TraceRecord(id="x", api="completions", body={}, prompt_blocks=pb)], ReplayConfig(trace="t"), "http://h:1", None)[0].body)
+    sent = json.loads(prepare([TraceRecord(id="x", api="completions", body={}, prompt_blocks=pb)], ReplayConfig(trace="t"), "http://h:1", None)["body"][0].as_py())
     assert sent["prompt"] == text
 
 
 def test_only_the_requests_a_run_can_send_are_built() -> None:
     records = [TraceRecord(id=str(i), api="completions", body={}, arrival=float(i),
                            prompt_blocks=PromptBlocks(tokens=8, block_size=8, hash_ids=[i])) for i in range(10)]
-    assert [r.trace_id for r in prepare(records, ReplayConfig(trace="t", num_requests=3), "http://h:1", None)] == ["0", "1", "2"]
-    assert len(prepare(records, ReplayConfig(trace="t", num_requests=25), "http://h:1", None)) == 10  # the engine loops them
-    assert len(prepare(records, ReplayConfig(trace="t"), "http://h:1", None)) == 10
+    assert prepare(records, ReplayConfig(trace="t", num_requests=3), "http://h:1", None)["trace_id"].to_pylist() == ["0", "1", "2"]
+    assert prepare(records, ReplayConfig(trace="t", num_requests=25), "http://h:1", None).num_rows == 10  # the engine loops them
+    assert prepare(records, ReplayConfig(trace="t"), "http://h:1", None).num_rows == 10
 
 
 def test_no_continuous_usage() -> None:
@@ -103,8 +104,10 @@ def test_urls() -> None:
     assert base_url("https://h/openai/v1") == "https://h/openai/v1"
     assert redact_url("https://user:secret@h:443/v1?key=abc") == "https://h:443/v1"
     reqs = prepare([rec("chat", {"messages": []}), rec("completions", {"prompt": "p"})], ReplayConfig(trace="t"), "http://h:1", "m")
-    assert [r.url for r in reqs] == ["http://h:1/v1/chat/completions", "http://h:1/v1/completions"]
-    assert json.loads(reqs[0].body)["model"] == "m"
+    assert reqs.schema == request_schema()
+    assert reqs.column("url").to_pylist() == ["http://h:1/v1/chat/completions", "http://h:1/v1/completions"]
+    assert json.loads(reqs.column("body")[0].as_py())["model"] == "m"
+    assert reqs.column("arrival_s").to_pylist() == [1.0, 1.0]
 
 
 def test_api_key_becomes_headers_and_never_metadata() -> None:

@@ -137,10 +137,10 @@ def test_cli_serve_capacity_and_fixed_length_flags() -> None:
 @pytest.mark.parametrize(
     ("args", "file_text", "expect"),
     [
-        (["--max-num-seqs", "0"], None, "command line: invalid configuration: capacity.max_num_seqs"),
-        (["--batch-step-cost", "-1"], None, "command line: invalid configuration: capacity.batch_step_cost"),
-        (["--kv-cache-tokens", "5"], "[capacity]\nmax_num_seqs = 0\n", "cap.toml: invalid configuration: capacity.max_num_seqs"),
-        ([], "[capacity]\nmax_seqs = 4\n", "cap.toml: invalid configuration: capacity.max_seqs"),
+        (["--max-num-seqs", "0"], None, "command line: invalid configuration: sim: capacity.max_num_seqs"),
+        (["--batch-step-cost", "-1"], None, "command line: invalid configuration: sim: capacity.batch_step_cost"),
+        (["--kv-cache-tokens", "5"], "[capacity]\nmax_num_seqs = 0\n", "cap.toml: invalid configuration: sim: capacity.max_num_seqs"),
+        ([], "[capacity]\nmax_seqs = 4\n", "cap.toml: invalid configuration: sim: capacity.max_seqs"),
     ],
 )
 def test_capacity_errors_name_the_source_and_key(tmp_path: Path, args: list[str], file_text: str | None, expect: str) -> None:

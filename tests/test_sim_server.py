@@ -275,7 +275,7 @@ def test_fault_config_validates_and_injects() -> None:
 def test_bad_fault_config_names_the_key(config: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError) as err:
         SimServer(config=config)
-    assert f"invalid configuration: {key}" in str(err.value)
+    assert f"invalid configuration: sim: {key}" in str(err.value)
 
 
 def test_cli_fault_flags_merge_over_the_file() -> None:
@@ -290,10 +290,10 @@ def test_cli_fault_flags_merge_over_the_file() -> None:
 @pytest.mark.parametrize(
     ("args", "expect"),
     [
-        (["--fault", "http_504=0.1"], "command line: invalid configuration: faults.http_504"),
-        (["--fault", "http_503=2"], "command line: invalid configuration: faults.http_503"),
+        (["--fault", "http_504=0.1"], "command line: invalid configuration: sim: faults.http_504"),
+        (["--fault", "http_503=2"], "command line: invalid configuration: sim: faults.http_503"),
         (["--fault", "http_503"], "KIND=FRACTION"),
-        (["--fault-stall-ms", "-5"], "command line: invalid configuration: fault_stall_ms"),
+        (["--fault-stall-ms", "-5"], "command line: invalid configuration: sim: fault_stall_ms"),
     ],
 )
 def test_cli_fault_flag_errors(args: list[str], expect: str) -> None:
@@ -318,4 +318,4 @@ def test_cli_fault_error_in_the_file_names_the_file(tmp_path: Path) -> None:
         timeout=30,
     )
     assert proc.returncode != 0
-    assert "faults.toml: invalid configuration: faults.stall_between_tokens" in proc.stderr, proc.stderr
+    assert "faults.toml: invalid configuration: sim: faults.stall_between_tokens" in proc.stderr, proc.stderr

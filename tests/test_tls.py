@@ -16,6 +16,7 @@ import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -27,6 +28,7 @@ import specreplay
 from specreplay import _core
 from specreplay._core import SimServer
 from specreplay.cli import cli
+from specreplay.schema import request_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 REASONING = str(ROOT / "traces" / "reasoning-prompts.jsonl")
@@ -148,12 +150,13 @@ def test_the_engine_records_a_certificate_failure(
     trustme.CA().cert_pem.write_to_path(str(other))
     monkeypatch.setenv("SSL_CERT_FILE", str(other))
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
-    spec = {"load": {"mode": "concurrency", "concurrency": 1}, "num_requests": 2, "timeout_s": 30}
+    spec: Any = {"load": {"mode": "concurrency", "concurrency": 1}, "num_requests": 2, "timeout_s": 30}
     with SimServer(config=SIM) as sim:
         tls = TlsTerminator(sim.url, authority, ["h2", "http/1.1"])
         try:
             url = f"https://localhost:{tls.port}/v1/chat/completions"
-            run = _core.start_point(json.dumps(spec), [("a", "chat", url, body, 0.0)])
+            request = {"trace_id": "a", "api": "chat", "url": url, "body": body, "arrival_s": 0.0}
+            run = _core.start_point(spec, pa.RecordBatch.from_pylist([request], schema=request_schema()))
             batches = []
             while (batch := run.next_batch(64, 0.25)) is not None:
                 if batch.num_rows:

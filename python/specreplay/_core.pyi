@@ -1,8 +1,23 @@
-"""Type stubs of the Rust extension `specreplay._core` (checked by mypy stubtest)."""
+"""Type stubs of the Rust extension `specreplay._core` (checked by mypy stubtest).
+
+What crosses the boundary, and how:
+- configuration (`RunSpec`, `SimConfig`, `ProxyConfig`): a plain mapping of
+  the TypedDict below, read by serde into the core's struct of the same
+  fields (rust/specreplay-core); unknown keys and bad values raise
+  `ConfigError` naming the field's path (`run spec: load.rate: ...`). The
+  TypedDicts exist for the type checker only (`@type_check_only`); a test
+  (tests/test_boundary.py) keeps their keys equal to what the core accepts.
+- rows: Arrow record batches through the C data interface, both ways
+  (requests in: `schema.REQUEST_COLUMNS`; results out: `schema.ENGINE_COLUMNS`).
+- everything else: the small frozen classes below, with named fields.
+"""
 
 from types import TracebackType
-from typing import Any, ClassVar, final
+from typing import ClassVar, Literal, Protocol, final, type_check_only
 
+from typing_extensions import NotRequired, Self, TypedDict, disjoint_base
+
+from specreplay.config import Arrival
 from specreplay.errors import ConfigError as ConfigError
 from specreplay.errors import EngineError as EngineError
 from specreplay.errors import SpecreplayError as SpecreplayError
@@ -10,7 +25,104 @@ from specreplay.errors import StreamFormatError as StreamFormatError
 
 __version__: str
 
+_Api = Literal["chat", "completions", "responses", "anthropic"]
+
 def now_us() -> int: ...
+def is_secret_header(name: str) -> bool:
+    """Whether a header's value is a secret (never recorded or written), in any case."""
+
+# --- configuration --------------------------------------------------------------
+
+@type_check_only
+class RateLoad(TypedDict):
+    """Open loop at `rate` requests/s."""
+
+    mode: Literal["rate"]
+    rate: float
+    arrival: NotRequired[Arrival]
+    burstiness: NotRequired[float]
+
+@type_check_only
+class SpeedupLoad(TypedDict):
+    """Open loop at the trace's own arrival offsets divided by `speedup`."""
+
+    mode: Literal["speedup"]
+    speedup: float
+
+@type_check_only
+class ConcurrencyLoad(TypedDict):
+    """Closed loop: `concurrency` requests in flight."""
+
+    mode: Literal["concurrency"]
+    concurrency: int
+
+@type_check_only
+class RunSpec(TypedDict):
+    """One sweep point (rust/specreplay-core/src/engine/spec.rs `RunSpec`)."""
+
+    load: RateLoad | SpeedupLoad | ConcurrencyLoad
+    headers: NotRequired[list[tuple[str, str]]]
+    num_requests: NotRequired[int | None]
+    duration_s: NotRequired[float | None]
+    max_concurrency: NotRequired[int | None]
+    warmup: NotRequired[int]
+    timeout_s: NotRequired[float | None]
+    stall_timeout_s: NotRequired[float | None]
+    retries: NotRequired[int]
+    seed: NotRequired[int]
+    server_stamps: NotRequired[bool]
+
+@type_check_only
+class SimConfig(TypedDict, total=False):
+    """The simulated server (rust/specreplay-core/src/sim/config.rs `SimConfig`,
+    docs/simulator.md); every key has a default."""
+
+    model: str
+    seed: int
+    ttft_ms: float
+    prefill_us_per_token: float
+    tpot_ms: float
+    reasoning_tokens: list[int] | tuple[int, int]
+    content_tokens: list[int] | tuple[int, int]
+    reasoning_field: Literal["reasoning_content", "reasoning", "none"]
+    spec_draft_len: int
+    spec_acceptance: float
+    spec_step_cost: float
+    send_timestamps: bool
+    max_model_len: int
+    capacity: SimCapacity
+    fixed_length_reasoning: bool
+    faults: dict[str, float]
+    fault_stall_ms: float
+    fault_slow_headers_ms: float
+    fault_retry_after_s: int
+    fault_oversized_bytes: int
+
+@type_check_only
+class SimCapacity(TypedDict, total=False):
+    """The simulator's capacity model (rust/specreplay-core/src/sim/capacity.rs
+    `Capacity`); `{}` turns it on with the defaults."""
+
+    max_num_seqs: int
+    kv_cache_tokens: int
+    batch_step_cost: float
+    prefix_caching: bool
+
+@type_check_only
+class ProxyConfig(TypedDict):
+    """The capture proxy (rust/specreplay-core/src/proxy/mod.rs `ProxyConfig`)."""
+
+    upstream: str
+    drain_s: NotRequired[float]
+    apis: NotRequired[dict[str, str]]
+
+# --- rows ---------------------------------------------------------------------------
+
+@type_check_only
+class ArrowArrayExportable(Protocol):
+    """A record batch: anything with `__arrow_c_array__` (a `pyarrow.RecordBatch`)."""
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]: ...
 
 @final
 class ArrowBatch:
@@ -21,16 +133,35 @@ class ArrowBatch:
     def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]: ...
     def __len__(self) -> int: ...
 
+# --- replay ------------------------------------------------------------------------
+
+@final
+class EngineProgress:
+    """The engine's live counters at one moment."""
+
+    @property
+    def scheduled(self) -> int: ...
+    @property
+    def sent(self) -> int: ...
+    @property
+    def finished(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+
 @final
 class EngineRun:
     """One sweep point running on the engine's own threads."""
 
     def next_batch(self, max_rows: int = 4096, wait_s: float = 0.25) -> ArrowBatch | None: ...
-    def progress(self) -> tuple[int, int, int, int, int]: ...
+    def progress(self) -> EngineProgress: ...
     def cancel(self) -> None: ...
 
-def decode_response(api: str, body: bytes, content_type: str) -> dict[str, int | str | bool | None]:
-    """Usage, finish reason, error and completeness of one recorded response."""
+def start_point(spec: RunSpec, requests: ArrowArrayExportable) -> EngineRun:
+    """Starts a point: `requests` has the columns of `schema.REQUEST_COLUMNS`."""
+
+# --- prompts -------------------------------------------------------------------------
 
 @final
 class Filler:
@@ -42,51 +173,102 @@ class Filler:
     def words(self) -> list[str]: ...
     def text(self, tokens: int, block_size: int, hash_ids: list[int], seed: int = 0) -> str: ...
 
-def start_point(spec_json: str, requests: list[tuple[str, str, str, bytes, float]]) -> EngineRun: ...
+# --- decoding ------------------------------------------------------------------------
+
+@disjoint_base
+class ResponseCounts:
+    """What a response said, as a captured trace record's `response` keeps it
+    (token counts: the server's; None: never reported)."""
+
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def completion_tokens(self) -> int | None: ...
+    @property
+    def reasoning_tokens(self) -> int | None: ...
+    @property
+    def cached_tokens(self) -> int | None: ...
+    @property
+    def finish_reason(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
 
 @final
-class SimServer:
+class DecodedResponse(ResponseCounts):
+    """A whole response decoded by `decode_response`."""
+
+    @property
+    def complete(self) -> bool: ...
+    @property
+    def predicted_tokens(self) -> int | None: ...
+
+def decode_response(api: str, body: bytes, content_type: str) -> DecodedResponse:
+    """Usage, finish reason, error, completeness and llama.cpp timings of one response."""
+
+# --- servers in the background --------------------------------------------------------
+
+@disjoint_base
+class BackgroundServer:
+    """What `SimServer` and `CaptureProxy` share: the address, `stop()`, `with`."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def running(self) -> bool: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+@final
+class SimServer(BackgroundServer):
     """The simulated reasoning-model server, serving in the background."""
 
-    def __new__(
-        cls, host: str = "127.0.0.1", port: int = 0, config: dict[str, object] | None = None
-    ) -> SimServer: ...
-    @property
-    def host(self) -> str: ...
-    @property
-    def port(self) -> int: ...
-    @property
-    def url(self) -> str: ...
-    @property
-    def running(self) -> bool: ...
-    def stop(self) -> None: ...
-    def __enter__(self) -> SimServer: ...
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None: ...
+    def __new__(cls, host: str = "127.0.0.1", port: int = 0, config: SimConfig | None = None) -> SimServer: ...
 
 @final
-class CaptureProxy:
+class CapturedRequest:
+    """A request through the capture proxy, once its body was read."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def arrival_us(self) -> int: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def api(self) -> _Api | None: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def error(self) -> str | None: ...
+
+@final
+class CapturedResponse(ResponseCounts):
+    """Its response once ended, decoded: a captured trace record's `response`."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def ttfb_us(self) -> int | None: ...
+    @property
+    def end_us(self) -> int: ...
+
+@final
+class CaptureProxy(BackgroundServer):
     """The forwarding half of `specreplay capture`, serving in the background."""
 
-    def __new__(cls, upstream: str, host: str = "127.0.0.1", port: int = 0, drain_s: float = 10.0) -> CaptureProxy: ...
-    @property
-    def host(self) -> str: ...
-    @property
-    def port(self) -> int: ...
-    @property
-    def url(self) -> str: ...
-    @property
-    def running(self) -> bool: ...
-    def next_events(self, max: int = 256, wait_s: float = 0.25) -> list[dict[str, Any]] | None: ...
-    def stop(self) -> None: ...
-    def __enter__(self) -> CaptureProxy: ...
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None: ...
+    def __new__(cls, config: ProxyConfig, host: str = "127.0.0.1", port: int = 0) -> CaptureProxy: ...
+    def next_events(self, max: int = 256, wait_s: float = 0.25) -> list[CapturedRequest | CapturedResponse] | None: ...

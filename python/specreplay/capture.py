@@ -9,13 +9,14 @@ from the upstream is written to the client at once, never buffered, never
 decompressed, never re-encoded.
 
 Recording stays off the forwarding path: the proxy reports each request once
-its body is read, and its response once it has ended (status, times, the
-bytes that went through), on a channel this module reads. Only then are the
-bytes decoded (by the Rust decoders, `_core.decode_response`) and the trace
-record appended and flushed. Records are therefore written in the order
-requests *end*; a clean stop rewrites the file in arrival order, as the trace
-format requires (a capture killed before that is sorted by
-`specreplay import capture FILE`).
+its body is read (`_core.CapturedRequest`: which API it is, by the paths of
+`trace.APIS`), and its response once it has ended, as a finished record
+(`_core.CapturedResponse`: status, times, the server's usage and finish
+reason, decoded in the core from the bytes that went through, on this
+module's thread). This module turns them into trace records, appended and
+flushed. Records are therefore written in the order requests *end*; a clean
+stop rewrites the file in arrival order, as the trace format requires (a
+capture killed before that is sorted by `specreplay import capture FILE`).
 
 Never written (and never handed to Python by the proxy): request headers (so
 `Authorization`, `api-key`, `x-api-key` and cookies cannot leak), the query
@@ -30,7 +31,6 @@ import os
 import signal
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,18 +38,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specreplay import _core
-from specreplay.errors import ConfigError, StreamFormatError
+from specreplay.errors import ConfigError
 from specreplay.shaping import redact_url
 from specreplay.text import Redactor
-from specreplay.trace import APIS, TraceRecord
-
-def detect_api(method: str, path: str) -> str | None:
-    """Which API a request is, from its method and path (None: not recorded)."""
-    if method != "POST":
-        return None
-    p = path.rstrip("/")
-    # APIS lists chat before completions: "/chat/completions" ends in both.
-    return next((api for api, (suffix, _) in APIS.items() if p.endswith(suffix)), None)
+from specreplay.trace import APIS, RESPONSE_INT_FIELDS, RESPONSE_STR_FIELDS, TraceRecord
 
 
 def split_upstream(url: str) -> tuple[str, str]:
@@ -141,7 +133,10 @@ class CaptureProxy:
     # --- life cycle ---------------------------------------------------------
 
     def start(self) -> None:
-        self._proxy = _core.CaptureProxy(self.origin + self.prefix, self.host, self.port, self.drain_s)
+        apis = {api: path for api, (path, _) in APIS.items()}
+        self._proxy = _core.CaptureProxy(
+            {"upstream": self.origin + self.prefix, "drain_s": self.drain_s, "apis": apis}, self.host, self.port
+        )
         self.port = self._proxy.port
         self._file = self.output.open("w", encoding="utf-8")
         started = time.time()
@@ -154,8 +149,8 @@ class CaptureProxy:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/v1"
+        assert self._proxy is not None, "start() first"
+        return self._proxy.url
 
     def stop(self) -> None:
         self._stopped.set()
@@ -187,24 +182,24 @@ class CaptureProxy:
 
     # --- recording (off the forwarding path) ----------------------------------
 
-    def _handle(self, events: list[dict[str, Any]]) -> None:
+    def _handle(self, events: list[_core.CapturedRequest | _core.CapturedResponse]) -> None:
         for ev in events:
-            if ev["kind"] == "request":
+            if isinstance(ev, _core.CapturedRequest):
                 pending = self._admit(ev)
                 if pending is not None:
-                    self._pending[ev["seq"]] = pending
+                    self._pending[ev.seq] = pending
             else:
-                pending = self._pending.pop(ev["seq"], None)
+                pending = self._pending.pop(ev.seq, None)
                 if pending is not None:
                     self._finish(pending, ev)
 
-    def _admit(self, ev: dict[str, Any]) -> _Pending | None:
+    def _admit(self, ev: _core.CapturedRequest) -> _Pending | None:
         """A `_Pending` when this request is to be recorded, else None."""
-        api = detect_api(ev["method"], ev["path"])
+        api = ev.api
         parsed: Any = None
-        if api is not None and ev["error"] is None:
+        if api is not None and ev.error is None:
             try:
-                parsed = json.loads(ev["body"])
+                parsed = json.loads(ev.body)
             except (UnicodeDecodeError, json.JSONDecodeError):
                 parsed = None
         if (
@@ -216,22 +211,17 @@ class CaptureProxy:
             self.stats.passed_through += 1
             return None
         if self._t0_us is None:
-            self._t0_us = ev["arrival_us"]
+            self._t0_us = ev.arrival_us
         self._seq += 1
-        return _Pending(self._seq, api, ev["path"], parsed, ev["arrival_us"])
+        return _Pending(self._seq, api, ev.path, parsed, ev.arrival_us)
 
-    def _finish(self, p: _Pending, ev: dict[str, Any]) -> None:
-        error: str | None = ev["error"]
-        response: dict[str, Any] = {"status": ev["status"], "ttfb_us": ev["ttfb_us"], "end_us": ev["end_us"]}
-        response.update(self._decode(p.api, ev))
-        if error is not None:
-            response["error"] = error
-        response = {k: v for k, v in response.items() if v is not None}
-        if ev["status"] >= 400 or error is not None:
+    def _finish(self, p: _Pending, ev: _core.CapturedResponse) -> None:
+        fields = RESPONSE_INT_FIELDS + RESPONSE_STR_FIELDS
+        response: dict[str, Any] = {k: v for k in fields if (v := getattr(ev, k)) is not None}
+        if ev.status >= 400 or ev.error is not None:
             self.stats.errors += 1
         body = self.redactor.body(p.body) if self.redactor is not None else p.body
         default_path = "/v1" + APIS[p.api][0]
-        completion = response.get("completion_tokens")
         # A request admitted before an earlier arrival whose body was still
         # being read would come out a hair negative: clamp (the trace forbids it).
         since_t0 = max(0, p.arrival_us - (self._t0_us or p.arrival_us))
@@ -240,7 +230,7 @@ class CaptureProxy:
             api=p.api,
             body=body,
             arrival=round(since_t0 / 1e6, 6),
-            expected_output_tokens=completion if isinstance(completion, int) else None,
+            expected_output_tokens=ev.completion_tokens,
             path=None if p.path == default_path else p.path,
             approximate=self.redactor is not None,
             response=response,
@@ -251,31 +241,6 @@ class CaptureProxy:
         self.stats.recorded += 1
         if self.max_requests is not None and self.stats.recorded >= self.max_requests:
             self.stop()
-
-    @staticmethod
-    def _decode(api: str, ev: dict[str, Any]) -> dict[str, Any]:
-        data: bytes = ev["body"]
-        if not data or ev["truncated"]:
-            return {}
-        encoding: str = ev["content_encoding"]
-        content_type: str = ev["content_type"]
-        if encoding in ("gzip", "deflate"):
-            try:
-                data = zlib.decompress(data, 47)  # gzip or zlib header
-            except zlib.error:
-                return {}
-        elif encoding not in ("", "identity"):
-            return {}
-        try:
-            got = _core.decode_response(api, data, content_type)
-        except StreamFormatError:
-            return {}
-        out = {k: got.get(k) for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens", "finish_reason")}
-        if got.get("error"):
-            out["error"] = got["error"]
-        elif content_type.startswith("text/event-stream") and not got.get("complete") and ev["error"] is None:
-            out["error"] = "stream ended without its end marker"
-        return out
 
 
 def sort_trace_file(path: str | Path) -> int:

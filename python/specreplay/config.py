@@ -14,12 +14,15 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
+from specreplay._core import is_secret_header
 from specreplay.errors import ConfigError
 from specreplay.slo import Slo
 
-ARRIVALS = ("poisson", "constant", "gamma")
+#: Arrival processes of the open loop (the engine's `Arrival`).
+Arrival = Literal["poisson", "constant", "gamma"]
+ARRIVALS: tuple[Arrival, ...] = get_args(Arrival)
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class ReplayConfig:
     rate: list[float] = field(default_factory=list)
     speedup: list[float] = field(default_factory=list)
     concurrency: list[int] = field(default_factory=list)
-    arrival: str = "poisson"
+    arrival: Arrival = "poisson"
     burstiness: float = 1.0
     seed: int = 0
     max_concurrency: int | None = None
@@ -159,10 +162,6 @@ class ReplayConfig:
                 raise ConfigError(f"{where(key)}: unknown key{hint}")
             setattr(config, key, spec.convert(where(key), value))
         return config
-
-
-def is_secret_header(name: str) -> bool:
-    return name.strip().lower() in {"authorization", "api-key", "x-api-key", "cookie", "proxy-authorization"}
 
 
 # --- field specifications ----------------------------------------------------

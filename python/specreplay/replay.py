@@ -34,6 +34,7 @@ from specreplay.target import Target, preflight, probe_usage, start_embedded
 from specreplay.trace import APIS, Trace, load_trace
 
 if TYPE_CHECKING:
+    from specreplay._core import ConcurrencyLoad, RateLoad, RunSpec, SpeedupLoad
     from specreplay.analysis import RunAnalysis
     from specreplay.capacity import Answer
 
@@ -138,9 +139,11 @@ class Plan:
     def finished(self, finished: FinishedPoint) -> None: ...
 
 
-def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]) -> dict[str, Any]:
+def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]) -> RunSpec:
+    """What the engine runs for `point` (the `RunSpec` of `_core.pyi`)."""
+    load: RateLoad | SpeedupLoad | ConcurrencyLoad
     if point.mode == "rate":
-        load: dict[str, Any] = {"mode": "rate", "rate": point.value, "arrival": config.arrival, "burstiness": config.burstiness}
+        load = {"mode": "rate", "rate": point.value, "arrival": config.arrival, "burstiness": config.burstiness}
     elif point.mode == "speedup":
         load = {"mode": "speedup", "speedup": point.value}
     else:
@@ -174,7 +177,7 @@ def _probe_continuous_usage(config: ReplayConfig, trace: Trace, target: Target, 
     body = body_with_prompt(first)
     if target.model or config.model:
         body["model"] = config.model or target.model
-    probe = probe_usage(url, body, headers)
+    probe = probe_usage(url, first.api, body, headers)
     if probe.llamacpp_timings:
         # llama.cpp ignores continuous_usage_stats; its own per-chunk count
         # is `timings_per_token` (the engine reads `timings.predicted_n`).
@@ -313,17 +316,17 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
     """Runs the points of `run`'s plan from `index` on; returns the next index."""
     assert run.target is not None
     model = run.target.model or run.config.model
-    requests = [r.as_tuple() for r in prepare(run.trace.records, run.config, run.target.url, model)]
+    requests = prepare(run.trace.records, run.config, run.target.url, model)
     plan, label = run.plan, run.config.label
     while (point := plan.next_point()) is not None:
         num_requests = plan.num_requests(run.config)
         config = run.config if num_requests == run.config.num_requests else replace(run.config, num_requests=num_requests)
-        streams = peak_streams(point.mode, point.value, config.max_concurrency, num_requests or len(requests))
+        streams = peak_streams(point.mode, point.value, config.max_concurrency, num_requests or requests.num_rows)
         ensure_open_files(streams, run.target.embedded is not None)
         if plan.searching:
             run.points.append(point)
-        hooks.point_started(point, index, total, label, num_requests or len(requests), plan.status())
-        spec = json.dumps(_run_spec(config, point, run.headers))
+        hooks.point_started(point, index, total, label, num_requests or requests.num_rows, plan.status())
+        spec = _run_spec(config, point, run.headers)
         finished = _run_point(spec, requests, writer, run_id, label, point, index, hooks, plan.deadline_us)
         hooks.point_finished(finished)
         plan.finished(finished)
@@ -342,8 +345,8 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
 
 
 def _run_point(
-    spec: str,
-    requests: list[tuple[str, str, str, bytes, float]],
+    spec: RunSpec,
+    requests: pa.RecordBatch,
     writer: ResultsWriter,
     run_id: str,
     label: str,
@@ -360,8 +363,9 @@ def _run_point(
     written: list[pa.RecordBatch] = []  # this point's rows, as in the file
 
     def progress() -> Progress:
-        scheduled, sent, finished, failed, tokens = run.progress()
-        return Progress(point.name, scheduled, sent, finished, failed, tokens, (_core.now_us() - started) / 1e6)
+        p = run.progress()
+        elapsed_s = (_core.now_us() - started) / 1e6
+        return Progress(point.name, p.scheduled, p.sent, p.finished, p.failed, p.output_tokens, elapsed_s)
 
     while True:
         try:

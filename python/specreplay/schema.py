@@ -78,11 +78,27 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
 
 COLUMNS: tuple[Column, ...] = RUN_COLUMNS + ENGINE_COLUMNS
 
+# The requests of a sweep point as they cross into the engine
+# (`_core.start_point`): one record batch, one row per request, built by
+# `shaping.prepare`. Not results columns; the engine reads them by name.
+REQUEST_COLUMNS: tuple[Column, ...] = (
+    Column("trace_id", pa.string(), "", "the trace record's `id`"),
+    Column("api", pa.string(), "", "request dialect: chat, completions, responses or anthropic"),
+    Column("url", pa.string(), "", "where it is sent: the target's base URL + the API's path"),
+    Column("body", pa.binary(), "", "the JSON body as sent (shaped: streaming, usage requested, overrides)"),
+    Column("arrival_s", pa.float64(), "s", "arrival offset in the trace (0 when it has none)"),
+)
+
 
 def results_schema(metadata: dict[str, str] | None = None) -> pa.Schema:
     """The Arrow schema of a results file."""
     fields = [pa.field(c.name, c.type) for c in COLUMNS]
     return pa.schema(fields, metadata={k.encode(): v.encode() for k, v in (metadata or {}).items()})
+
+
+def request_schema() -> pa.Schema:
+    """The schema of the requests handed to the engine."""
+    return pa.schema([pa.field(c.name, c.type, nullable=False) for c in REQUEST_COLUMNS])
 
 
 def engine_schema() -> pa.Schema:

@@ -6,12 +6,14 @@ user's overrides (model, output budget, ignore_eos, extra body fields)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import pyarrow as pa
+
 from specreplay import _core
 from specreplay.config import ReplayConfig
+from specreplay.schema import REQUEST_COLUMNS, request_schema
 from specreplay.trace import APIS, TraceRecord
 
 #: Which body field carries the output budget, per API. Chat keeps whichever
@@ -24,18 +26,6 @@ _BUDGET_FIELD = {"chat": "max_tokens", "completions": "max_tokens", "responses":
 _AT_MOST_BUDGET = ("min_tokens",)
 
 _FILLER = _core.Filler()
-
-
-@dataclass(frozen=True)
-class PreparedRequest:
-    trace_id: str
-    api: str
-    url: str
-    body: bytes
-    arrival: float
-
-    def as_tuple(self) -> tuple[str, str, str, bytes, float]:
-        return (self.trace_id, self.api, self.url, self.body, self.arrival)
 
 
 def base_url(url: str) -> str:
@@ -119,27 +109,23 @@ def clamp_to_budget(body: dict[str, Any], budget: int) -> None:
             body[field] = budget
 
 
-def prepare(records: list[TraceRecord], config: ReplayConfig, url: str, model: str | None) -> list[PreparedRequest]:
-    """Every request the run can send, built. With `--num-requests N` under
+def prepare(records: list[TraceRecord], config: ReplayConfig, url: str, model: str | None) -> pa.RecordBatch:
+    """The requests to send, as the engine takes them: one row per record,
+    the columns of `schema.REQUEST_COLUMNS`. With `--num-requests N` under
     the trace's length only the first N can be sent (the engine takes them
     in order, warm-up included), so only they are built: a synthesized
     prompt costs its text in memory until the request is sent."""
     base = base_url(url)
-    out = []
+    columns: dict[str, list[Any]] = {c.name: [] for c in REQUEST_COLUMNS}
     if config.num_requests is not None:
         records = records[: config.num_requests]
     for rec in records:
-        body = shape_body(rec, config, model)
-        out.append(
-            PreparedRequest(
-                trace_id=rec.id,
-                api=rec.api,
-                url=base + APIS[rec.api][0],
-                body=json.dumps(body, ensure_ascii=False).encode(),
-                arrival=rec.arrival or 0.0,
-            )
-        )
-    return out
+        columns["trace_id"].append(rec.id)
+        columns["api"].append(rec.api)
+        columns["url"].append(base + APIS[rec.api][0])
+        columns["body"].append(json.dumps(shape_body(rec, config, model), ensure_ascii=False).encode())
+        columns["arrival_s"].append(rec.arrival or 0.0)
+    return pa.record_batch(list(columns.values()), schema=request_schema())
 
 
 def auth_headers(config: ReplayConfig, apis: set[str]) -> list[tuple[str, str]]:

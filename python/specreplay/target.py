@@ -9,10 +9,14 @@ import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from specreplay.errors import ConfigError
+from specreplay import _core
+from specreplay.errors import ConfigError, StreamFormatError
 from specreplay.shaping import base_url, clamp_to_budget, redact_url
+
+if TYPE_CHECKING:
+    from specreplay._core import SimConfig
 
 PREFLIGHT_TIMEOUT_S = 10.0
 
@@ -21,7 +25,7 @@ PREFLIGHT_TIMEOUT_S = 10.0
 class Target:
     url: str
     model: str | None
-    embedded: Any = None  # the SimServer when we started one
+    embedded: _core.SimServer | None = None  # when we started one
 
     def close(self) -> None:
         if self.embedded is not None:
@@ -60,10 +64,10 @@ def list_models(url: str, headers: list[tuple[str, str]]) -> list[str]:
 
 
 def start_embedded(seed: int, sim_config: dict[str, Any]) -> Target:
-    from specreplay._core import SimServer
-
-    config = {"seed": seed, **sim_config}
-    server = SimServer("127.0.0.1", 0, config)
+    """The embedded simulator, configured by a config file's `sim` table
+    (checked by the core: a bad key is a ConfigError naming it)."""
+    config = cast("SimConfig", {"seed": seed, **sim_config})
+    server = _core.SimServer("127.0.0.1", 0, config)
     return Target(url=server.url, model=str(config.get("model", "specreplay-sim")), embedded=server)
 
 
@@ -88,7 +92,7 @@ class UsageProbe:
     llamacpp_timings: bool  # its stream carried llama.cpp's `timings` object
 
 
-def probe_usage(url: str, body: dict[str, Any], headers: list[tuple[str, str]]) -> UsageProbe:
+def probe_usage(url: str, api: str, body: dict[str, Any], headers: list[tuple[str, str]]) -> UsageProbe:
     """Whether the server takes `stream_options.continuous_usage_stats` (vLLM,
     SGLang and our simulator do; some OpenAI-compatible APIs answer 400 to an
     unknown option), and whether it is llama.cpp, which ignores that option
@@ -108,23 +112,19 @@ def probe_usage(url: str, body: dict[str, Any], headers: list[tuple[str, str]]) 
     try:
         with urllib.request.urlopen(req, timeout=PREFLIGHT_TIMEOUT_S) as resp:
             stream = resp.read()
-        return UsageProbe(accepted=True, llamacpp_timings=_has_llamacpp_timings(stream))
+            content_type = resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as e:
         # 400/422: the server validates request fields and refused this one.
         return UsageProbe(accepted=e.code not in (400, 422), llamacpp_timings=False)
     except (urllib.error.URLError, OSError):
         return UsageProbe(accepted=True, llamacpp_timings=False)  # not the option's fault: the run itself will report it
+    return UsageProbe(accepted=True, llamacpp_timings=_has_llamacpp_timings(api, stream, content_type))
 
 
-def _has_llamacpp_timings(stream: bytes) -> bool:
-    for line in stream.decode("utf-8", "replace").splitlines():
-        if not line.startswith("data:"):
-            continue
-        try:
-            payload = json.loads(line[len("data:") :])
-        except json.JSONDecodeError:
-            continue
-        timings = payload.get("timings") if isinstance(payload, dict) else None
-        if isinstance(timings, dict) and "predicted_n" in timings:
-            return True
-    return False
+def _has_llamacpp_timings(api: str, stream: bytes, content_type: str) -> bool:
+    """Whether the response carried llama.cpp's `timings.predicted_n` (read
+    by the core's SSE parser and decoders, as the run will read it)."""
+    try:
+        return _core.decode_response(api, stream, content_type).predicted_tokens is not None
+    except StreamFormatError:
+        return False  # not a stream we can read: the run itself will report it

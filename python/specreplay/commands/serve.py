@@ -12,13 +12,16 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from specreplay._core import SimServer
 from specreplay.errors import ConfigError
 from specreplay.tomlfile import read_toml
+
+if TYPE_CHECKING:
+    from specreplay._core import SimConfig
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "none")
 # Config keys that hold a table; a flag replaces one entry and keeps the file's others.
@@ -67,8 +70,9 @@ def parse_faults(values: tuple[str, ...]) -> dict[str, float]:
 
 
 def _config_error_source(message: str, file_keys: set[str], path: Path | None) -> str:
-    """Which input a ConfigError came from: the file (named) or the flags."""
-    if path is not None and any(message.startswith(f"invalid configuration: {k}:") for k in file_keys):
+    """Which input a ConfigError came from: the file (named) or the flags
+    (the core names the key: `invalid configuration: sim: KEY: ...`)."""
+    if path is not None and any(message.startswith(f"invalid configuration: sim: {k}:") for k in file_keys):
         return str(path)
     return "command line"
 
@@ -156,7 +160,8 @@ def serve(host: str, port: int, config_path: Path | None, faults: tuple[str, ...
             overrides[key] = entries
     config = build_config(file_config, overrides)
     try:
-        server = SimServer(host=host, port=port, config=config)
+        # The keys and values are checked by the core: a bad one is a ConfigError naming it.
+        server = SimServer(host=host, port=port, config=cast("SimConfig", config))
     except ConfigError as e:
         raise click.ClickException(f"{_config_error_source(str(e), file_keys, config_path)}: {e}") from None
     except OSError as e:

@@ -1,9 +1,12 @@
 //! `specreplay._core`: the narrow, typed boundary between the Rust engine and
 //! the Python layer. Keep it thin: logic belongs in `specreplay-core`.
+//! Configuration crosses as typed mappings (`config.rs`), rows as Arrow
+//! record batches (`arrow.rs`), everything else as small frozen classes.
 
 use pyo3::prelude::*;
 
-mod arrow_export;
+mod arrow;
+mod config;
 mod decode;
 mod errors;
 mod prompt;
@@ -17,13 +20,20 @@ mod sim;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(now_us, m)?)?;
+    m.add_function(wrap_pyfunction!(is_secret_header, m)?)?;
     m.add_function(wrap_pyfunction!(replay::start_point, m)?)?;
     m.add_function(wrap_pyfunction!(decode::decode_response, m)?)?;
     m.add_class::<replay::EngineRun>()?;
-    m.add_class::<arrow_export::ArrowBatch>()?;
+    m.add_class::<replay::EngineProgress>()?;
+    m.add_class::<arrow::ArrowBatch>()?;
+    m.add_class::<decode::ResponseCounts>()?;
+    m.add_class::<decode::DecodedResponse>()?;
     errors::register(m)?;
+    m.add_class::<served::BackgroundServer>()?;
     m.add_class::<sim::SimServer>()?;
     m.add_class::<proxy::CaptureProxy>()?;
+    m.add_class::<proxy::CapturedRequest>()?;
+    m.add_class::<proxy::CapturedResponse>()?;
     m.add_class::<prompt::Filler>()?;
     Ok(())
 }
@@ -32,4 +42,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction]
 fn now_us() -> i64 {
     specreplay_core::clock::now_us()
+}
+
+/// Whether a header's value is a secret (never recorded or written): the
+/// core's one list, `engine::SECRET_HEADERS`, in any case.
+#[pyfunction]
+fn is_secret_header(name: &str) -> bool {
+    specreplay_core::engine::is_secret_header_name(name)
 }

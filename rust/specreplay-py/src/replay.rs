@@ -1,20 +1,20 @@
-//! `EngineRun`: one sweep point running on the engine's runtime. Python polls
-//! it for finished requests in batches; the engine never waits for Python.
+//! `start_point` and `EngineRun`: one sweep point running on the engine's
+//! runtime. Python polls it for finished requests in batches; the engine
+//! never waits for Python.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
 use specreplay_core::engine::batch::{to_record_batch, to_record_batch_with_server_stamps};
-use specreplay_core::engine::{self, PreparedRequest, Progress, RunSpec};
+use specreplay_core::engine::request_columns::requests_from_batch;
+use specreplay_core::engine::{self, Progress, RunSpec};
 use tokio_util::sync::CancellationToken;
 
-use crate::arrow_export::ArrowBatch;
+use crate::arrow::{import_batch, ArrowBatch};
+use crate::config::from_mapping;
 use crate::errors::{engine_error, Error};
 use crate::runtime::RUNTIME;
-
-/// (trace_id, api, url, body, arrival_s) — one request as the Python layer shaped it.
-type RequestTuple = (String, String, String, Vec<u8>, f64);
 
 #[pyclass(module = "specreplay._core", frozen)]
 pub struct EngineRun {
@@ -26,15 +26,28 @@ pub struct EngineRun {
     server_stamps: bool,
 }
 
-/// Starts a point: `spec_json` is a `RunSpec` (see rust/specreplay-core/src/engine/spec.rs).
+/// The engine's live counters at one moment.
+#[pyclass(module = "specreplay._core", frozen, get_all)]
+pub struct EngineProgress {
+    /// Requests whose send time has come.
+    scheduled: u64,
+    /// Requests sent (or being sent).
+    sent: u64,
+    /// Requests over, successful or not.
+    finished: u64,
+    /// Requests over with an error.
+    failed: u64,
+    /// Output tokens of the finished requests.
+    output_tokens: u64,
+}
+
+/// Starts a point: `spec` is the `RunSpec` mapping, `requests` a record
+/// batch with the columns of `schema.REQUEST_SCHEMA`, one row per request.
 #[pyfunction]
-pub fn start_point(spec_json: &str, requests: Vec<RequestTuple>) -> PyResult<EngineRun> {
-    let spec = RunSpec::from_json(spec_json).map_err(Error::from)?;
-    let prepared = requests
-        .into_iter()
-        .map(|(id, api, url, body, arrival)| PreparedRequest::new(id, &api, &url, body, arrival))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(Error::from)?;
+pub fn start_point(spec: &Bound<'_, PyAny>, requests: &Bound<'_, PyAny>) -> PyResult<EngineRun> {
+    let spec: RunSpec = from_mapping("run spec", spec, RunSpec::validate)?;
+    let batch = import_batch(requests, "requests")?;
+    let prepared = requests_from_batch(&batch).map_err(Error::from)?;
     let server_stamps = spec.server_stamps;
     let run = engine::start(spec, prepared, RUNTIME.handle()).map_err(Error::from)?;
     Ok(EngineRun {
@@ -79,10 +92,16 @@ impl EngineRun {
         }
     }
 
-    /// (scheduled, sent, finished, failed, output_tokens) so far.
-    fn progress(&self) -> (u64, u64, u64, u64, u64) {
+    /// The counters so far.
+    fn progress(&self) -> EngineProgress {
         let p = self.progress.snapshot();
-        (p.scheduled, p.sent, p.finished, p.failed, p.output_tokens)
+        EngineProgress {
+            scheduled: p.scheduled,
+            sent: p.sent,
+            finished: p.finished,
+            failed: p.failed,
+            output_tokens: p.output_tokens,
+        }
     }
 
     /// Stops scheduling and cancels requests in flight; they still report rows.

@@ -10,16 +10,21 @@ mod chat;
 mod completions;
 mod json;
 mod responses;
+pub mod summary;
 
 use std::fmt;
 use std::str::FromStr;
 
+use serde::Deserialize;
 use thiserror::Error;
 
 use crate::error::CoreError;
 use crate::sse::{SseEvent, SseParser};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Also a configuration value (e.g. the capture proxy's `apis`), by the
+/// names [`Dialect::as_str`] gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Dialect {
     Chat,
     Completions,

@@ -10,6 +10,7 @@ pub(crate) mod http;
 mod pacing;
 pub mod record;
 mod request;
+pub mod request_columns;
 pub mod schedule;
 pub mod spec;
 
@@ -165,11 +166,24 @@ fn secret_values(headers: &HeaderMap) -> Vec<String> {
     out
 }
 
+/// Headers whose values are secrets: never recorded, never written (lower
+/// case). The one list: Python reads it through `_core.is_secret_header`.
+pub const SECRET_HEADERS: [&str; 5] = [
+    "authorization",
+    "api-key",
+    "x-api-key",
+    "cookie",
+    "proxy-authorization",
+];
+
 pub fn is_secret_header(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "authorization" | "api-key" | "x-api-key" | "cookie" | "proxy-authorization"
-    )
+    SECRET_HEADERS.contains(&name.as_str())
+}
+
+/// [`is_secret_header`] for a name as a user wrote it (any case, spaces around).
+pub fn is_secret_header_name(name: &str) -> bool {
+    let name = name.trim();
+    SECRET_HEADERS.iter().any(|s| s.eq_ignore_ascii_case(name))
 }
 
 /// Starts one point on `runtime`. Returns at once; drain the results with
@@ -341,4 +355,18 @@ async fn run_slot(shared: Arc<Shared>, slot: Slot, scheduled_us: i64) {
     );
     // The receiver only goes away when the run is dropped; nothing to report to then.
     let _ = shared.results.send(rec);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_headers_match_in_any_case() {
+        assert!(is_secret_header(&HeaderName::from_static("x-api-key")));
+        assert!(!is_secret_header(&HeaderName::from_static("x-request-id")));
+        assert!(is_secret_header_name(" Authorization "));
+        assert!(is_secret_header_name("COOKIE"));
+        assert!(!is_secret_header_name("Content-Type"));
+    }
 }

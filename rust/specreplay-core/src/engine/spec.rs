@@ -1,6 +1,9 @@
 //! What one sweep point runs: the target, the load mode, the limits, and the
-//! requests, already shaped by the Python layer. Deserialised from JSON so the
-//! Python side and the Rust side share one definition, and unknown keys fail.
+//! requests, already shaped by the Python layer. The spec is deserialised by
+//! serde from the Python mapping typed `RunSpec` in `_core.pyi` (the binding
+//! reads it with `pythonize`), so both sides share this one definition and
+//! unknown keys fail. A new field is one line here (with a serde default) and
+//! one key in that TypedDict.
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -126,11 +129,9 @@ impl PreparedRequest {
 }
 
 impl RunSpec {
-    /// Parses the spec; `engine::start` validates it (every spec, however built).
-    pub fn from_json(json: &str) -> Result<Self, CoreError> {
-        serde_json::from_str(json).map_err(|e| CoreError::config("run spec", e.to_string()))
-    }
-
+    /// Checks ranges; errors name the field by its path in the spec
+    /// (`load.rate`, `timeout_s`). `engine::start` calls it for every spec,
+    /// however built.
     pub fn validate(&self) -> Result<(), CoreError> {
         let positive = |v: f64, field: &str| {
             if v.is_finite() && v > 0.0 {
@@ -146,24 +147,24 @@ impl RunSpec {
             LoadMode::Rate {
                 rate, burstiness, ..
             } => {
-                positive(rate, "rate")?;
-                positive(burstiness, "burstiness")?;
+                positive(rate, "load.rate")?;
+                positive(burstiness, "load.burstiness")?;
             }
-            LoadMode::Speedup { speedup } => positive(speedup, "speedup")?,
+            LoadMode::Speedup { speedup } => positive(speedup, "load.speedup")?,
             LoadMode::Concurrency { concurrency } => {
                 if concurrency == 0 {
-                    return Err(CoreError::config("concurrency", "must be at least 1"));
+                    return Err(CoreError::config("load.concurrency", "must be at least 1"));
                 }
             }
         }
-        if let Some(d) = self.duration_s {
-            positive(d, "duration")?;
-        }
-        if let Some(t) = self.timeout_s {
-            positive(t, "timeout")?;
-        }
-        if let Some(t) = self.stall_timeout_s {
-            positive(t, "stall_timeout")?;
+        for (field, value) in [
+            ("duration_s", self.duration_s),
+            ("timeout_s", self.timeout_s),
+            ("stall_timeout_s", self.stall_timeout_s),
+        ] {
+            if let Some(v) = value {
+                positive(v, field)?;
+            }
         }
         if self.max_concurrency == Some(0) {
             return Err(CoreError::config("max_concurrency", "must be at least 1"));

@@ -15,12 +15,13 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderMap, HeaderValue, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE};
-use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper::{Request, Response, StatusCode, Uri};
 
 use super::{
     ProxyEvent, RequestEvent, ResponseEvent, Shared, MAX_KEPT_RESPONSE_BYTES, MAX_REQUEST_BYTES,
 };
 use crate::clock::now_us;
+use crate::decode::Dialect;
 use crate::error::error_chain;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1),
@@ -68,13 +69,12 @@ pub(crate) fn forward_headers(src: &HeaderMap, dst: &mut HeaderMap, keep_length:
 struct Recording {
     shared: Arc<Shared>,
     seq: u64,
+    api: Option<Dialect>,
     arrival_us: i64,
     status: u16,
     ttfb_us: Option<i64>,
     content_type: String,
     content_encoding: String,
-    /// Keep the body (POST requests only: nothing else is recorded).
-    keep: bool,
     chunks: Vec<Bytes>,
     kept: usize,
     truncated: bool,
@@ -83,7 +83,8 @@ struct Recording {
 
 impl Recording {
     fn keep(&mut self, data: &Bytes) {
-        if !self.keep || self.truncated {
+        // Only a known API's response is decoded: keep nothing else.
+        if self.api.is_none() || self.truncated {
             return;
         }
         self.kept += data.len();
@@ -103,6 +104,7 @@ impl Recording {
         let end_us = now_us() - self.arrival_us;
         let _ = self.shared.events.send(ProxyEvent::Response(ResponseEvent {
             seq: self.seq,
+            api: self.api,
             status: self.status,
             ttfb_us: self.ttfb_us,
             end_us,
@@ -240,6 +242,7 @@ pub(crate) async fn handle(
         .to_string();
     let read = Limited::new(body, MAX_REQUEST_BYTES).collect().await;
     let seq = shared.next_seq.fetch_add(1, Ordering::Relaxed);
+    let api = shared.api_of(&parts.method, parts.uri.path());
     let (body, body_error) = match read {
         Ok(collected) => (collected.to_bytes(), None),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => (
@@ -262,18 +265,19 @@ pub(crate) async fn handle(
         arrival_us,
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
+        api,
         body: body.clone(),
         error: body_error.as_ref().map(|(_, m)| m.clone()),
     }));
     let mut rec = Recording {
         shared: shared.clone(),
         seq,
+        api,
         arrival_us,
         status: 0,
         ttfb_us: None,
         content_type: String::new(),
         content_encoding: String::new(),
-        keep: parts.method == Method::POST,
         chunks: Vec::new(),
         kept: 0,
         truncated: false,

@@ -7,8 +7,7 @@ use hyper::{Request, StatusCode};
 use super::*;
 use crate::sim::{SimConfig, SimServer};
 
-const CHAT: &str =
-    r#"{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}"#;
+const CHAT: &str = r#"{"model": "m", "stream": true, "stream_options": {"include_usage": true}, "messages": [{"role": "user", "content": "hi"}]}"#;
 
 async fn post(base: &str, path: &str, body: &str) -> (StatusCode, Bytes) {
     let client = build_client(4);
@@ -22,10 +21,11 @@ async fn post(base: &str, path: &str, body: &str) -> (StatusCode, Bytes) {
     (status, resp.into_body().collect().await.unwrap().to_bytes())
 }
 
-fn drain(rx: &mpsc::Receiver<ProxyEvent>) -> Vec<ProxyEvent> {
+/// Every report, until the proxy has stopped and all were read.
+fn drain(captures: &Captures) -> Vec<Captured> {
     let mut out = Vec::new();
-    while let Ok(ev) = rx.recv_timeout(Duration::from_secs(5)) {
-        out.push(ev);
+    while let Some(batch) = captures.next(16, Duration::from_secs(5)) {
+        out.extend(batch);
     }
     out
 }
@@ -33,7 +33,12 @@ fn drain(rx: &mpsc::Receiver<ProxyEvent>) -> Vec<ProxyEvent> {
 fn config(upstream: String) -> ProxyConfig {
     ProxyConfig {
         upstream,
-        drain: Duration::from_secs(5),
+        drain_s: 5.0,
+        apis: [
+            (Dialect::Chat, "/chat/completions".into()),
+            (Dialect::Completions, "/completions".into()),
+        ]
+        .into(),
     }
 }
 
@@ -59,27 +64,31 @@ async fn forwards_streams_and_reports_both_ends() {
 
     let events = drain(&rx);
     assert_eq!(events.len(), 2, "{events:?}");
-    let ProxyEvent::Request(req) = &events[0] else {
+    let Captured::Request(req) = &events[0] else {
         panic!("{events:?}")
     };
-    let ProxyEvent::Response(resp) = &events[1] else {
+    let Captured::Response(resp) = &events[1] else {
         panic!("{events:?}")
     };
     assert_eq!(
-        (req.method.as_str(), req.path.as_str()),
-        ("POST", "/v1/chat/completions")
+        (req.method.as_str(), req.path.as_str(), req.api),
+        ("POST", "/v1/chat/completions", Some(Dialect::Chat))
     );
     assert_eq!(req.body, CHAT.as_bytes());
     assert_eq!(
         (resp.seq, resp.status, resp.error.as_deref()),
         (req.seq, 200, None)
     );
-    assert!(resp.content_type.starts_with("text/event-stream"));
     let ttfb = resp.ttfb_us.unwrap();
     assert!(0 < ttfb && ttfb <= resp.end_us);
-    assert_eq!(resp.body.concat(), body.to_vec());
-    // The channel closes once the proxy has stopped.
-    assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+    // Decoded beside the forwarding: what the client got, counted.
+    let direct =
+        crate::decode::summary::summarize(Dialect::Chat, &body, "text/event-stream").unwrap();
+    assert_eq!(resp.usage, direct.usage);
+    assert_eq!(resp.usage.completion_tokens, Some(8));
+    assert_eq!(resp.finish_reason.as_deref(), Some("stop"));
+    // The reader ends once the proxy has stopped.
+    assert!(rx.next(1, Duration::from_millis(100)).is_none());
 }
 
 #[tokio::test]
@@ -96,11 +105,52 @@ async fn unreachable_upstream_is_a_502_and_reported() {
     assert!(String::from_utf8_lossy(&body).contains("upstream unreachable"));
     proxy.shutdown().await;
     let events = drain(&rx);
-    let ProxyEvent::Response(resp) = &events[1] else {
+    let Captured::Response(resp) = &events[1] else {
         panic!("{events:?}")
     };
     assert_eq!(resp.status, 502);
     assert!(resp.error.as_deref().unwrap().contains("unreachable"));
+}
+
+#[test]
+fn a_request_is_an_api_by_method_and_the_longest_path_end() {
+    let shared = Shared {
+        base: String::new(),
+        routes: config(String::new()).routes(),
+        client: build_client(1),
+        events: mpsc::channel().0,
+        next_seq: AtomicU64::new(1),
+        stopping: AtomicBool::new(false),
+    };
+    let api = |method: Method, path: &str| shared.api_of(&method, path);
+    assert_eq!(
+        api(Method::POST, "/v1/chat/completions"),
+        Some(Dialect::Chat)
+    );
+    assert_eq!(
+        api(Method::POST, "/openai/deployments/gpt/chat/completions/"),
+        Some(Dialect::Chat)
+    );
+    assert_eq!(
+        api(Method::POST, "/v1/completions"),
+        Some(Dialect::Completions)
+    );
+    assert_eq!(api(Method::GET, "/v1/chat/completions"), None);
+    assert_eq!(api(Method::POST, "/v1/messages"), None);
+}
+
+#[test]
+fn config_errors_name_the_field() {
+    let mut bad = config("http://h".into());
+    bad.drain_s = -1.0;
+    assert!(bad.validate().unwrap_err().to_string().contains("drain_s"));
+    let mut bad = config("http://h".into());
+    bad.apis.insert(Dialect::Anthropic, "messages".into());
+    assert!(bad
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("apis.anthropic"));
 }
 
 #[test]
