@@ -236,20 +236,32 @@ def engine_stream(url: str, concurrency: int, requests_n: int, warmup: int, corr
     chunks_all = int(pc.sum(ok["chunk_count"]).as_py() or 0)
     steady = ok.filter(pc.invert(ok["warmup"]))
 
-    def errors(t: Any) -> Any:
-        client = np.asarray(pc.list_flatten(t["chunk_ts_us"]).to_numpy(zero_copy_only=False), dtype=np.float64)
-        server = pc.list_flatten(t["chunk_server_ts_us"]).to_numpy(zero_copy_only=False)
-        server = np.asarray(server, dtype=np.float64) + correction_us
+    def flat(t: Any, column: str) -> Any:
+        return np.asarray(pc.list_flatten(t[column]).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+    def errors(t: Any, user_space: bool = False) -> Any:
+        client = flat(t, "chunk_ts_us")
+        if user_space and "chunk_delay_us" in t.column_names:
+            # The engine's own stamp: the kernel stamp plus the engine's delay
+            # (a chunk without a kernel stamp already carries the engine's).
+            client = client + np.nan_to_num(flat(t, "chunk_delay_us"))
+        server = flat(t, "chunk_server_ts_us") + correction_us
         keep = ~np.isnan(server)
         return client[keep] - server[keep]
 
     err_all, err = errors(ok), errors(steady)
+    delays = flat(steady, "chunk_delay_us") if "chunk_delay_us" in steady.column_names else np.array([])
     per_thread = {k: threads1.get(k, 0.0) - threads0.get(k, 0.0) for k in threads1}
     return {
         "requests_ok": ok.num_rows, "requests_failed": failed,
         "errors": sorted(set(table.filter(pc.is_valid(table["error_kind"]))["error_message"].to_pylist()))[:5],
         "chunks": chunks_all, "wall_s": wall1 - wall0, "chunks_per_s": chunks_all / (wall1 - wall0),
         "error_us": pct(err), "error_us_all": pct(err_all),
+        # chunk_ts_us is the kernel's receive stamp where there is one; the
+        # engine's own stamp (what chunk_ts_us was before kernel stamps) for comparison.
+        "user_error_us": pct(errors(steady, user_space=True)),
+        "kernel_stamped": float(np.mean(~np.isnan(delays))) if len(delays) else None,
+        "engine_delay_us": pct(delays[~np.isnan(delays)]) if len(delays) else None,
         "cpu_s": cpu1 - cpu0, "cpu_us_per_chunk": (cpu1 - cpu0) * 1e6 / max(chunks_all, 1),
         "thread_cpu_s": {k: round(v, 3) for k, v in per_thread.items() if v > 0},
     }

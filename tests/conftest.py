@@ -4,7 +4,8 @@
 Arrow table with `results_schema()` converted by pyarrow's `to_pandas`) from a
 few dicts. A dict gives schema columns to override and, as a shorthand,
 `chunks`: a list of `(µs after sent_us, tokens, channel name)` from which the
-chunk lists, first/last timestamps and token counts are derived unless given.
+chunk lists, first/last timestamps and token counts are derived unless given
+(every chunk kernel-stamped, with an engine delay of 20–116 µs).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def result_row(index: int, spec: dict[str, Any]) -> dict[str, Any]:
             chunk_ts_us=ts,
             chunk_tokens=tokens,
             chunk_channel=channels,
+            chunk_delay_us=[20 + offset % 97 for offset, _, _ in chunks],
+            stamp_source="kernel" if chunks else None,
             chunk_count=len(chunks),
             first_byte_us=ts[0] - 500 if ts else None,
             first_token_us=ts[0] if ts else None,

@@ -85,3 +85,22 @@ def test_an_invalid_run_is_refused_unless_forced(tmp_path: Path) -> None:
     doc = json.loads(forced.stdout)
     assert doc["forced"] is True and [r["valid"] for r in doc["runs"]] == [True, False]
     assert "comparing anyway" in forced.stderr
+
+
+def test_a_pipe_gets_whole_lines(tmp_path: Path) -> None:
+    """Through a real pipe (as `| grep` or a CI log), each table row and its
+    verdict stay on one line: rich would wrap the table at 80 columns."""
+    import os
+    import subprocess
+    import sys
+
+    base = write(rows("run", 10_000), tmp_path / "base.arrow")
+    again = write(rows("run", 10_000), tmp_path / "again.arrow")
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
+    done = subprocess.run([sys.executable, "-m", "specreplay", "compare", base, again], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.rstrip().endswith("ok requests  ·  paired by trace id") for line in lines), done.stdout
+    ttft = next(line for line in lines if line.startswith("│ TTFT p50 ms"))
+    assert "no significant difference" in ttft
+    assert max(len(line) for line in lines) > 80

@@ -56,6 +56,27 @@ def test_sweep_from_the_command_line(tmp_path: Path, sim_toml: str) -> None:
     assert sorted(set(df["point"])) == ["concurrency=1", "concurrency=8"]
 
 
+def test_preconnect_keeps_the_handshakes_out_of_the_first_wave(tmp_path: Path, sim_toml: str) -> None:
+    # On by default for closed loop: no first-wave request connects. Without
+    # it, each first-wave request opens its connection and its row says how long
+    # that took, and the summary counts them.
+    runs = {}
+    for flag in ("--preconnect", "--no-preconnect"):
+        out = tmp_path / f"{flag}.arrow"
+        code, text = invoke("replay", REASONING, "--concurrency", "4", "--num-requests", "8", "--sim-config", sim_toml, "-o", str(out), flag)
+        assert code == 0, text
+        runs[flag] = (specreplay.load(out).sort_values("request_index"), text)
+    warm, warm_text = runs["--preconnect"]
+    assert warm["connect_us"].iloc[:4].isna().all(), warm["connect_us"].tolist()
+    cold, cold_text = runs["--no-preconnect"]
+    assert (cold["connect_us"].iloc[:4] > 0).all(), cold["connect_us"].tolist()
+    connected = int(cold["connect_us"].notna().sum())
+    assert f"{connected} requests connected" in cold_text
+    if sys.platform == "linux":
+        assert "kernel stamps on 100% of chunks" in warm_text, warm_text
+        assert (warm["stamp_source"] == "kernel").all()
+
+
 def test_budget_trap_warns_and_strict_fails(tmp_path: Path, sim_toml: str) -> None:
     args = ["replay", REASONING, "--concurrency", "4", "--max-tokens", "10", "--sim-config", sim_toml]
     code, text = invoke(*args, "-o", str(tmp_path / "a.arrow"))
@@ -91,6 +112,7 @@ def test_per_request_lines(tmp_path: Path, sim_toml: str) -> None:
         (["--header", "NoColon"], "--header"),
         (["--arrival", "weibull"], "--arrival"),
         (["--rate", "abc"], "not a number"),
+        (["--rate", "4", "--preconnect"], "preconnect: an open-loop run opens max_concurrency connections"),
     ],
 )
 def test_bad_options_are_one_line_errors(args: list[str], fragment: str) -> None:
@@ -140,3 +162,80 @@ def test_debug_shows_the_traceback_of_a_user_error(tmp_path: Path) -> None:
     assert isinstance(result.exception, specreplay.TraceError)  # raised, not turned into one line
     code, text = invoke("replay", str(bad), "--rate", "1")
     assert code == 1 and "Traceback" not in text and "field 'api'" in text
+
+
+def test_help_says_when_findings_are_printed() -> None:
+    code, text = invoke("replay", "--help")
+    assert code == 0
+    flat = " ".join(text.split())
+    assert "After each sweep point: its summary and what the validity checks found on it" in flat
+    assert "At the end: the verdict over every point" in flat
+
+
+def test_each_point_prints_its_findings_and_the_verdict_comes_last(tmp_path: Path, sim_toml: str) -> None:
+    code, text = invoke("replay", REASONING, "--concurrency", "1", "4", "--max-tokens", "10", "--sim-config", sim_toml, "-o", str(tmp_path / "r.arrow"))
+    assert code == 0, text
+    first = text.index("ERROR   concurrency=1  reasoning_ate_budget: 12 of 12 requests")
+    second_point = text.index("concurrency=4  ·  12 requests")
+    second = text.index("ERROR   concurrency=4  reasoning_ate_budget: 12 of 12 requests")
+    verdict = text.index("INVALID MEASUREMENT: 2 error(s), 0 warning(s)")
+    assert first < second_point < second < verdict
+    # The end names the points and checks again, without repeating the messages.
+    tail = text[verdict:].splitlines()
+    assert tail[1:3] == ["ERROR   concurrency=1  reasoning_ate_budget", "ERROR   concurrency=4  reasoning_ate_budget"]
+
+
+def test_each_run_of_a_config_file_is_checked_with_its_own_thresholds(tmp_path: Path) -> None:
+    config = tmp_path / "ab.toml"
+    config.write_text(
+        f'trace = "{REASONING}"\nconcurrency = [4]\noutput = "{tmp_path / "ab.arrow"}"\n'
+        'sim = { ttft_ms = 20, prefill_us_per_token = 0, tpot_ms = 2, reasoning_tokens = [20, 40], content_tokens = [5, 10] }\n'
+        "[run.strict]\n"
+        "[run.lenient]\n"
+        "thresholds = { min_requests_p90 = 1, min_requests_p99 = 5 }\n"
+    )
+    code, text = invoke("replay", "--config", str(config))
+    assert code == 0, text
+    from specreplay.validity import from_json
+
+    stored = from_json(specreplay.load(tmp_path / "ab.arrow").attrs["specreplay.validity"])
+    # 12 requests: too few for a p99 under the default 100, enough under lenient's 5.
+    assert [(f.point, f.code) for f in stored] == [("strict: concurrency=4", "too_few_requests")]
+    assert text.count("too_few_requests") == 1
+
+
+def test_output_that_is_not_a_terminal_is_not_wrapped(tmp_path: Path, sim_toml: str) -> None:
+    # CliRunner's output is not a terminal, as a pipe or a CI log; without COLUMNS rich would wrap at 80.
+    result = CliRunner().invoke(
+        cli, ["replay", REASONING, "--concurrency", "4", "--max-tokens", "10", "--sim-config", sim_toml, "-o", str(tmp_path / "r.arrow")], env={"COLUMNS": None}
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    finding = next(line for line in lines if line.startswith("ERROR   concurrency=4  reasoning_ate_budget:"))
+    assert finding.endswith("Raise --max-tokens until no request ends this way.")
+    heading = next(line for line in lines if line.startswith("run · concurrency=4  ·"))
+    assert heading.endswith("req/s")
+
+
+def test_findings_cover_rows_that_no_finished_point_reported() -> None:
+    """A run that fails mid-point writes rows without a point_finished: the
+    stored findings then come from every row written."""
+    import io
+
+    import pyarrow as pa
+    from conftest import config_metadata, results_table
+    from rich.console import Console
+
+    from specreplay.commands.replay import ConsoleHooks
+    from specreplay.config import Point
+    from specreplay.replay import Progress
+
+    points = [{"point": "concurrency=1", "mode": "concurrency", "value": 1}, {"point": "concurrency=2", "mode": "concurrency", "value": 2}]
+    metadata = config_metadata(points)
+    first = results_table([{"point": "concurrency=1"}] * 3, metadata)
+    second = results_table([{"point": "concurrency=2", "point_index": 1}] * 2, metadata)
+    quiet = Console(file=io.StringIO())
+    hooks = ConsoleHooks(quiet, quiet, per_request=False)
+    hooks.point_finished(Point("concurrency", 1), Progress("concurrency=1", 3, 3, 3, 0, 33, 1.0), first)
+    assert [f.point for f in hooks.findings(first)] == ["concurrency=1"]
+    assert [f.point for f in hooks.findings(pa.concat_tables([first, second]))] == ["concurrency=1", "concurrency=2"]

@@ -15,7 +15,7 @@ import pytest
 from conftest import T0, config_metadata, results_table
 
 import specreplay
-from specreplay import comparison
+from specreplay import comparison, quantiles
 from specreplay.errors import InvalidRunError
 
 POINTS = [{"point": "concurrency=4", "mode": "concurrency", "value": 4}]
@@ -46,11 +46,25 @@ def test_weighted_quantiles_equal_numpy_on_the_expanded_samples() -> None:
     values = np.sort(rng.normal(size=37))
     weights = rng.integers(0, 4, size=(50, 37))
     weights[0] = 0  # an empty resample
-    got = comparison.weighted_quantiles(values, weights, [0.5, 0.9, 0.99])
+    got = quantiles.weighted_quantiles(values, weights, [0.5, 0.9, 0.99])
     assert np.isnan(got[:, 0]).all()
     for r in range(1, 50):
         expanded = np.repeat(values, weights[r])
         assert got[:, r] == pytest.approx(np.quantile(expanded, [0.5, 0.9, 0.99]))
+
+
+@pytest.mark.parametrize(("samples", "units"), [(1, 1), (37, 5), (500, 40), (3000, 7), (3000, 2500)])
+def test_unit_quantiles_are_the_weighted_quantiles_bit_for_bit(samples: int, units: int) -> None:
+    rng = np.random.default_rng(samples + units)
+    values = np.sort(rng.integers(0, 50, size=samples) / 7.0)  # ties, as µs-resolution latencies have
+    unit = rng.integers(0, units, size=samples)
+    weight = rng.integers(0, 4, size=samples)  # zero-token chunks carry no sample
+    counts = rng.integers(0, 3, size=(60, units))
+    counts[0] = 0  # a resample that drew nothing
+    qs = [0.0, 0.5, 0.9, 0.99, 1.0]
+    expected = quantiles.weighted_quantiles(values, counts[:, unit] * weight, qs)
+    got = quantiles.UnitQuantiles(values, unit, weight, units)(counts, qs)
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_figures_are_the_summary_figures_and_a_slower_run_is_slower() -> None:

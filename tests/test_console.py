@@ -5,7 +5,7 @@ from conftest import MakeResults
 from rich.console import Console
 
 from specreplay import console as render
-from specreplay.summary import summarize
+from specreplay.summary import per_request, summarize
 from specreplay.validity import Finding
 
 
@@ -80,9 +80,52 @@ def test_per_request_listing(make_results: MakeResults) -> None:
         {"trace_id": "code-[1]", "chunks": None, "error_kind": "timeout", "error_message": "no byte in 30 s"},
     ]
     out = recording()
-    render.print_per_request(out, make_results(rows))
+    render.print_per_request(out, per_request(make_results(rows)))
     text = out.export_text()
     assert "math-7" in text and "code-[1]" in text
     assert "0/11" in text
     assert "110.0" in text  # TPS of the default request
     assert "timeout: no byte in 30 s" in text
+
+
+def test_summary_prints_each_points_findings_after_its_figures(make_results: MakeResults) -> None:
+    rows = [{"point": "rate=8"}, {"point": "rate=16", "point_index": 1}]
+    findings = [
+        Finding("too_few_requests", "note", "rate=16", 1, "only 1"),
+        Finding("estimated_tokens", "warning", "rate=8", 1, "estimates"),
+    ]
+    out = recording()
+    render.print_summary(out, summarize(make_results(rows)), findings)
+    text = out.export_text()
+    assert text.index("rate=8  ·") < text.index("WARNING rate=8  estimated_tokens: estimates") < text.index("rate=16  ·")
+    assert text.index("rate=16  ·") < text.index("NOTE    rate=16  too_few_requests: only 1")
+
+
+def test_the_verdict_names_errors_and_warnings_without_their_messages() -> None:
+    findings = [
+        Finding("too_few_requests", "note", "a: rate=8", 8, "only 8"),
+        Finding("estimated_tokens", "warning", "a: rate=8", 2, "estimates"),
+        Finding("reasoning_ate_budget", "error", "b: rate=8", 5, "5 of 8 requests"),
+    ]
+    out = recording()
+    render.print_verdict(out, findings)
+    assert out.export_text().splitlines() == [
+        "INVALID MEASUREMENT: 1 error(s), 1 warning(s) — read before using any figure",
+        "ERROR   b: rate=8  reasoning_ate_budget",
+        "WARNING a: rate=8  estimated_tokens",
+    ]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_cli_console_is_unwrapped_unless_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert render.cli_console().width == render.UNWRAPPED_WIDTH
+    monkeypatch.setattr(sys, "stdout", _Terminal())
+    assert render.cli_console().width < render.UNWRAPPED_WIDTH

@@ -31,7 +31,7 @@ def test_every_token_source_is_documented(name: str) -> None:
 
 @pytest.mark.parametrize(
     "code",
-    ["reasoning_ate_budget", "estimated_tokens", "multi_token_chunks", "client_saturated", "error_rate", "too_few_requests"],
+    ["reasoning_ate_budget", "estimated_tokens", "multi_token_chunks", "client_saturated", "engine_delay", "error_rate", "too_few_requests"],
 )
 def test_every_validity_code_is_documented(code: str) -> None:
     assert f"| `{code}` |" in TEXT
@@ -50,7 +50,8 @@ def test_the_by_hand_snippet_matches_summarize(tmp_path: Path, monkeypatch: pyte
     rows: list[dict[str, Any]] = [{"warmup": True}]
     for i in range(12):
         chunks = [(40_000 + 7_000 * i, 5, "reasoning")] + [(90_000 + 9_000 * j + 100 * i, 1 + j % 3, "content") for j in range(6)]
-        rows.append({"sent_us": T0 + 100_000 * i, "scheduled_us": T0 + 100_000 * i - 30 * i, "chunks": chunks})
+        connect = {"connect_us": 900 + 70 * i} if i < 4 else {}
+        rows.append({"sent_us": T0 + 100_000 * i, "scheduled_us": T0 + 100_000 * i - 30 * i, "chunks": chunks, **connect})
     rows.append({"sent_us": T0 + 1_250_000, "error_kind": "timeout", "chunks": None, "end_us": T0 + 1_300_000})
     table = results_table(rows)
     with pa.OSFile(str(tmp_path / "results.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:

@@ -82,8 +82,8 @@ def test_chunks_of_requests_without_chunks_or_counts(make_results: MakeResults) 
     frame = metrics.chunks(df)
     assert frame["request_index"].tolist() == [1, 1]
     assert frame["tokens"].isna().all()
-    assert metrics.itl_per_token(frame).empty
-    assert metrics.itl_per_chunk(frame)["itl_chunk_us"].tolist() == [1_000]
+    assert metrics.itl_per_token(frame).size == 0
+    assert metrics.itl_per_chunk(frame).tolist() == [1_000]
 
 
 def test_chunks_of_an_empty_frame(make_results: MakeResults) -> None:
@@ -100,16 +100,16 @@ def test_chunk_lists_must_line_up(make_results: MakeResults) -> None:
 def test_a_three_token_chunk_after_30_ms_gives_three_samples_of_10_ms(make_results: MakeResults) -> None:
     df = make_results([{"chunks": [(100_000, 1, "content"), (130_000, 3, "content")]}])
     frame = metrics.chunks(df)
-    assert metrics.itl_per_chunk(frame)["itl_chunk_us"].tolist() == [30_000]
-    per_token = metrics.itl_per_token(frame)
-    assert per_token["itl_token_us"].tolist() == [10_000, 10_000, 10_000]
-    assert per_token["point"].tolist() == ["rate=8"] * 3
+    assert metrics.itl_per_chunk(frame).tolist() == [30_000]
+    assert metrics.itl_per_token(frame).tolist() == [10_000, 10_000, 10_000]
+    positions, per_token, tokens = metrics.token_gaps(frame)
+    assert (positions.tolist(), per_token.tolist(), tokens.tolist()) == ([1], [10_000], [3])
 
 
 def test_per_token_itl_is_weighted_by_tokens(make_results: MakeResults) -> None:
     chunks = [(0, 1, "content"), (10_000, 1, "content"), (40_000, 3, "content"), (40_500, 0, "content")]
     frame = metrics.chunks(make_results([{"chunks": chunks}]))
-    samples = metrics.itl_per_token(frame)["itl_token_us"].to_numpy()
+    samples = metrics.itl_per_token(frame)
     # 1 sample of 10 ms, 3 of 10 ms; the zero-token chunk has no token to charge.
     np.testing.assert_allclose(samples, [10_000, 10_000, 10_000, 10_000])
-    assert metrics.itl_per_chunk(frame)["itl_chunk_us"].tolist() == [10_000, 30_000, 500]
+    assert metrics.itl_per_chunk(frame).tolist() == [10_000, 30_000, 500]

@@ -1,4 +1,5 @@
 import math
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -138,3 +139,20 @@ def test_per_request_lines(make_results: MakeResults) -> None:
     assert pd.isna(first["error"])
     assert lines.iloc[1]["error"] == "http: 503 [overloaded]"
     assert len(summary.per_request(make_results(rows), include_warmup=True)) == 3
+
+
+def test_client_figures_from_the_delays_and_the_connect_times(make_results: MakeResults) -> None:
+    rows: list[dict[str, Any]] = [
+        {"chunk_delay_us": [100] * 11, "connect_us": 2_000},
+        {"chunk_delay_us": [300] * 10 + [None], "connect_us": 4_000},
+        {"chunk_delay_us": [None] * 11},
+        {"error_kind": "timeout", "chunk_delay_us": [90_000] * 11, "connect_us": 6_000},
+    ]
+    row = summary.summarize(make_results(rows)).iloc[0]
+    # Chunks of successful requests: 21 delays of 33 chunks.
+    assert row["kernel_stamped"] == pytest.approx(21 / 33)
+    assert row["engine_delay_p50_ms"] == pytest.approx(0.1)  # 11 of the 21 are 100 µs
+    assert row["engine_delay_mean_ms"] == pytest.approx((11 * 100 + 10 * 300) / 21 / 1000)
+    # Every measured request that connected, failed ones too: the set-up happened.
+    assert row["connected"] == 3
+    assert row["connect_p50_ms"] == pytest.approx(4.0)

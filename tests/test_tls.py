@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,6 +123,25 @@ def test_replay_over_tls(tmp_path: Path, ca: tuple[trustme.CA, Path], offered: l
     assert len(tls.protocols) > preflight, tls.protocols
     assert tls.protocols.count(expected) >= len(tls.protocols) - preflight, tls.protocols
     assert set(tls.protocols) <= {expected, "http/1.1"}, tls.protocols
+    engine_connections = len(tls.protocols) - preflight
+    if expected == "h2":
+        # Preconnected before the clock, and the only one: the first wave did
+        # not open a TLS connection each to drop all but one.
+        assert engine_connections == 1, tls.protocols
+    else:
+        assert engine_connections >= 4, tls.protocols
+    # The first wave used the preconnected connections; a request that opened
+    # one later says so.
+    assert df["connect_us"].iloc[:4].isna().all(), df["connect_us"].tolist()
+    # (A connection hyper-util opened for a request that then took an idle one
+    # may serve nobody, so the rows can claim fewer than were opened.)
+    assert df["connect_us"].notna().sum() <= engine_connections - (1 if expected == "h2" else 4)
+    if sys.platform == "linux":
+        # Under TLS too, every chunk has the kernel stamp of the ciphertext
+        # read that completed it.
+        assert (df["stamp_source"] == "kernel").all(), df["stamp_source"].tolist()
+        delays = df["chunk_delay_us"].explode().astype(float)
+        assert delays.notna().all() and (delays >= 0).all()
 
 
 def test_an_untrusted_certificate_is_a_clear_error(tmp_path: Path, ca: tuple[trustme.CA, Path]) -> None:

@@ -178,3 +178,30 @@ def test_thresholds_from_config() -> None:
     assert Thresholds.from_dict({"send_lag_p99_ms": 5.0}).send_lag_p99_ms == 5.0
     with pytest.raises(ValueError, match="send_lag_ms"):
         Thresholds.from_dict({"send_lag_ms": 5.0})
+
+
+def test_each_run_is_checked_with_its_own_recorded_thresholds(make_results: MakeResults) -> None:
+    # Run "a" asks for 100 requests before a p99, run "b" for 5: eight requests
+    # are too few for a's p99 and enough for b's.
+    runs = [{"label": "a", "points": []}, {"label": "b", "points": [], "thresholds": {"min_requests_p90": 1, "min_requests_p99": 5}}]
+    metadata = {"specreplay.version": "0.1.0", "specreplay.runs": json.dumps(runs)}
+    rows = [{"label": "a", "point_index": 0} for _ in range(8)] + [{"label": "b", "point_index": 1} for _ in range(8)]
+    df = make_results(rows, metadata)
+    assert [(f.point, f.code) for f in check(df)] == [("a: rate=8", "too_few_requests")]
+    # Given thresholds replace the recorded ones, for every run.
+    assert [f.point for f in check(df, Thresholds())] == ["a: rate=8", "b: rate=8"]
+
+
+def test_engine_delay_says_the_client_was_saturated(make_results: MakeResults) -> None:
+    # 11 chunks per request; one request's chunks waited 8 ms in the client.
+    slow = {"chunk_delay_us": [8_000] * 11}
+    rows: list[dict[str, Any]] = [{}] * 9 + [slow]
+    finding = only(check(make_results(rows), FEW), "engine_delay")
+    assert finding.level == "warning"
+    assert finding.message.startswith("The client was saturated: its own delay p99 was 8.000 ms")
+    assert "kernel stamps are unaffected, but the send schedule may not be" in finding.message
+    # Within the limit (the default delays are 20–116 µs), or no kernel stamps at all: nothing.
+    assert "engine_delay" not in codes(check(make_results([{}] * 10), FEW))
+    unstamped = [{"chunk_delay_us": [None] * 11, "stamp_source": "user"}] * 10
+    assert "engine_delay" not in codes(check(make_results(unstamped), FEW))
+    assert "engine_delay" not in codes(check(make_results(rows), Thresholds(min_requests_p90=1, min_requests_p99=1, engine_delay_p99_ms=10.0)))

@@ -2,7 +2,7 @@
 
 from specreplay._core import __version__
 from specreplay.comparison import compare
-from specreplay.errors import ConfigError, EngineError, InvalidRunError, SpecreplayError, StreamFormatError, TraceError
+from specreplay.errors import ConfigError, EngineError, InvalidRunError, ResultsError, SpecreplayError, StreamFormatError, TraceError
 from specreplay.replay import replay
 from specreplay.results import load
 from specreplay.summary import summarize
@@ -11,6 +11,7 @@ __all__ = [
     "ConfigError",
     "EngineError",
     "InvalidRunError",
+    "ResultsError",
     "SpecreplayError",
     "StreamFormatError",
     "TraceError",

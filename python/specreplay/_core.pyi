@@ -71,6 +71,7 @@ class RunSpec(TypedDict):
     retries: NotRequired[int]
     seed: NotRequired[int]
     server_stamps: NotRequired[bool]
+    preconnect: NotRequired[bool | None]
 
 @type_check_only
 class SimConfig(TypedDict, total=False):

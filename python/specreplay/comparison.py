@@ -47,6 +47,7 @@ import os
 import re
 import zlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,11 @@ import numpy as np
 import pandas as pd
 
 from specreplay import metrics
+from specreplay.analysis import PointAnalysis, RunAnalysis, analyse, by_label
 from specreplay.errors import InvalidRunError
-from specreplay.results import load, partial_path, run_configs
-from specreplay.summary import is_ok, measured, summarize
-from specreplay.validity import Finding, Thresholds, check
+from specreplay.quantiles import UnitQuantiles
+from specreplay.results import load, partial_path, run_config_of
+from specreplay.validity import Finding, Thresholds
 
 #: (summary prefix, display name) of the latencies compared, in table order.
 LATENCY_METRICS: tuple[tuple[str, str], ...] = (
@@ -120,23 +122,16 @@ class Run:
     @property
     def config(self) -> dict[str, Any]:
         """The run's resolved configuration as the file recorded it ({} if none)."""
-        configs = run_configs(self.df)
-        for config in configs:
-            if config.get("label") == self.label:
-                return config
-        return configs[0] if len(configs) == 1 else {}
+        return run_config_of(self.df, self.label)
+
+    @cached_property
+    def analysis(self) -> RunAnalysis:
+        """The run's figures and findings (under its own thresholds), made on first use."""
+        return analyse(self.df)[0]
 
     @property
     def valid(self) -> bool:
         return not any(f.level == "error" for f in self.findings)
-
-
-def labels_of(df: pd.DataFrame) -> list[str]:
-    """The file's run labels, in run order."""
-    if "label" not in df.columns or df.empty:
-        return ["run"]
-    order = df.groupby("label", sort=False)["point_index"].min().sort_values(kind="stable")
-    return [str(label) for label in order.index]
 
 
 def _exists(path: str) -> bool:
@@ -164,53 +159,52 @@ def select(spec: str | os.PathLike[str] | pd.DataFrame, label: str | None = None
         if not _exists(path):
             raise FileNotFoundError(f"{path}: no such results file")
         df = load(path)
-    labels = labels_of(df)
+    groups = by_label(df)
     if label is not None:
-        if label not in labels:
+        if label not in [name for name, _ in groups]:
             where = path or "the results"
-            raise ValueError(f"{where} has no run labelled {label!r} (its runs: {', '.join(labels)})")
-        labels = [label]
+            raise ValueError(f"{where} has no run labelled {label!r} (its runs: {', '.join(name for name, _ in groups)})")
     runs = []
-    for name in labels:
-        rows = df[df["label"] == name] if "label" in df.columns else df
-        rows = rows.copy()
-        rows.attrs = dict(df.attrs)
-        runs.append(Run(name=name, label=name, df=rows, path=path, file_runs=len(labels_of(df))))
+    for name, rows in groups:
+        if label is None or name == label:
+            rows = rows.copy()
+            rows.attrs = dict(df.attrs)
+            runs.append(Run(name=name, label=name, df=rows, path=path, file_runs=len(groups)))
     return runs
 
 
 def resolve(specs: list[str]) -> list[Run]:
     """Every run the command-line arguments name, base first, with display
-    names: the labels when all runs come from one file, else the file (or
-    `FILE:LABEL` for a file that holds several runs)."""
+    names (`name_by_file`)."""
     runs: list[Run] = []
     for spec in specs:
         runs += select(spec)
-    if len({r.path for r in runs}) > 1:
-        for run in runs:
-            run.name = f"{run.path}:{run.label}" if run.file_runs > 1 else str(run.path)
+    name_by_file(runs)
     return runs
 
 
-def thresholds_of(run: Run) -> Thresholds:
-    values = run.config.get("thresholds") or {}
-    return Thresholds.from_dict(dict(values))
+def name_by_file(runs: list[Run]) -> None:
+    """Names runs by their labels when all come from one file, else by file
+    (`FILE:LABEL` for a file that holds several runs)."""
+    if len({r.path for r in runs}) > 1:
+        for run in runs:
+            run.name = f"{run.path}:{run.label}" if run.file_runs > 1 else str(run.path)
 
 
-def validate(run: Run, points: list[str] | None = None, summary: pd.DataFrame | None = None) -> list[Finding]:
-    """The validity findings of `run` (on `points` only, if given); also
-    stored in `run.findings`. `summary`: `summarize(run.df)`, if already made."""
-    findings = check(run.df, thresholds_of(run), summary=summary)
+def validate(run: Run, points: list[str] | None = None) -> list[Finding]:
+    """The validity findings of `run` (on `points` only, if given), from its
+    analysis; also stored in `run.findings`."""
+    findings = run.analysis.findings
     if points is not None:
         findings = [f for f in findings if f.point in points]
     run.findings = findings
     return findings
 
 
-def shared_points(base: pd.DataFrame, other: pd.DataFrame) -> list[str]:
-    """Sweep points present in both, in the base's run order."""
-    theirs = set(other["point"].astype(str))
-    return [p for p in summarize(base)["point"].astype(str) if p in theirs]
+def shared_points(base: Run, other: Run) -> list[str]:
+    """Sweep points analysed in both (points with measured requests), in the base's run order."""
+    theirs = set(other.analysis.point_names)
+    return [p for p in base.analysis.point_names if p in theirs]
 
 
 def compare(
@@ -231,10 +225,10 @@ def compare(
     error on a compared point, unless `force`."""
     base_run, other_run = _one_run(base, "base"), _one_run(other, "other run")
     if isinstance(base, (str, os.PathLike)) and isinstance(other, (str, os.PathLike)):
-        base_run.name, other_run.name = (r.name for r in resolve([os.fspath(base), os.fspath(other)]))
+        name_by_file([base_run, other_run])
     elif base_run.name == other_run.name:
         base_run.name, other_run.name = "base", "run"
-    points = shared_points(base_run.df, other_run.df)
+    points = shared_points(base_run, other_run)
     invalid = [r for r in (base_run, other_run) if not r.valid or not _checked(r, points)]
     if invalid and not force:
         raise InvalidRunError(invalid_message(invalid), [f for r in invalid for f in r.findings if f.level == "error"])
@@ -289,21 +283,19 @@ def compare_runs(
         raise ValueError("confidence must be between 0 and 1")
     if resamples < 10:
         raise ValueError("resamples must be at least 10")
-    base_summary = summarize(base.df).set_index("point")
-    other_summary = summarize(other.df).set_index("point")
     same_trace = _same_trace(base, other)
     rows: list[dict[str, Any]] = []
-    for point in shared_points(base.df, other.df):
-        b = _PointData.of(base.df, point)
-        o = _PointData.of(other.df, point)
+    for point in shared_points(base, other):
+        base_point, other_point = base.analysis.point(point), other.analysis.point(point)
+        b, o = _PointData.of(base_point), _PointData.of(other_point)
         paired = same_trace and _overlap(b.ids, o.ids) >= 0.5
         ratios = _bootstrap(b, o, paired, resamples, _rng(seed, point))
         alpha = (1 - confidence) / 2
-        needed = _needed(thresholds_of(base))
+        needed = _needed(base.analysis.thresholds)
         for metric, name, unit, higher_is_better in _figures():
             enough = min(b.n_ok, o.n_ok) >= needed.get(metric.split("_")[-2], 1)
-            base_value = float(base_summary.loc[point, metric])
-            value = float(other_summary.loc[point, metric])
+            base_value = float(base_point.summary[metric])
+            value = float(other_point.summary[metric])
             change = value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan
             r = ratios[metric]
             r = r[np.isfinite(r)]
@@ -406,9 +398,9 @@ class _PointData:
     in_flight: float  # sum(E2E of ok requests) / duration
 
     @classmethod
-    def of(cls, df: pd.DataFrame, point: str) -> _PointData:
-        rows = metrics.add_derived(measured(df[df["point"] == point])).reset_index(drop=True)
-        ok = is_ok(rows).to_numpy()
+    def of(cls, point: PointAnalysis) -> _PointData:
+        rows = point.rows.reset_index(drop=True)
+        ok = point.ok
         ids = [record_id(str(t)) for t in rows["trace_id"]]
         samples: dict[str, _Samples] = {}
         index = np.arange(len(rows))
@@ -416,16 +408,13 @@ class _PointData:
             values = rows[f"{prefix}_us"].to_numpy(dtype="float64")
             keep = ok & ~np.isnan(values)
             samples[prefix] = _sorted(values[keep] / 1000.0, np.ones(int(keep.sum()), dtype="int64"), index[keep])
-        # ITL per token: a gap g ending a chunk of k tokens is k samples of g / k.
-        okrows = rows[ok]
-        chunk_frame = metrics.chunks(okrows)
+        # ITL per token: a gap g ending a chunk of k tokens is k samples of g / k,
+        # kept as one value of weight k that belongs to the chunk's request.
         # request_index is unique within a point: it names each chunk's request.
         position = pd.Series(index, index=rows["request_index"].to_numpy())
-        parent = position.loc[chunk_frame["request_index"].to_numpy()].to_numpy(dtype="int64")
-        gap = chunk_frame["itl_us"].to_numpy(dtype="float64")
-        k = chunk_frame["tokens"].to_numpy(dtype="float64")
-        usable = ~np.isnan(gap) & (k > 0)
-        samples["itl_token"] = _sorted(gap[usable] / k[usable] / 1000.0, k[usable].astype("int64"), parent[usable])
+        parent = position.loc[point.chunks["request_index"].to_numpy()].to_numpy(dtype="int64")
+        usable, per_token, k = metrics.token_gaps(point.chunks)
+        samples["itl_token"] = _sorted(per_token / 1000.0, k, parent[usable])
         e2e = np.where(ok, rows["e2e_us"].to_numpy(dtype="float64"), 0.0)
         e2e = np.nan_to_num(e2e)
         tokens = {col: np.where(ok, np.nan_to_num(metrics.as_float(rows, col).to_numpy()), 0.0) for _, _, col in THROUGHPUT_METRICS}
@@ -439,35 +428,6 @@ class _PointData:
 def _sorted(values: np.ndarray, weights: np.ndarray, request: np.ndarray) -> _Samples:
     order = np.argsort(values, kind="stable")
     return _Samples(values[order], weights[order], request[order])
-
-
-def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: list[float]) -> np.ndarray:
-    """Linear-interpolation quantiles (numpy's and pandas' default) of the
-    multiset in which sorted `values[j]` appears `weights[r, j]` times, for
-    every row r of `weights`: shape (len(qs), rows). NaN for an empty row."""
-    rows, m = weights.shape
-    out = np.full((len(qs), rows), np.nan)
-    if m == 0:
-        return out
-    cum = np.cumsum(weights, axis=1)
-    total = cum[:, -1]
-    stride = float(total.max()) + 1.0
-    offset = np.arange(rows) * stride
-    flat = (cum + offset[:, None]).ravel()
-    nonempty = total > 0
-
-    def at(position: np.ndarray) -> np.ndarray:
-        # The sample at 0-based `position` of each row's expanded multiset.
-        j = np.searchsorted(flat, position + offset, side="right") - np.arange(rows) * m
-        return np.asarray(values[np.clip(j, 0, m - 1)], dtype="float64")
-
-    for i, q in enumerate(qs):
-        h = (total - 1) * q
-        lo = np.floor(h)
-        hi = np.minimum(lo + 1, total - 1)
-        v_lo, v_hi = at(lo), at(hi)
-        out[i] = np.where(nonempty, v_lo + (v_hi - v_lo) * (h - lo), np.nan)
-    return out
 
 
 def _units(ids: list[str], keys: list[str] | None = None) -> tuple[np.ndarray, int]:
@@ -487,9 +447,12 @@ def _bootstrap(base: _PointData, other: _PointData, paired: bool, resamples: int
     serves both runs."""
     if paired:
         keys = list(dict.fromkeys(base.ids + other.ids))
-        (map_b, n_units), (map_o, _) = _units(base.ids, keys), _units(other.ids, keys)
+        (map_b, n_b), (map_o, n_o) = _units(base.ids, keys), _units(other.ids, keys)
     else:
         (map_b, n_b), (map_o, n_o) = _units(base.ids), _units(other.ids)
+    quantiles_b, quantiles_o = _quantilers(base, map_b, n_b), _quantilers(other, map_o, n_o)
+    # The block size sets how the draws interleave (unpaired, base and other
+    # draw in turn, block by block): it is part of what a seed reproduces.
     biggest = max([len(s.values) for s in (*base.samples.values(), *other.samples.values())] + [1])
     block = max(1, min(resamples, 2_000_000 // biggest))
     out: dict[str, list[np.ndarray]] = {m: [] for m, _, _, _ in _figures()}
@@ -497,13 +460,12 @@ def _bootstrap(base: _PointData, other: _PointData, paired: bool, resamples: int
     while done < resamples:
         size = min(block, resamples - done)
         if paired:
-            shared = _draw(rng, n_units, size)
-            counts_b, counts_o = shared[:, map_b], shared[:, map_o]
+            units_b = units_o = _draw(rng, n_b, size)
         else:
-            counts_b = _draw(rng, n_b, size)[:, map_b]
-            counts_o = _draw(rng, n_o, size)[:, map_o]
-        fig_b = _figures_of(base, counts_b)
-        fig_o = _figures_of(other, counts_o)
+            units_b = _draw(rng, n_b, size)
+            units_o = _draw(rng, n_o, size)
+        fig_b = _figures_of(base, quantiles_b, units_b, map_b)
+        fig_o = _figures_of(other, quantiles_o, units_o, map_o)
         with np.errstate(divide="ignore", invalid="ignore"):
             for metric in out:
                 out[metric].append(fig_o[metric] / fig_b[metric])
@@ -518,16 +480,22 @@ def _draw(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
     return rng.multinomial(n, np.full(n, 1.0 / n), size=size)
 
 
-def _figures_of(data: _PointData, counts: np.ndarray) -> dict[str, np.ndarray]:
-    """Every compared figure of `data` under per-request `counts` (rows = resamples)."""
+def _quantilers(data: _PointData, unit_of_request: np.ndarray, units: int) -> dict[str, UnitQuantiles]:
+    """Per latency prefix, the quantiles of its samples under unit counts."""
+    return {
+        prefix: UnitQuantiles(s.values, unit_of_request[s.request], s.weights, units)
+        for prefix, s in data.samples.items()
+    }
+
+
+def _figures_of(data: _PointData, quantiles: dict[str, UnitQuantiles], unit_counts: np.ndarray, unit_of_request: np.ndarray) -> dict[str, np.ndarray]:
+    """Every compared figure of `data` under `unit_counts` (rows = resamples)."""
     out: dict[str, np.ndarray] = {}
-    stats = list(LATENCY_STATS)
     for prefix, _ in LATENCY_METRICS:
-        s = data.samples[prefix]
-        weights = counts[:, s.request] * s.weights[None, :]
-        quantiles = weighted_quantiles(s.values, weights, list(LATENCY_STATS.values()))
-        for i, stat in enumerate(stats):
-            out[f"{prefix}_{stat}_ms"] = quantiles[i]
+        figures = quantiles[prefix](unit_counts, list(LATENCY_STATS.values()))
+        for i, stat in enumerate(LATENCY_STATS):
+            out[f"{prefix}_{stat}_ms"] = figures[i]
+    counts = unit_counts[:, unit_of_request]
     with np.errstate(divide="ignore", invalid="ignore"):
         e2e = counts @ data.e2e
         for metric, _, column in THROUGHPUT_METRICS:

@@ -62,6 +62,10 @@ class ReplayConfig:
     timeout: float | None = 600.0
     stall_timeout: float | None = None
     retries: int = 0
+    #: Open the connections before the clock starts. None: on for closed loop
+    #: (one per concurrent request), off for open loop (where it opens
+    #: `max_concurrency` connections and needs it set).
+    preconnect: bool | None = None
     max_tokens: int | None = None
     ignore_eos: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
@@ -92,6 +96,8 @@ class ReplayConfig:
             raise ConfigError("trace: missing (the trace file to replay)")
         if sum(bool(x) for x in (self.rate, self.speedup, self.concurrency)) > 1:
             raise ConfigError("give only one of rate, speedup and concurrency (each may list several values)")
+        if self.preconnect and not self.concurrency and self.max_concurrency is None:
+            raise ConfigError("preconnect: an open-loop run opens max_concurrency connections before the clock; set max_concurrency too")
         from specreplay.validity import Thresholds
 
         try:
@@ -261,6 +267,7 @@ FIELDS: dict[str, FieldSpec] = {
     "timeout": FieldSpec("float", optional=True, positive=True),
     "stall_timeout": FieldSpec("float", optional=True, positive=True),
     "retries": FieldSpec("int", minimum=0),
+    "preconnect": FieldSpec("bool", optional=True),
     "max_tokens": FieldSpec("int", optional=True, minimum=1),
     "ignore_eos": FieldSpec("bool"),
     "extra_body": FieldSpec("table"),

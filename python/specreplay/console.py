@@ -1,6 +1,7 @@
 """Rendering the summary, the per-request listing and the validity findings
 with rich. Every function takes the `Console` to print on, so the CLI, tests
-(`Console(record=True)`) and notebooks choose where it goes.
+(`Console(record=True)`) and notebooks choose where it goes; the CLI's come
+from `cli_console`.
 
 Text that comes from data (trace ids, error messages, findings) is passed as
 `rich.text.Text`, never as markup: a `[` in a server's error must not be
@@ -10,6 +11,7 @@ parsed as a style tag.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -17,7 +19,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from specreplay.summary import STATS, per_request
+from specreplay.summary import STATS
 from specreplay.validity import Finding
 
 # Summary prefix -> row label. TTFC is spelled out: it is the figure a user waits for.
@@ -31,6 +33,32 @@ LATENCY_LABELS: dict[str, str] = {
     "send_lag": "send lag",
 }
 MISSING = "—"
+
+#: The width of a CLI console whose output is not a terminal: wide enough that
+#: no table is wrapped and no line split, so `grep` finds a whole line.
+UNWRAPPED_WIDTH = 100_000
+
+
+def cli_console(*, stderr: bool = False) -> Console:
+    """A console for the CLI on stdout (or stderr). On a terminal, rich's own
+    layout for its width. Anywhere else (a pipe, a file, a CI log) tables
+    keep their natural width and lines are not wrapped: rich would otherwise
+    wrap at 80 columns, and a verdict such as "no significant difference"
+    split over two lines is one `grep` misses."""
+    console = Console(stderr=stderr)
+    if not _is_tty(console):
+        console.width = UNWRAPPED_WIDTH
+    return console
+
+
+def _is_tty(console: Console) -> bool:
+    # The file itself, not rich's is_terminal: FORCE_COLOR (set in many CI
+    # logs for colour) makes rich treat a pipe as a terminal of 80 columns.
+    isatty = getattr(console.file, "isatty", None)
+    try:
+        return bool(isatty is not None and isatty())
+    except ValueError:  # a closed file
+        return False
 
 
 def _missing(value: Any) -> bool:
@@ -56,9 +84,10 @@ def fmt_rate(value: Any, digits: int = 1) -> str:
     return MISSING if _missing(value) else f"{float(value):,.{digits}f}"
 
 
-def print_summary(console: Console, summary: pd.DataFrame) -> None:
+def print_summary(console: Console, summary: pd.DataFrame, findings: Sequence[Finding] = ()) -> None:
     """Per sweep point of a `summary.summarize` frame: a heading line (counts,
-    duration, rates), a table of latencies in ms, and a throughput line."""
+    duration, rates), a table of latencies in ms, a throughput line, and the
+    `findings` on that point (those whose `point` is the row's), if any."""
     for _, row in summary.iterrows():
         console.print(Text(_point_heading(row), style="bold"))
         console.print(_latency_table(row))
@@ -70,7 +99,29 @@ def print_summary(console: Console, summary: pd.DataFrame) -> None:
         if not _missing(share):
             throughput += f"  ·  multi-token chunks {float(share):.0%} of {int(row['chunks'])}"
         console.print(Text(throughput))
+        client = _client_line(row)
+        if client:
+            console.print(Text(client, style="dim"))
+        print_finding_lines(console, [f for f in findings if f.point == row["point"]])
         console.print()
+
+
+def _client_line(row: pd.Series) -> str:
+    """The client's own figures: its delay behind the kernel stamps, and the
+    requests that had to connect (their set-up is not in TTFT's meaning)."""
+    parts = []
+    if not _missing(row.get("engine_delay_p99_ms")):
+        parts.append(
+            f"  client delay p50 {fmt_ms(row['engine_delay_p50_ms'])} / p99 {fmt_ms(row['engine_delay_p99_ms'])} ms "
+            f"(kernel stamps on {float(row['kernel_stamped']):.0%} of chunks)"
+        )
+    elif row.get("chunks"):
+        parts.append("  no kernel stamps: chunk times are the engine's own")
+    if row.get("connected"):
+        parts.append(
+            f"{int(row['connected'])} requests connected: p50 {fmt_ms(row['connect_p50_ms'])} / p99 {fmt_ms(row['connect_p99_ms'])} ms"
+        )
+    return "  ·  ".join(parts)
 
 
 def _point_heading(row: pd.Series) -> str:
@@ -101,9 +152,10 @@ def _latency_table(row: pd.Series) -> Table:
     return table
 
 
-def print_per_request(console: Console, df: pd.DataFrame) -> None:
-    """The `--per-request` listing of a results frame (warmup rows left out)."""
-    lines = per_request(df).sort_values(["point", "request_index"], kind="stable")
+def print_per_request(console: Console, lines: pd.DataFrame) -> None:
+    """The `--per-request` listing: `summary.per_request`'s lines (or
+    `summary.request_lines` of an analysis' rows)."""
+    lines = lines.sort_values(["point", "request_index"], kind="stable")
     # One point (as after each sweep point): name it once, not on every line.
     single = lines["point"].nunique() == 1
     title = f"per request · {lines['point'].iloc[0]}" if single else "per request"
@@ -134,25 +186,46 @@ def _int(value: Any) -> str:
     return MISSING if _missing(value) else str(int(value))
 
 
+#: (style of the level, point and code; style of the message) per level.
+FINDING_STYLES: dict[str, tuple[str, str]] = {"error": ("bold red", "red"), "warning": ("yellow", ""), "note": ("cyan", "")}
+
+
 def print_findings(console: Console, findings: list[Finding]) -> None:
-    """The validity findings under a header no one can miss: errors in bold red
-    under "INVALID MEASUREMENT", warnings in yellow, notes in cyan."""
-    errors = [f for f in findings if f.level == "error"]
-    warnings = [f for f in findings if f.level == "warning"]
-    notes = [f for f in findings if f.level == "note"]
-    if errors:
-        header = f"INVALID MEASUREMENT: {len(errors)} error(s), {len(warnings)} warning(s) — read before using any figure"
-        console.print(Text(header, style="bold white on red"))
-    elif warnings:
-        console.print(Text(f"MEASUREMENT WARNINGS: {len(warnings)} warning(s)", style="bold yellow"))
-    else:
-        console.print(Text("validity: no errors or warnings", style="green"))
-    styles = {"error": ("bold red", "red"), "warning": ("yellow", ""), "note": ("cyan", "")}
-    for finding in errors + warnings + notes:
-        head, body = styles[finding.level]
+    """The validity findings under a header no one can miss (`print_verdict`'s):
+    errors in bold red, then warnings in yellow, then notes in cyan."""
+    _print_header(console, findings)
+    print_finding_lines(console, sorted(findings, key=lambda f: list(FINDING_STYLES).index(f.level)))
+
+
+def print_finding_lines(console: Console, findings: Sequence[Finding]) -> None:
+    """One line per finding, in the order given: level, point, code, message."""
+    for finding in findings:
+        head, body = FINDING_STYLES[finding.level]
         line = Text(f"{finding.level.upper():7} {finding.point}  {finding.code}: ", style=head)
         line.append(finding.message, style=body)
         console.print(line)
+
+
+def print_verdict(console: Console, findings: list[Finding]) -> None:
+    """The verdict over a whole run, for its end (the findings themselves
+    were printed with each point): the header, then the point and code of
+    each error and warning."""
+    _print_header(console, findings)
+    for finding in sorted((f for f in findings if f.level != "note"), key=lambda f: list(FINDING_STYLES).index(f.level)):
+        console.print(Text(f"{finding.level.upper():7} {finding.point}  {finding.code}", style=FINDING_STYLES[finding.level][0]))
+
+
+def _print_header(console: Console, findings: list[Finding]) -> None:
+    # "INVALID MEASUREMENT" as soon as one finding is an error.
+    errors = sum(f.level == "error" for f in findings)
+    warnings = sum(f.level == "warning" for f in findings)
+    if errors:
+        header = f"INVALID MEASUREMENT: {errors} error(s), {warnings} warning(s) — read before using any figure"
+        console.print(Text(header, style="bold white on red"))
+    elif warnings:
+        console.print(Text(f"MEASUREMENT WARNINGS: {warnings} warning(s)", style="bold yellow"))
+    else:
+        console.print(Text("validity: no errors or warnings", style="green"))
 
 
 VERDICT_STYLES: dict[str, str] = {"faster": "bold green", "slower": "bold red", "no significant difference": "dim", "n/a": "dim"}

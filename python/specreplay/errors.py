@@ -37,6 +37,16 @@ class EngineError(SpecreplayError, RuntimeError):
     """The replay engine failed (not a per-request error: those become rows)."""
 
 
+class ResultsError(SpecreplayError, ValueError):
+    """A file that is not a specreplay results file (or not one that can be
+    read): says which file and what is wrong."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(f"{path}: not a specreplay results file: {message}")
+
+
 class InvalidRunError(SpecreplayError, ValueError):
     """A run whose validity checks found errors, used where its figures would
     be taken at face value (comparing it). `findings` holds the errors."""

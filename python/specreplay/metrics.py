@@ -19,12 +19,14 @@ Per request (`add_derived`):
 reasoning: for a reasoning model they are not answer-only figures.
 
 Per chunk (`chunks`): one row per text-carrying chunk, with ``itl_us`` the gap
-to the previous text chunk of the same request (any channel; NaN for the first).
+to the previous text chunk of the same request (any channel; NaN for the first)
+and ``delay_us`` the engine's own delay on that chunk (``chunk_delay_us``; NaN
+where the chunk has no kernel stamp).
 
 Inter-token latency comes in two flavours (`itl_per_chunk`, `itl_per_token`):
 per chunk, each gap is one sample; per token, a gap ``g`` that ends a chunk of
-``k`` tokens contributes ``k`` samples of ``g / k``, so servers that batch
-several tokens into one chunk are not credited with one slow token.
+``k`` tokens contributes ``k`` samples of ``g / k`` (`token_gaps`), so servers
+that batch several tokens into one chunk are not credited with one slow token.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ CHUNK_COLUMNS: tuple[str, ...] = (
     "tokens",
     "channel",
     "itl_us",
+    "delay_us",
 )
 
 
@@ -83,9 +86,9 @@ def _list_array(df: pd.DataFrame, column: str, value_type: pa.DataType) -> pa.Li
 def chunks(df: pd.DataFrame) -> pd.DataFrame:
     """One row per text-carrying chunk of every request in `df` (columns `CHUNK_COLUMNS`).
 
-`label`, `point`, `request_index`, `trace_id` and `warmup` are the request's;
-`ok` is true when the request succeeded (`error_kind` null). Summaries use
-the chunks with `ok & ~warmup`.
+    `label`, `point`, `request_index`, `trace_id` and `warmup` are the request's;
+    `ok` is true when the request succeeded (`error_kind` null). Summaries use
+    the chunks with `ok & ~warmup`.
     `channel` holds the names from `schema.CHANNELS`; `tokens` is NaN when the
     request has no per-chunk counts. The list columns are flattened by pyarrow
     in one pass: there is no Python loop per chunk.
@@ -93,9 +96,15 @@ the chunks with `ok & ~warmup`.
     ts_lists = _list_array(df, "chunk_ts_us", pa.int64())
     token_lists = _list_array(df, "chunk_tokens", pa.int32())
     channel_lists = _list_array(df, "chunk_channel", pa.int8())
+    # Files written before the engine kept kernel stamps have no delays.
+    delay_lists = (
+        _list_array(df, "chunk_delay_us", pa.int32())
+        if "chunk_delay_us" in df.columns
+        else pa.nulls(len(df), type=pa.list_(pa.int32()))
+    )
     lengths = pc.fill_null(pc.list_value_length(ts_lists), 0).to_numpy()
     # The per-chunk lists must line up; a null list (no chunks, or no counts) is allowed.
-    for name, other in (("chunk_tokens", token_lists), ("chunk_channel", channel_lists)):
+    for name, other in (("chunk_tokens", token_lists), ("chunk_channel", channel_lists), ("chunk_delay_us", delay_lists)):
         other_lengths = pc.list_value_length(other).to_numpy(zero_copy_only=False)
         mismatch = ~np.isnan(other_lengths.astype("float64")) & (other_lengths != lengths)
         if mismatch.any():
@@ -110,6 +119,7 @@ the chunks with `ok & ~warmup`.
     # a row whose list is null gets NaN for each of its chunks.
     tokens = _aligned_values(token_lists, lengths)
     channel_codes = _aligned_values(channel_lists, lengths)
+    delays = _aligned_values(delay_lists, lengths)
 
     gap = np.full(n_chunks, np.nan)
     if n_chunks > 1:
@@ -119,15 +129,18 @@ the chunks with `ok & ~warmup`.
     codes = np.where(np.isnan(channel_codes), len(CHANNELS), channel_codes).astype(int)
     codes = np.where((codes < 0) | (codes > len(CHANNELS)), len(CHANNELS), codes)
     rows = df.reset_index(drop=True)
-    label = rows["label"].to_numpy() if "label" in rows.columns else np.full(len(rows), None, dtype=object)
+    label = rows["label"].array.take(parent) if "label" in rows.columns else np.full(n_chunks, None, dtype=object)
     warmup = rows["warmup"].astype("boolean").fillna(False).to_numpy(dtype=bool)
     ok = rows["error_kind"].isna().to_numpy(dtype=bool)
+    # The string columns are taken as they are stored (pyarrow strings, for a
+    # loaded file): turning them into Python objects and back would cost
+    # more than the rest of the frame.
     frame: pd.DataFrame = pd.DataFrame(
         {
-            "label": label[parent],
-            "point": rows["point"].to_numpy()[parent],
+            "label": label,
+            "point": rows["point"].array.take(parent),
             "request_index": rows["request_index"].to_numpy()[parent],
-            "trace_id": rows["trace_id"].to_numpy()[parent],
+            "trace_id": rows["trace_id"].array.take(parent),
             "warmup": warmup[parent],
             "ok": ok[parent],
             "chunk_index": chunk_index.astype("int64"),
@@ -135,6 +148,7 @@ the chunks with `ok & ~warmup`.
             "tokens": tokens,
             "channel": channel_names[codes],
             "itl_us": gap,
+            "delay_us": delays,
         },
         columns=list(CHUNK_COLUMNS),
     )
@@ -152,26 +166,28 @@ def _aligned_values(lists: pa.ListArray, lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-def itl_per_chunk(chunk_frame: pd.DataFrame) -> pd.DataFrame:
-    """Per-chunk ITL samples: columns `point`, `itl_chunk_us`, one row per gap."""
-    gaps = chunk_frame[chunk_frame["itl_us"].notna()]
-    frame: pd.DataFrame = pd.DataFrame(
-        {"point": gaps["point"].to_numpy(), "itl_chunk_us": gaps["itl_us"].to_numpy(dtype="float64")}
-    )
-    return frame
+def itl_per_chunk(chunk_frame: pd.DataFrame) -> np.ndarray:
+    """Per-chunk ITL samples (µs), one per gap, in chunk order."""
+    gaps = chunk_frame["itl_us"].to_numpy(dtype="float64")
+    samples: np.ndarray = gaps[~np.isnan(gaps)]
+    return samples
 
 
-def itl_per_token(chunk_frame: pd.DataFrame) -> pd.DataFrame:
-    """Per-token ITL samples: columns `point`, `itl_token_us`.
+def token_gaps(chunk_frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The gaps that make per-token ITL samples: (their positions in
+    `chunk_frame`, `g / k`, `k`) for each gap g ending a chunk of k tokens.
+    Chunks with an unknown or zero token count give none (there is no token
+    to attribute the gap to)."""
+    gap = chunk_frame["itl_us"].to_numpy(dtype="float64")
+    k = chunk_frame["tokens"].to_numpy(dtype="float64")
+    usable = np.flatnonzero(~np.isnan(gap) & (k > 0))
+    tokens = k[usable].astype("int64")
+    return usable, gap[usable] / tokens, tokens
 
-    A gap g ending a chunk of k tokens yields k samples of g / k. Chunks with an
-    unknown or zero token count yield none (there is no token to attribute the
-    gap to).
-    """
-    usable = chunk_frame[chunk_frame["itl_us"].notna() & (chunk_frame["tokens"] > 0)]
-    k = usable["tokens"].to_numpy(dtype="float64").astype("int64")
-    per_token = usable["itl_us"].to_numpy(dtype="float64") / k
-    frame: pd.DataFrame = pd.DataFrame(
-        {"point": np.repeat(usable["point"].to_numpy(), k), "itl_token_us": np.repeat(per_token, k)}
-    )
-    return frame
+
+def itl_per_token(chunk_frame: pd.DataFrame) -> np.ndarray:
+    """Per-token ITL samples (µs): a gap g ending a chunk of k tokens yields k
+    samples of g / k (`token_gaps`)."""
+    _, per_token, tokens = token_gaps(chunk_frame)
+    samples: np.ndarray = np.repeat(per_token, tokens)
+    return samples

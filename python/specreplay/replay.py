@@ -159,6 +159,7 @@ def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]
         "stall_timeout_s": config.stall_timeout,
         "retries": config.retries,
         "seed": config.seed,
+        "preconnect": config.preconnect,
     }
 
 

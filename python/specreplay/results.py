@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from specreplay.errors import ResultsError
 from specreplay.schema import ENGINE_COLUMNS, results_schema
 
 def partial_path(path: str | Path) -> Path:
@@ -87,12 +88,34 @@ class ResultsWriter:
         return self.path
 
 
+#: The columns the analysis reads: a file without one of them is not a
+#: results file it can use. Other columns are not required, so that files of
+#: earlier versions (without `attempts`, say) still load.
+ANALYSED_COLUMNS: tuple[str, ...] = (
+    "label", "point", "point_index", "request_index", "trace_id", "warmup",
+    "scheduled_us", "sent_us", "first_token_us", "first_content_us", "last_token_us", "end_us",
+    "error_kind", "error_message", "finish_reason", "prompt_tokens", "reasoning_tokens", "content_tokens",
+    "output_tokens", "token_source", "chunk_count", "chunk_ts_us", "chunk_tokens", "chunk_channel",
+)  # fmt: skip
+
+
+def _read_file(path: Path) -> pa.Table:
+    try:
+        with pa.memory_map(str(path), "rb") as source:
+            return ipc.open_file(source).read_all()
+    except pa.ArrowInvalid as e:
+        raise ResultsError(str(path), f"not an Arrow IPC file ({e})") from None
+
+
 def _read_stream(path: Path) -> pa.Table:
     """Reads an IPC stream up to its last complete batch (a crashed run's
     stream has no end-of-stream marker and may end mid-batch)."""
     batches = []
     with pa.OSFile(str(path), "rb") as source:
-        reader = ipc.open_stream(source)
+        try:
+            reader = ipc.open_stream(source)
+        except pa.ArrowInvalid as e:
+            raise ResultsError(str(path), f"not an Arrow IPC stream ({e})") from None
         schema = reader.schema
         while True:
             try:
@@ -106,15 +129,22 @@ def _read_stream(path: Path) -> pa.Table:
 
 def read_table(path: str | os.PathLike[str]) -> pa.Table:
     """The results as a pyarrow Table. Reads a crashed run's `.partial`
-    stream when the final file was never written."""
+    stream when the final file was never written. Raises `ResultsError`
+    for a file that is not a results file (not Arrow, or without the
+    columns the analysis reads)."""
     p = Path(path)
-    if p.exists():
-        with pa.memory_map(str(p), "rb") as source:
-            return ipc.open_file(source).read_all()
     partial = partial_path(p)
-    if partial.exists():
-        return _read_stream(partial)
-    raise FileNotFoundError(f"{path}: no results file (nor an interrupted run's {partial.name})")
+    if p.exists():
+        table, read = _read_file(p), p
+    elif partial.exists():
+        table, read = _read_stream(partial), partial
+    else:
+        raise FileNotFoundError(f"{path}: no results file (nor an interrupted run's {partial.name})")
+    missing = [c for c in ANALYSED_COLUMNS if c not in table.column_names]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ResultsError(str(read), f"an Arrow file without the column(s) {shown} (docs/results.md lists a results file's columns)")
+    return table
 
 
 CONFIG_KEY = "specreplay.config"
@@ -136,7 +166,8 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
 
 def load(path: str | os.PathLike[str], chunks: bool = False) -> pd.DataFrame:
     """The results at `path`, one row per request (see `to_frame`). Reads an
-    interrupted run's `.partial` stream when the final file was never written.
+    interrupted run's `.partial` stream when the final file was never written;
+    raises `ResultsError` (naming the file) when it is not a results file.
 
     With `chunks=True`, one row per text-carrying chunk instead
     (`metrics.chunks`: label, point, request_index, trace_id, warmup, ok,
@@ -172,6 +203,16 @@ def run_configs(df: pd.DataFrame) -> list[dict[str, Any]]:
             return [r for r in runs if isinstance(r, dict)]
     config = run_config(df)
     return [config] if config else []
+
+
+def run_config_of(df: pd.DataFrame, label: str | None) -> dict[str, Any]:
+    """The resolved config of the run labelled `label`; in a file of one run,
+    that run's (its label may be unset); {} when the file recorded none."""
+    runs = run_configs(df)
+    for run in runs:
+        if run.get("label") == label:
+            return run
+    return runs[0] if len(runs) == 1 else {}
 
 
 def config_points(df: pd.DataFrame) -> list[dict[str, Any]] | None:

@@ -51,7 +51,7 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("warmup", pa.bool_(), "", "true for the first `--warmup` requests: kept in the file, left out of summaries"),
     Column("scheduled_us", pa.int64(), _US, "when the schedule said the request should be sent"),
     Column("sent_us", pa.int64(), _US, "when the engine started sending it"),
-    Column("first_byte_us", pa.int64(), _US, "response status line and headers read from the socket (time to first byte)"),
+    Column("first_byte_us", pa.int64(), _US, "the response's first byte: the kernel's receive stamp of the first read after the request was written (HTTP/1.1), else the engine's when the head was parsed, never after the first chunk"),
     Column("first_token_us", pa.int64(), _US, "first chunk carrying output text of any channel (reasoning, content or tool)"),
     Column("first_reasoning_us", pa.int64(), _US, "first chunk carrying reasoning text"),
     Column("first_content_us", pa.int64(), _US, "first chunk carrying the answer: content or tool-call text"),
@@ -68,12 +68,15 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("output_tokens", pa.int64(), "tokens", "reasoning_tokens + content_tokens"),
     Column("token_source", pa.string(), "", "how the counts were obtained: " + ", ".join(TOKEN_SOURCES)),
     Column("chunk_count", pa.int32(), "chunks", "number of streamed chunks that carried output text"),
-    Column("chunk_ts_us", pa.list_(pa.int64()), _US, "per text-carrying chunk: when the socket read that completed it returned"),
+    Column("chunk_ts_us", pa.list_(pa.int64()), _US, "per text-carrying chunk: when the kernel received the socket read that completed it (its receive stamp, see `stamp_source`); the engine's own stamp where there is none"),
     Column("chunk_tokens", pa.list_(pa.int32()), "tokens", "per text-carrying chunk: tokens it carried; exact with token_source = continuous_usage, otherwise 1 per chunk (an estimate)"),
     Column("chunk_channel", pa.list_(pa.int8()), "", "per text-carrying chunk: 0 = reasoning, 1 = content, 2 = tool"),
     Column("server_predicted_n", pa.int64(), "tokens", "llama.cpp `timings.predicted_n`, when the server sends it"),
     Column("server_predicted_ms", pa.float64(), "ms", "llama.cpp `timings.predicted_ms`, when the server sends it"),
     Column("attempts", pa.int32(), "", "attempts made: 1, or more with `--retries` (then `sent_us` is the first attempt's)"),
+    Column("chunk_delay_us", pa.list_(pa.int32()), "µs", "per text-carrying chunk: the engine's own delay, when it got the chunk's bytes minus the kernel's receive stamp (`chunk_ts_us`); null where the chunk has no kernel stamp"),
+    Column("stamp_source", pa.string(), "", "where the chunk stamps came from: `kernel` (every chunk has the kernel's receive stamp), `user` (none has: not Linux, the option refused, or the frame lookup missed; the engine's stamps then), `mixed`; null without chunks"),
+    Column("connect_us", pa.int64(), "µs", "TCP connect + TLS handshake of the connection(s) this request was the first to use, when it opened one during the run; null when it used an open one (kept alive, or opened before the clock by `--preconnect`)"),
 )
 
 COLUMNS: tuple[Column, ...] = RUN_COLUMNS + ENGINE_COLUMNS

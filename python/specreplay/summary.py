@@ -17,13 +17,15 @@ in milliseconds, in columns named `<metric>_<stat>_ms`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from specreplay import metrics
-from specreplay.results import config_points
+
+if TYPE_CHECKING:
+    from specreplay.analysis import PointAnalysis
 
 STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99")
 QUANTILES: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
@@ -80,20 +82,6 @@ def point_mode(point: str, points: list[dict[str, Any]] | None) -> tuple[str | N
         return mode, None
 
 
-def by_label(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """The rows of each run (label), in run order."""
-    order = df.groupby("label", sort=False)["point_index"].min().sort_values(kind="stable")
-    return [(str(label), df[df["label"] == label]) for label in order.index]
-
-
-def _ordered_points(df: pd.DataFrame) -> list[str]:
-    # Run order: by point_index when present, else first appearance.
-    if "point_index" in df.columns and df["point_index"].notna().all():
-        order = df.groupby("point", sort=False)["point_index"].min().sort_values(kind="stable")
-        return [str(p) for p in order.index]
-    return [str(p) for p in pd.unique(df["point"])]
-
-
 def _span_s(start: pd.Series, end: pd.Series) -> float:
     if start.dropna().empty or end.dropna().empty:
         return math.nan
@@ -102,50 +90,35 @@ def _span_s(start: pd.Series, end: pd.Series) -> float:
 
 def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> pd.DataFrame:
     """One row per sweep point, in run order (see the module doc for which
-    requests count). `points` is the config's list of {point, mode, value};
-    when omitted it is read from `df.attrs` (set by `specreplay.load`), and
-    failing that the mode is parsed from the point label.
+    requests count); a frame holding several runs (a config file's named
+    runs) gives each run's rows in turn. `points` is the config's list of
+    {point, mode, value}; when omitted it is read from `df.attrs` (set by
+    `specreplay.load`), and failing that the mode is parsed from the point
+    label. The rows are those of `analysis.analyse(df)`, run by run.
 
-    Columns: point, mode, target_rate_rps (rate points only), requests, ok,
-    failed, duration_s (last end - first send), achieved_rate_rps (ok requests /
-    duration), send_rate_rps (requests sent per second between first and last
-    send), `<latency>_<stat>_ms` for every latency in `LATENCIES` and stat in
+    Columns: label, point, mode, target_rate_rps (rate points only), requests,
+    ok, failed, errors_by_kind, duration_s (last end - first send),
+    achieved_rate_rps (ok requests / duration), send_rate_rps (requests sent
+    per second between first and last send), scheduled_rate_rps,
+    `<latency>_<stat>_ms` for every latency in `LATENCIES` and stat in
     `STATS`, tps_<stat> (per-request tokens/s), output_tok_s, reasoning_tok_s,
-    content_tok_s (tokens of ok requests / duration), chunks, multi_token_chunks
-    (share of chunks with a known count above 1).
+    content_tok_s (tokens of ok requests / duration), chunks,
+    multi_token_chunks (share of chunks with a known count above 1), and the
+    client's own figures (`client_figures`).
     """
-    if points is None:
-        points = config_points(df)
-    if "label" in df.columns and df["label"].nunique() > 1:
-        # Several runs in one file (a config file's named runs): each is summarized
-        # on its own, since their point names repeat.
-        parts = [summarize(group, points) for _, group in by_label(df)]
-        combined: pd.DataFrame = pd.concat(parts, ignore_index=True)
-        return combined
-    data = metrics.add_derived(measured(df))
-    ok_rows = data[is_ok(data)]
-    chunk_frame = metrics.chunks(ok_rows)
-    itl = {
-        "itl_chunk_us": metrics.itl_per_chunk(chunk_frame),
-        "itl_token_us": metrics.itl_per_token(chunk_frame),
-    }
-    rows = []
-    for point in _ordered_points(data):
-        rows.append(_summarize_point(point, data, chunk_frame, itl, points))
-    frame: pd.DataFrame = pd.DataFrame(rows)
-    return frame
+    # Imported here: the analysis is built from this module's figures.
+    from specreplay.analysis import analyse
+
+    frames = [run.summary for run in analyse(df, points=points)]
+    if len(frames) == 1:
+        return frames[0]
+    combined: pd.DataFrame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return combined
 
 
-def _summarize_point(
-    point: str,
-    data: pd.DataFrame,
-    chunk_frame: pd.DataFrame,
-    itl: dict[str, pd.DataFrame],
-    points: list[dict[str, Any]] | None,
-) -> dict[str, Any]:
-    rows = data[data["point"] == point]
-    ok = rows[is_ok(rows)]
-    mode, value = point_mode(point, points)
+def point_summary(point: PointAnalysis) -> dict[str, Any]:
+    """The summary row of one analysed sweep point (`summarize`'s columns)."""
+    rows, ok = point.rows, point.ok_rows
     sent = metrics.as_float(rows, "sent_us").dropna()
     duration_s = _span_s(sent, metrics.as_float(rows, "end_us"))
     send_span_s = _span_s(sent, sent)
@@ -153,10 +126,10 @@ def _summarize_point(
     scheduled_span_s = _span_s(scheduled, scheduled)
 
     row: dict[str, Any] = {
-        "label": str(rows["label"].iloc[0]) if "label" in rows.columns and len(rows) else None,
-        "point": point,
-        "mode": mode,
-        "target_rate_rps": value if mode == "rate" else math.nan,
+        "label": point.label,
+        "point": point.point,
+        "mode": point.mode,
+        "target_rate_rps": point.value if point.mode == "rate" else math.nan,
         "requests": len(rows),
         "ok": len(ok),
         "failed": len(rows) - len(ok),
@@ -167,14 +140,9 @@ def _summarize_point(
         "send_rate_rps": (len(sent) - 1) / send_span_s if send_span_s > 0 else math.nan,
         "scheduled_rate_rps": (len(scheduled) - 1) / scheduled_span_s if scheduled_span_s > 0 else math.nan,
     }
+    itl = {"itl_chunk_us": point.itl_chunk_us, "itl_token_us": point.itl_token_us}
     for name, column in LATENCIES.items():
-        if name == "send_lag":
-            samples = rows[column]
-        elif column in itl:
-            frame = itl[column]
-            samples = frame.loc[frame["point"] == point, column]
-        else:
-            samples = ok[column]
+        samples = rows[column] if name == "send_lag" else itl[column] if column in itl else ok[column]
         for stat, figure in describe(samples, scale=1000.0).items():
             row[f"{name}_{stat}_ms"] = figure
     for stat, figure in describe(ok["tps"]).items():
@@ -182,10 +150,32 @@ def _summarize_point(
     for kind in ("output", "reasoning", "content"):
         total = float(metrics.as_float(ok, f"{kind}_tokens").sum())
         row[f"{kind}_tok_s"] = total / duration_s if duration_s > 0 else math.nan
-    tokens = chunk_frame.loc[chunk_frame["point"] == point, "tokens"].dropna()
-    row["chunks"] = int((chunk_frame["point"] == point).sum())
+    tokens = point.chunks["tokens"].dropna()
+    row["chunks"] = len(point.chunks)
     row["multi_token_chunks"] = float((tokens > 1).mean()) if len(tokens) else math.nan
+    row.update(client_figures(rows, point.chunks))
     return row
+
+
+def client_figures(rows: pd.DataFrame, chunk_frame: pd.DataFrame) -> dict[str, Any]:
+    """The client's own part, from a point's measured `rows` and the chunks of
+    its successful requests:
+
+    - `engine_delay_<stat>_ms`: the engine's own delay per chunk (when it got
+      the bytes minus the kernel's receive stamp), and `kernel_stamped`, the
+      share of chunks that have a kernel stamp (the others carry the engine's
+      stamp and no delay);
+    - `connected`: requests that opened a connection during the run, and
+      `connect_<stat>_ms`, their connection set-up time (kept out of no other
+      figure: TTFT still counts from `sent_us`).
+    """
+    delays = chunk_frame["delay_us"]
+    out: dict[str, Any] = {f"engine_delay_{stat}_ms": v for stat, v in describe(delays, scale=1000.0).items()}
+    out["kernel_stamped"] = float(delays.notna().mean()) if len(delays) else math.nan
+    connect = metrics.as_float(rows, "connect_us").dropna() if "connect_us" in rows.columns else pd.Series(dtype="float64")
+    out["connected"] = len(connect)
+    out.update({f"connect_{stat}_ms": v for stat, v in describe(connect, scale=1000.0).items()})
+    return out
 
 
 PER_REQUEST_COLUMNS: tuple[str, ...] = (
@@ -210,7 +200,12 @@ def per_request(df: pd.DataFrame, include_warmup: bool = False) -> pd.DataFrame:
     """One line per request (the `--per-request` listing), columns
     `PER_REQUEST_COLUMNS`: token counts, TTFT/TTFC/TPOT/E2E in ms, TPS in
     tokens/s, finish reason, and `error` = "<error_kind>: <error_message>"."""
-    data = metrics.add_derived(df if include_warmup else measured(df))
+    return request_lines(metrics.add_derived(df if include_warmup else measured(df)))
+
+
+def request_lines(data: pd.DataFrame) -> pd.DataFrame:
+    """`per_request`'s listing of rows that already have the derived columns
+    (an analysis' `rows`)."""
     out = pd.DataFrame(index=data.index)
     for column in ("point", "request_index", "trace_id", "reasoning_tokens", "content_tokens", "output_tokens", "token_source"):
         out[column] = data[column]

@@ -1,27 +1,31 @@
 """Validity checks: what makes a measurement misleading, found and said aloud.
 
-Each check has a stable `code` (scripts may match on it) and yields at most
-one `Finding` per sweep point. Level "error" means the figures do not measure
+Each check (`CHECKS`) is a function of one analysed sweep point
+(`analysis.PointAnalysis`), has a stable `code` (scripts may match on it)
+and yields at most one `Finding`. Level "error" means the figures do not measure
 what they claim; "warning" means they do, with a caveat to read; "note" is
 how to read a figure (few samples, several tokens per chunk), which is not
 wrong and so never fails `--strict`. Warmup rows are left out of every check.
 
 The codes: reasoning_ate_budget, estimated_tokens, multi_token_chunks,
-client_saturated, error_rate, too_few_requests.
+client_saturated, engine_delay, error_rate, too_few_requests.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
 from specreplay import metrics
-from specreplay.results import config_points, run_configs
-from specreplay.summary import OPEN_LOOP_MODES, by_label, is_ok, measured, point_mode, summarize
+from specreplay.summary import OPEN_LOOP_MODES
+
+if TYPE_CHECKING:
+    from specreplay.analysis import PointAnalysis
 
 Level = Literal["note", "warning", "error"]
 #: Levels that `--strict` turns into a failed run.
@@ -40,6 +44,11 @@ class Thresholds:
     """client_saturated: p99 send lag (sent − scheduled) above this."""
     min_rate_ratio: float = 0.95
     """client_saturated: send rate below this share of the scheduled rate."""
+    engine_delay_p99_ms: float = 5.0
+    """engine_delay: p99 of the engine's own delay per chunk above this. Looser
+    than the send lag's: the kernel stamps do not move with it, and open-loop
+    sends are watched by client_saturated; what it warns of is a closed loop
+    whose next request waits for the engine to read the previous answer."""
     max_error_rate: float = 0.01
     """error_rate: share of failed requests above this."""
     min_requests_p90: int = 10
@@ -96,61 +105,33 @@ def check(
     *,
     points: list[dict[str, Any]] | None = None,
     max_tokens: int | None = None,
-    summary: pd.DataFrame | None = None,
 ) -> list[Finding]:
     """Run every check on every sweep point of `df`; findings in point order,
-    errors first, then warnings, then notes within a point. `points` and `max_tokens` default to the run
-    config in `df.attrs` (see `specreplay.load`); `max_tokens` only makes the
-    advice more precise. `summary`: `summarize(df)` when the caller has it
-    already (one run only; several are summarized here, run by run)."""
-    thresholds = thresholds or Thresholds()
-    if points is None:
-        points = config_points(df)
-    if "label" in df.columns and df["label"].nunique() > 1:
-        # Each run on its own: a summary of them all cannot be used.
-        return [
-            replace(f, point=f"{label}: {f.point}")
-            for label, group in by_label(df)
-            for f in check(group, thresholds, points=points, max_tokens=max_tokens or _configured_max_tokens(df, label))
-        ]
-    if max_tokens is None:
-        label = df["label"].iloc[0] if "label" in df.columns and len(df) else None
-        max_tokens = _configured_max_tokens(df, label)
-    data = measured(df)
-    if summary is None:
-        summary = summarize(df, points=points)
-    findings: list[Finding] = []
-    for _, row in summary.iterrows():
-        point = str(row["point"])
-        rows = data[data["point"] == point]
-        found = [
-            _reasoning_ate_budget(point, rows, max_tokens),
-            _error_rate(point, rows, row, thresholds),
-            _client_saturated(point, rows, row, points, thresholds),
-            _estimated_tokens(point, rows),
-            _multi_token_chunks(point, rows, row),
-            _too_few_requests(point, int(row["ok"]), thresholds),
-        ]
-        point_findings = [f for f in found if f is not None]
-        findings += sorted(point_findings, key=lambda f: ("error", "warning", "note").index(f.level))
-    return findings
+    errors first, then warnings, then notes within a point. A frame holding
+    several runs is checked run by run, each finding's point named
+    `label: point`. `thresholds`, `points` and `max_tokens` default to each
+    run's own, as its file recorded them (`df.attrs`, see `specreplay.load`);
+    `max_tokens` only makes the advice more precise. The findings are those
+    of `analysis.analyse(df)`."""
+    # Imported here: the analysis is built from this module's checks.
+    from specreplay.analysis import analyse, findings_of
+
+    return findings_of([(run.label, run.findings) for run in analyse(df, thresholds, points=points, max_tokens=max_tokens)])
 
 
-def _configured_max_tokens(df: pd.DataFrame, label: str | None) -> int | None:
-    """The `max_tokens` the run labelled `label` was configured with; in a
-    file of one run, that run's (its label may be unset)."""
-    runs = run_configs(df)
-    if len(runs) > 1:
-        runs = [run for run in runs if run.get("label") == label]
-    value = runs[0].get("max_tokens") if runs else None
-    return int(value) if isinstance(value, (int, float)) else None
+def point_findings(point: PointAnalysis) -> list[Finding]:
+    """What `CHECKS` find on one analysed sweep point: errors, then
+    warnings, then notes."""
+    found = [f for f in (check_point(point) for check_point in CHECKS) if f is not None]
+    return sorted(found, key=lambda f: ("error", "warning", "note").index(f.level))
 
 
 def _pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.0f}%" if whole else "n/a"
 
 
-def _reasoning_ate_budget(point: str, rows: pd.DataFrame, max_tokens: int | None) -> Finding | None:
+def _reasoning_ate_budget(point: PointAnalysis) -> Finding | None:
+    rows, max_tokens = point.rows, point.max_tokens
     content = metrics.as_float(rows, "content_tokens")
     hit = rows[rows["finish_reason"].isin(LENGTH_REASONS) & (content == 0)]
     if hit.empty:
@@ -160,7 +141,7 @@ def _reasoning_ate_budget(point: str, rows: pd.DataFrame, max_tokens: int | None
     return Finding(
         code="reasoning_ate_budget",
         level="error",
-        point=point,
+        point=point.point,
         count=len(hit),
         message=(
             f"{len(hit)} of {len(rows)} requests ({_pct(len(hit), len(rows))}) hit {limit} "
@@ -172,15 +153,16 @@ def _reasoning_ate_budget(point: str, rows: pd.DataFrame, max_tokens: int | None
     )
 
 
-def _error_rate(point: str, rows: pd.DataFrame, summary_row: pd.Series, thresholds: Thresholds) -> Finding | None:
-    failed = rows[~is_ok(rows)]
+def _error_rate(point: PointAnalysis) -> Finding | None:
+    rows, thresholds = point.rows, point.thresholds
+    failed = rows[~point.ok]
     if rows.empty or len(failed) / len(rows) <= thresholds.max_error_rate:
         return None
-    kinds = summary_row["errors_by_kind"]  # counted once, by summarize
+    kinds = point.summary["errors_by_kind"]  # counted once, by the summary
     return Finding(
         code="error_rate",
         level="error",
-        point=point,
+        point=point.point,
         count=len(failed),
         message=(
             f"{len(failed)} of {len(rows)} requests failed ({_pct(len(failed), len(rows))}, "
@@ -190,15 +172,9 @@ def _error_rate(point: str, rows: pd.DataFrame, summary_row: pd.Series, threshol
     )
 
 
-def _client_saturated(
-    point: str,
-    rows: pd.DataFrame,
-    summary_row: pd.Series,
-    points: list[dict[str, Any]] | None,
-    thresholds: Thresholds,
-) -> Finding | None:
-    mode, _ = point_mode(point, points)
-    if mode not in OPEN_LOOP_MODES:
+def _client_saturated(point: PointAnalysis) -> Finding | None:
+    rows, summary_row, thresholds = point.rows, point.summary, point.thresholds
+    if point.mode not in OPEN_LOOP_MODES:
         return None  # closed loop: sends wait for the server by design
     problems: list[str] = []
     level: Level = "warning"
@@ -225,14 +201,33 @@ def _client_saturated(
     return Finding(
         code="client_saturated",
         level=level,
-        point=point,
+        point=point.point,
         count=int(rows["sent_us"].notna().sum()),
         message="The client could not keep up: " + "; ".join(problems) + ". Lower the load per client host, or check that it is not a debug build or a busy machine.",
     )
 
 
-def _estimated_tokens(point: str, rows: pd.DataFrame) -> Finding | None:
-    source = rows["token_source"]
+def _engine_delay(point: PointAnalysis) -> Finding | None:
+    summary_row, thresholds = point.summary, point.thresholds
+    delay_p99 = float(summary_row["engine_delay_p99_ms"])
+    if math.isnan(delay_p99) or delay_p99 <= thresholds.engine_delay_p99_ms:
+        return None
+    return Finding(
+        code="engine_delay",
+        level="warning",
+        point=point.point,
+        count=int(summary_row["ok"]),
+        message=(
+            f"The client was saturated: its own delay p99 was {delay_p99:.3f} ms "
+            f"(limit {thresholds.engine_delay_p99_ms:g} ms) between the kernel receiving a chunk and the engine reading it. "
+            "The kernel stamps are unaffected, but the send schedule may not be: "
+            "a closed-loop request goes out only once the engine has read the previous answer."
+        ),
+    )
+
+
+def _estimated_tokens(point: PointAnalysis) -> Finding | None:
+    source = point.rows["token_source"]
     no_usage = int((source == "chunks").sum())
     split = int((source == "usage_split_estimated").sum())
     if no_usage + split == 0:
@@ -248,26 +243,25 @@ def _estimated_tokens(point: str, rows: pd.DataFrame) -> Finding | None:
     return Finding(
         code="estimated_tokens",
         level="warning",
-        point=point,
+        point=point.point,
         count=no_usage + split,
         message="Token counts are estimates: " + "; ".join(parts) + ". TPOT, TPS, per-token ITL and tokens/s inherit the error.",
     )
 
 
-def _multi_token_chunks(point: str, rows: pd.DataFrame, summary_row: pd.Series) -> Finding | None:
-    ok = rows[is_ok(rows)]
-    frame = metrics.chunks(ok)
+def _multi_token_chunks(point: PointAnalysis) -> Finding | None:
+    ok, frame = point.ok_rows, point.chunks
     several = frame.loc[frame["tokens"] > 1, "request_index"].unique()
     over = ok[metrics.as_float(ok, "output_tokens") > metrics.as_float(ok, "chunk_count")]
     requests = set(several) | set(over["request_index"])
     if not requests:
         return None
-    share = float(summary_row["multi_token_chunks"])
+    share = float(point.summary["multi_token_chunks"])
     share_text = f"{share:.0%} of chunks carry more than one token; " if not math.isnan(share) else ""
     return Finding(
         code="multi_token_chunks",
         level="note",
-        point=point,
+        point=point.point,
         count=len(requests),
         message=(
             f"{len(requests)} of {len(ok)} requests received several tokens per chunk "
@@ -287,7 +281,8 @@ def _estimated_chunk_counts(ok: pd.DataFrame) -> str:
     return f" The per-chunk token counts of {estimated} requests are estimated (no continuous usage stats), so their ITL/token is approximate."
 
 
-def _too_few_requests(point: str, ok: int, thresholds: Thresholds) -> Finding | None:
+def _too_few_requests(point: PointAnalysis) -> Finding | None:
+    ok, thresholds = len(point.ok_rows), point.thresholds
     if ok >= thresholds.min_requests_p99:
         return None
     if ok < thresholds.min_requests_p90:
@@ -297,10 +292,23 @@ def _too_few_requests(point: str, ok: int, thresholds: Thresholds) -> Finding | 
     return Finding(
         code="too_few_requests",
         level="note",
-        point=point,
+        point=point.point,
         count=ok,
         message=(
             f"only {ok} successful requests (at least {needed}): "
             f"the {unreliable} printed come from the top one or two samples, not a distribution."
         ),
     )
+
+
+#: Every check, in the order its findings are listed within a level. Each
+#: takes an analysed sweep point and returns at most one finding.
+CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
+    _reasoning_ate_budget,
+    _error_rate,
+    _client_saturated,
+    _engine_delay,
+    _estimated_tokens,
+    _multi_token_chunks,
+    _too_few_requests,
+)

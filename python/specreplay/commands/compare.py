@@ -20,7 +20,7 @@ from rich.text import Text
 
 from specreplay import comparison
 from specreplay.comparison import Run
-from specreplay.console import print_comparison, print_findings
+from specreplay.console import cli_console, print_comparison, print_findings
 
 #: Exit status when a run's validity checks failed and --force was not given.
 EXIT_INVALID = 3
@@ -43,7 +43,7 @@ def gate(runs: list[Run], force: bool, err: Console) -> None:
     """Checks every run on the points it shares with the base, prints what
     the checks found, and exits unless every run is valid or `force`."""
     base = runs[0]
-    points = sorted({p for other in runs[1:] for p in comparison.shared_points(base.df, other.df)})
+    points = sorted({p for other in runs[1:] for p in comparison.shared_points(base, other)})
     for run in runs:
         comparison.validate(run, points)
         shown = [f for f in run.findings if f.level != "note"]
@@ -110,7 +110,7 @@ def compare(runs: tuple[str, ...], as_json: bool, as_csv: bool, force: bool, **o
     if as_json and as_csv:
         raise click.UsageError("--json and --csv: choose one")
     selected = load_runs(runs)
-    err = Console(stderr=True)
+    err = cli_console(stderr=True)
     gate(selected, force, err)
     frame = comparison.compare_all(selected, **options)
     if frame.empty:
@@ -120,7 +120,7 @@ def compare(runs: tuple[str, ...], as_json: bool, as_csv: bool, force: bool, **o
     elif as_csv:
         click.echo(frame.to_csv(index=False), nl=False)
     else:
-        out = Console()
+        out = cli_console()
         print_comparison(out, frame, options["confidence"])
         out.print(
             Text(

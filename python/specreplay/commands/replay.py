@@ -15,15 +15,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from specreplay import summary as summary_mod
 from specreplay import validity
+from specreplay.analysis import analyse, findings_of
 from specreplay.config import ARRIVALS, Point, ReplayConfig
 from specreplay.config_file import apply_overrides, env_overrides, load_config_file
-from specreplay.console import print_findings, print_per_request, print_summary
+from specreplay.console import cli_console, print_per_request, print_summary, print_verdict
 from specreplay.errors import ConfigError
 from specreplay.replay import Hooks, Progress, run_replay
 from specreplay.results import VALIDITY_KEY, to_frame
 from specreplay.slo import merge_tables, table_from_expressions
+from specreplay.summary import request_lines
 from specreplay.target import Target
 from specreplay.tomlfile import read_toml
 
@@ -62,14 +63,18 @@ def load_sim_config(path: str | None) -> dict[str, Any]:
 
 
 class ConsoleHooks(Hooks):
-    """A one-line live status while a point runs, the summary after it."""
+    """A one-line live status while a point runs; after it, its summary and
+    what the validity checks found on it (each run under its own thresholds).
+    Each point is analysed once, here; `findings` hands what the checks
+    found on to the results file."""
 
     def __init__(self, out: Console, err: Console, per_request: bool) -> None:
         self.out = out
         self.err = err
         self.per_request = per_request
         self.live: Live | None = None
-        self.points: list[dict[str, Any]] = []
+        self.found: list[tuple[str, list[validity.Finding]]] = []  # (label, findings) per finished point
+        self.analysed_rows = 0
 
     def target(self, target: Target, description: str) -> None:
         self.err.print(description, highlight=False)
@@ -78,7 +83,6 @@ class ConsoleHooks(Hooks):
         self.err.print(f"note: {message}", highlight=False)
 
     def point_started(self, point: Point, index: int, total: int, label: str) -> None:
-        self.points.append(point.to_dict())
         self.err.print(f"[bold]point {index + 1}/{total}: {label} · {point.name}[/bold]")
         if self.err.is_terminal:
             self.live = Live(Text(""), console=self.err, refresh_per_second=4, transient=True)
@@ -99,10 +103,25 @@ class ConsoleHooks(Hooks):
         if self.live is not None:
             self.live.stop()
             self.live = None
-        df = rows.to_pandas()
-        if self.per_request:
-            print_per_request(self.out, df)
-        print_summary(self.out, summary_mod.summarize(df, points=self.points))
+        if rows.num_rows == 0:
+            return
+        # The rows carry the file's metadata: the run's recorded config, its
+        # thresholds and max_tokens among them.
+        for run in analyse(to_frame(rows)):
+            if self.per_request:
+                print_per_request(self.out, request_lines(run.rows))
+            print_summary(self.out, run.summary, run.findings)
+            self.found.append((run.label, run.findings))
+        self.analysed_rows += rows.num_rows
+
+    def findings(self, table: pa.Table) -> list[validity.Finding]:
+        """The findings of every point in `table`, the run's rows: those
+        printed with each point, unless rows were written that no finished
+        point reported (a run that failed mid-point), which are then all
+        analysed again."""
+        if self.analysed_rows != table.num_rows:
+            return findings_of([(run.label, run.findings) for run in analyse(to_frame(table))])
+        return findings_of(self.found)
 
 
 def _split_lists(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[float] | None:
@@ -225,6 +244,7 @@ class ListOptionsCommand(click.Command):
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request timeout, seconds (retries included).")
 @click.option("--stall-timeout", type=float, help="Fail a request when no bytes arrive for this many seconds.")
 @click.option("--retries", type=int, default=0, show_default=True, help="Retry connection failures, 429 and 5xx this many times, with backoff (a retry changes the load).")
+@click.option("--preconnect/--no-preconnect", default=None, help="Open the connections before the clock starts, so no request's TTFT holds a handshake. Default: on for --concurrency (one per request in flight), off for open loop (there it opens --max-concurrency connections).")
 @click.option("--max-tokens", type=int, help="Output budget, set in the field each API uses.")
 @click.option("--ignore-eos", is_flag=True, default=None, help="Ask the server to generate up to the budget (vLLM, SGLang).")
 @click.option("--extra-body", help="JSON object merged into every request body.")
@@ -249,8 +269,11 @@ def replay(ctx: click.Context, /, **opts: Any) -> None:
     Options can also come from a --config file (several named runs in one
     file run in turn into one results file) and SPECREPLAY_<OPTION>
     environment variables; flags win over both. Results go to an Arrow file
-    with one row per request; a summary and the validity checks are printed
-    after each sweep point.
+    with one row per request. After each sweep point: its summary and what
+    the validity checks found on it (each run under its own thresholds). At
+    the end: the verdict over every point (INVALID MEASUREMENT when a check
+    found an error, with the points and checks concerned), also stored in
+    the results file.
     """
     configs = resolve_configs(ctx, opts)
     run_and_report(configs, per_request=opts["per_request"], strict=opts["strict"])
@@ -258,18 +281,17 @@ def replay(ctx: click.Context, /, **opts: Any) -> None:
 
 def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bool) -> None:
     """Runs, prints, and exits with the status the findings call for."""
-    out = Console()
-    err = Console(stderr=True)
+    out = cli_console()
+    err = cli_console(stderr=True)
     hooks = ConsoleHooks(out, err, per_request)
     found: list[validity.Finding] = []
 
     def finalize(table: pa.Table) -> dict[str, str]:
-        df = to_frame(table)
-        found.extend(validity.check(df, validity.Thresholds.from_dict(configs[0].thresholds)))
+        found.extend(hooks.findings(table))
         return {VALIDITY_KEY: validity.to_json(found)}
 
     result = run_replay(configs, hooks, finalize)
-    print_findings(out, found)
+    print_verdict(out, found)
     err.print(f"results: {result.path}  ({'interrupted, ' if result.interrupted else ''}run id {result.run_id})", highlight=False)
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)

@@ -48,8 +48,8 @@ def build(run: RunSpec | list[Run], vs: RunSpec | None = None, **compare_options
         for r in runs:
             r.name = f"{r.path}:{r.label}" if r.path else r.label
     prepared = [data.prepare(r) for r in runs]
-    for r, p in zip(runs, prepared):
-        comparison.validate(r, summary=p.summary)
+    for r in runs:
+        comparison.validate(r)
     table = comparison.compare_all(runs, **compare_options) if len(runs) > 1 else None
     return html.render(prepared, table, compare_options.get("confidence", comparison.CONFIDENCE))
 

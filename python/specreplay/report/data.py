@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from specreplay import metrics
+from specreplay.analysis import PointAnalysis
 from specreplay.comparison import Run
-from specreplay.summary import is_ok, measured, summarize
 
 #: Most points drawn per series (CDF steps, point clouds).
 MAX_POINTS = 400
@@ -28,11 +28,12 @@ class PointData:
     """One (run, sweep point): what the plots draw."""
 
     run: str
-    point: str
-    rows: pd.DataFrame  # measured requests, with add_derived's columns
-    ok: pd.DataFrame  # the successful ones
-    chunks: pd.DataFrame  # their chunks (metrics.chunks)
+    analysis: PointAnalysis  # its requests, the successful ones and their chunks
     start_us: float  # first send of the point
+
+    @property
+    def point(self) -> str:
+        return self.analysis.point
 
     @property
     def name(self) -> str:
@@ -51,16 +52,13 @@ class RunData:
 
 
 def prepare(run: Run) -> RunData:
-    """Summary and per-point plot data of `run` (its findings are read from
-    `run.findings` when the page is rendered)."""
-    data = metrics.add_derived(measured(run.df))
-    out = RunData(run=run, summary=summarize(run.df))
-    for point in out.summary["point"].astype(str):
-        rows = data[data["point"] == point]
-        ok = rows[is_ok(rows)]
-        sent = metrics.as_float(rows, "sent_us").dropna()
-        start = float(sent.min()) if len(sent) else float(metrics.as_float(rows, "scheduled_us").min())
-        out.points.append(PointData(run.name, point, rows, ok, metrics.chunks(ok), start))
+    """Summary and per-point plot data of `run`, from its analysis (its
+    findings are read from `run.findings` when the page is rendered)."""
+    out = RunData(run=run, summary=run.analysis.summary)
+    for point in run.analysis.points:
+        sent = metrics.as_float(point.rows, "sent_us").dropna()
+        start = float(sent.min()) if len(sent) else float(metrics.as_float(point.rows, "scheduled_us").min())
+        out.points.append(PointData(run.name, point, start))
     return out
 
 
@@ -88,13 +86,13 @@ def cdf(values: pd.Series | np.ndarray, limit: int = MAX_POINTS) -> tuple[np.nda
 
 def latency_ms(point: PointData, metric: str) -> np.ndarray:
     """Per-request `metric` (ttft, ttfc, tpot, e2e) of the ok requests, in ms, NaN dropped."""
-    values = point.ok[f"{metric}_us"].to_numpy(dtype="float64") / 1000.0
+    values = point.analysis.ok_rows[f"{metric}_us"].to_numpy(dtype="float64") / 1000.0
     return values[np.isfinite(values)]
 
 
 def over_time(point: PointData, column_us: str, value: str, scale: float = 1.0, ok_only: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(seconds since the point's first send at `column_us`, `value` / scale) per request, in time order."""
-    rows = point.ok if ok_only else point.rows
+    rows = point.analysis.ok_rows if ok_only else point.analysis.rows
     t = (metrics.as_float(rows, column_us).to_numpy() - point.start_us) / 1e6
     y = rows[value].to_numpy(dtype="float64") / scale
     keep = np.isfinite(t) & np.isfinite(y)
@@ -113,7 +111,7 @@ def bin_width_s(duration_s: float) -> float:
 
 def throughput(point: PointData, width_s: float) -> tuple[np.ndarray, np.ndarray]:
     """Output tokens/s in bins of `width_s` by chunk arrival: (bin centres in s, tok/s)."""
-    frame = point.chunks
+    frame = point.analysis.chunks
     if frame.empty:
         return np.array([]), np.array([])
     t = (frame["ts_us"].to_numpy(dtype="float64") - point.start_us) / 1e6
@@ -127,7 +125,7 @@ def throughput(point: PointData, width_s: float) -> tuple[np.ndarray, np.ndarray
 
 def tokens_per_chunk(point: PointData, top: int = 8) -> dict[str, float]:
     """Share of chunks carrying 1, 2, … tokens; counts of `top` or more share one bin."""
-    counts = point.chunks["tokens"].dropna().to_numpy(dtype="float64")
+    counts = point.analysis.chunks["tokens"].dropna().to_numpy(dtype="float64")
     counts = counts[counts > 0]
     out = {}
     for k in range(1, top + 1):
@@ -138,8 +136,9 @@ def tokens_per_chunk(point: PointData, top: int = 8) -> dict[str, float]:
 
 
 def prompt_vs_ttft(point: PointData) -> tuple[np.ndarray, np.ndarray]:
-    x = metrics.as_float(point.ok, "prompt_tokens").to_numpy()
-    y = point.ok["ttft_us"].to_numpy(dtype="float64") / 1000.0
+    ok = point.analysis.ok_rows
+    x = metrics.as_float(ok, "prompt_tokens").to_numpy()
+    y = ok["ttft_us"].to_numpy(dtype="float64") / 1000.0
     keep = np.isfinite(x) & np.isfinite(y)
     order = np.argsort(x[keep], kind="stable")
     return thin(x[keep][order], y[keep][order])

@@ -4,10 +4,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use specreplay_core::engine::{
-    self, record::ErrorKind, LoadMode, PreparedRequest, RequestRecord, RunSpec,
-};
+use specreplay_core::engine::{self, record::ErrorKind, LoadMode, PreparedRequest, RunSpec};
 use specreplay_core::sim::{SimConfig, SimServer};
+
+mod common;
+use common::drain;
 
 fn sim_config() -> SimConfig {
     SimConfig {
@@ -57,20 +58,8 @@ fn spec(load: LoadMode, num_requests: Option<u64>) -> RunSpec {
         retries: 0,
         seed: 1,
         server_stamps: false,
+        preconnect: None,
     }
-}
-
-async fn drain(mut run: engine::EngineRun) -> Vec<RequestRecord> {
-    let mut out = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while let Some(batch) = run.next_records(64, Duration::from_millis(100)).await {
-        out.extend(batch);
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run did not end"
-        );
-    }
-    out
 }
 
 async fn start_sim() -> SimServer {

@@ -14,7 +14,7 @@
 
 use crate::decode::{Channel, Record, Timings, Usage};
 
-use super::record::{Chunk, RequestRecord, TokenSource};
+use super::record::{Chunk, RequestRecord, Stamp, TokenSource};
 
 #[derive(Debug, Default)]
 pub struct StreamAccount {
@@ -36,8 +36,9 @@ pub struct StreamAccount {
 
 impl StreamAccount {
     /// Accounts for the records decoded from one SSE event, all of which
-    /// arrived with the socket read stamped `ts_us`.
-    pub fn on_event(&mut self, ts_us: i64, records: &[Record]) {
+    /// arrived with the socket read stamped `stamp`.
+    pub fn on_event(&mut self, stamp: impl Into<Stamp>, records: &[Record]) {
+        let stamp = stamp.into();
         let mut channels: [Option<Channel>; 3] = [None; 3];
         let mut n_channels = 0;
         let mut event_usage: Option<&Usage> = None;
@@ -93,7 +94,7 @@ impl StreamAccount {
                 Some(t) => i64::from(t > 0),
                 None => 1,
             };
-            self.push_chunk(ts_us, tokens as i32, *channel);
+            self.push_chunk(stamp, tokens as i32, *channel);
         }
     }
 
@@ -103,13 +104,15 @@ impl StreamAccount {
         self.server_stamps.resize(self.chunks.len(), server_ts_us);
     }
 
-    fn push_chunk(&mut self, ts_us: i64, tokens: i32, channel: Channel) {
+    fn push_chunk(&mut self, stamp: Stamp, tokens: i32, channel: Channel) {
+        let ts_us = stamp.ts_us;
         match channel {
             Channel::Reasoning => self.first_reasoning_us.get_or_insert(ts_us),
             Channel::Content | Channel::Tool => self.first_answer_us.get_or_insert(ts_us),
         };
         self.chunks.push(Chunk {
             ts_us,
+            delay_us: stamp.delay_us,
             tokens,
             channel,
         });

@@ -12,7 +12,7 @@ use arrow_array::builder::{
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::ArrowError;
 
-use super::record::{channel_code, RequestRecord};
+use super::record::{channel_code, RequestRecord, StampSource};
 
 pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowError> {
     build(records, false)
@@ -48,6 +48,7 @@ fn build(records: &[RequestRecord], server_stamps: bool) -> Result<RecordBatch, 
     let mut chunk_ts = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
     let mut chunk_tokens = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
     let mut chunk_channel = ListBuilder::new(Int8Builder::with_capacity(chunk_total));
+    let mut chunk_delay = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
     let mut warmup = BooleanBuilder::with_capacity(n);
     let mut http_status = Int32Builder::with_capacity(n);
     let mut chunk_count = Int32Builder::with_capacity(n);
@@ -58,10 +59,12 @@ fn build(records: &[RequestRecord], server_stamps: bool) -> Result<RecordBatch, 
             chunk_ts.values().append_value(c.ts_us);
             chunk_tokens.values().append_value(c.tokens);
             chunk_channel.values().append_value(channel_code(c.channel));
+            chunk_delay.values().append_option(c.delay_us);
         }
         chunk_ts.append(true);
         chunk_tokens.append(true);
         chunk_channel.append(true);
+        chunk_delay.append(true);
         warmup.append_value(r.warmup);
         http_status.append_option(r.http_status);
         chunk_count.append_value(r.chunks.len() as i32);
@@ -107,6 +110,12 @@ fn build(records: &[RequestRecord], server_stamps: bool) -> Result<RecordBatch, 
         ("server_predicted_n", i64_col(&|r| r.server_predicted_n)),
         ("server_predicted_ms", Arc::new(predicted_ms.finish())),
         ("attempts", Arc::new(attempts.finish())),
+        ("chunk_delay_us", Arc::new(chunk_delay.finish())),
+        (
+            "stamp_source",
+            str_col(&|r| StampSource::of(&r.chunks).map(StampSource::as_str)),
+        ),
+        ("connect_us", i64_col(&|r| r.connect_us)),
     ];
     if server_stamps {
         let mut stamps = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
@@ -146,11 +155,13 @@ mod tests {
             chunks: vec![
                 Chunk {
                     ts_us: 10,
+                    delay_us: Some(3),
                     tokens: 1,
                     channel: Channel::Reasoning,
                 },
                 Chunk {
                     ts_us: 20,
+                    delay_us: None,
                     tokens: 2,
                     channel: Channel::Content,
                 },
@@ -166,7 +177,7 @@ mod tests {
         };
         let batch = to_record_batch(&[ok, failed]).unwrap();
         assert_eq!(batch.num_rows(), 2);
-        assert_eq!(batch.num_columns(), 29);
+        assert_eq!(batch.num_columns(), 32);
         let ts = batch.column_by_name("chunk_ts_us").unwrap();
         let list = ts
             .as_any()
@@ -178,6 +189,15 @@ mod tests {
         assert!(!kind.is_null(1));
         assert!(batch.column_by_name("sent_us").unwrap().is_null(1));
         assert!(batch.column_by_name("chunk_server_ts_us").is_none());
+        use arrow_array::Array;
+        let source = batch.column_by_name("stamp_source").unwrap();
+        let source = source
+            .as_any()
+            .downcast_ref::<arrow_array::StringArray>()
+            .unwrap();
+        // One chunk with a kernel stamp and one without; no chunks at all.
+        assert_eq!(source.value(0), "mixed");
+        assert!(source.is_null(1));
     }
 
     #[test]
@@ -186,6 +206,7 @@ mod tests {
 
         let chunk = Chunk {
             ts_us: 10,
+            delay_us: None,
             tokens: 1,
             channel: Channel::Content,
         };
@@ -200,10 +221,10 @@ mod tests {
             ..Default::default()
         };
         let batch = to_record_batch_with_server_stamps(&[stamped, unstamped]).unwrap();
-        assert_eq!(batch.num_columns(), 30);
-        assert_eq!(batch.schema().field(29).name(), "chunk_server_ts_us");
+        assert_eq!(batch.num_columns(), 33);
+        assert_eq!(batch.schema().field(32).name(), "chunk_server_ts_us");
         let list = batch
-            .column(29)
+            .column(32)
             .as_any()
             .downcast_ref::<arrow_array::ListArray>()
             .unwrap();

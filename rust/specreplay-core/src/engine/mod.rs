@@ -7,6 +7,7 @@
 mod accounting;
 pub mod batch;
 pub(crate) mod http;
+pub(crate) mod net;
 mod pacing;
 pub mod record;
 mod request;
@@ -198,12 +199,14 @@ pub fn start(
         return Err(CoreError::config("trace", "no requests to send"));
     }
     let headers = header_map(&spec.headers)?;
+    let preconnections = spec.preconnections()?;
+    let arrivals: Vec<f64> = requests.iter().map(|r| r.arrival_s).collect();
+    let first_uri = requests[0].uri.clone();
     let limit = spec.num_requests.or(if spec.duration_s.is_some() {
         None
     } else {
         Some(requests.len() as u64)
     });
-    let arrivals: Vec<f64> = requests.iter().map(|r| r.arrival_s).collect();
     let cancel = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let (tx, rx) = mpsc::unbounded_channel();
@@ -211,39 +214,118 @@ pub fn start(
         LoadMode::Concurrency { concurrency } => (concurrency, false),
         _ => (spec.max_concurrency.unwrap_or(1024), true),
     };
-    let _guard = runtime.enter();
-    let shared = Arc::new(Shared {
-        ctx: RequestContext {
-            client: http::build_client(concurrency),
-            secrets: secret_values(&headers),
-            headers,
-            timeout: spec.timeout_s.map(Duration::from_secs_f64),
-            stall_timeout: spec.stall_timeout_s.map(Duration::from_secs_f64),
-            retries: spec.retries,
-            cancel: cancel.clone(),
-            server_stamps: spec.server_stamps,
-        },
-        requests,
-        warmup: spec.warmup,
-        permits: if open_loop {
-            spec.max_concurrency.map(Semaphore::new)
-        } else {
-            None
-        },
-        progress: progress.clone(),
-        results: tx,
-    });
-    let start_at = Instant::now() + START_LEAD;
+    let secrets = secret_values(&headers);
+    let make_shared = {
+        let (cancel, progress) = (cancel.clone(), progress.clone());
+        move |client: http::HttpClient| Shared {
+            ctx: RequestContext {
+                client,
+                secrets,
+                headers,
+                timeout: spec.timeout_s.map(Duration::from_secs_f64),
+                stall_timeout: spec.stall_timeout_s.map(Duration::from_secs_f64),
+                retries: spec.retries,
+                cancel,
+                server_stamps: spec.server_stamps,
+            },
+            requests,
+            warmup: spec.warmup,
+            permits: if open_loop {
+                spec.max_concurrency.map(Semaphore::new)
+            } else {
+                None
+            },
+            progress,
+            results: tx,
+        }
+    };
     let duration = spec.duration_s.map(Duration::from_secs_f64);
-    match Schedule::open_loop(spec.load, &arrivals, limit, spec.seed) {
+    let mode = match Schedule::open_loop(spec.load, &arrivals, limit, spec.seed) {
         Some(schedule) => {
+            // The dispatcher thread starts now (so a failure to start it is
+            // `start`'s error) and waits for the connections to be open.
+            let (go, ready) = std::sync::mpsc::sync_channel::<(Arc<Shared>, Instant)>(1);
             let runtime = runtime.clone();
             std::thread::Builder::new()
                 .name("specreplay-dispatch".into())
-                .spawn(move || dispatch_open_loop(shared, schedule, start_at, duration, runtime))
+                .spawn(move || {
+                    if let Ok((shared, start_at)) = ready.recv() {
+                        dispatch_open_loop(shared, schedule, start_at, duration, runtime);
+                    }
+                })
                 .map_err(|e| CoreError::io("could not start the dispatcher thread", e))?;
+            Mode::Open(go)
         }
-        None => {
+        None => Mode::Closed { concurrency, limit },
+    };
+    let plan = Launch {
+        uri: first_uri,
+        preconnections,
+        cancel: cancel.clone(),
+        max_idle: concurrency,
+        mode,
+        duration,
+        runtime: runtime.clone(),
+    };
+    runtime.spawn(launch(make_shared, plan));
+    Ok(EngineRun {
+        results: rx,
+        progress,
+        cancel,
+    })
+}
+
+/// How the requests are started once the clock runs.
+enum Mode {
+    /// Hand the run to the waiting dispatcher thread.
+    Open(std::sync::mpsc::SyncSender<(Arc<Shared>, Instant)>),
+    Closed {
+        concurrency: usize,
+        limit: Option<u64>,
+    },
+}
+
+/// What `launch` needs besides the shared state.
+struct Launch {
+    /// The origin to preconnect to (every request of a point goes there).
+    uri: ::http::Uri,
+    preconnections: usize,
+    cancel: CancellationToken,
+    max_idle: usize,
+    mode: Mode,
+    duration: Option<Duration>,
+    runtime: Handle,
+}
+
+/// Opens the connections (when asked), then starts the clock and the
+/// requests. The connector hands the opened connections out before it opens
+/// any new one, so the first requests are the ones that use them.
+async fn launch(make_shared: impl FnOnce(http::HttpClient) -> Shared, plan: Launch) {
+    let Launch {
+        uri,
+        preconnections,
+        cancel,
+        max_idle,
+        mode,
+        duration,
+        runtime,
+    } = plan;
+    let connector = net::StampingConnector::new();
+    let mut h2 = false;
+    if preconnections > 0 {
+        // A cancelled run still starts its workers: they see the
+        // cancellation and report what they did not send.
+        tokio::select! {
+            opened = connector.preconnect(&uri, preconnections) => h2 = opened.h2,
+            _ = cancel.cancelled() => {}
+        }
+    }
+    let shared = Arc::new(make_shared(http::client_over(connector, max_idle, h2)));
+    let start_at = Instant::now() + START_LEAD;
+    match mode {
+        // The thread is waiting; if it is gone there is nobody to send.
+        Mode::Open(go) => drop(go.send((shared, start_at))),
+        Mode::Closed { concurrency, limit } => {
             let next = Arc::new(AtomicU64::new(0));
             for _ in 0..concurrency {
                 let (shared, next) = (shared.clone(), next.clone());
@@ -251,11 +333,6 @@ pub fn start(
             }
         }
     }
-    Ok(EngineRun {
-        results: rx,
-        progress,
-        cancel,
-    })
 }
 
 /// Open loop: every request goes out at its scheduled time, whatever is in

@@ -62,13 +62,66 @@ impl TokenSource {
     }
 }
 
-/// A text-carrying chunk: when the read that completed it returned, how many
-/// tokens it carried, and on which channel.
+/// When the bytes of a read arrived: the kernel's receive stamp of the socket
+/// read that completed them when there is one, else the engine's own stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub ts_us: i64,
+    /// The engine's own delay: when the request task got the bytes minus the
+    /// kernel stamp. None when `ts_us` is the engine's stamp (no kernel stamp).
+    pub delay_us: Option<i32>,
+}
+
+impl From<i64> for Stamp {
+    /// An engine-side stamp (no kernel stamp).
+    fn from(ts_us: i64) -> Self {
+        Stamp {
+            ts_us,
+            delay_us: None,
+        }
+    }
+}
+
+/// A text-carrying chunk: when the read that completed it arrived (`Stamp`),
+/// how many tokens it carried, and on which channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Chunk {
     pub ts_us: i64,
+    pub delay_us: Option<i32>,
     pub tokens: i32,
     pub channel: Channel,
+}
+
+/// Which clock a row's chunk stamps came from (`stamp_source` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StampSource {
+    /// Every chunk has the kernel's receive stamp.
+    Kernel,
+    /// No chunk has one (another OS, the option refused, every lookup missed).
+    User,
+    /// Some chunks fell back to the engine's stamp.
+    Mixed,
+}
+
+impl StampSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StampSource::Kernel => "kernel",
+            StampSource::User => "user",
+            StampSource::Mixed => "mixed",
+        }
+    }
+
+    /// The source of a row's chunks; None without chunks.
+    pub fn of(chunks: &[Chunk]) -> Option<StampSource> {
+        let kernel = chunks.iter().filter(|c| c.delay_us.is_some()).count();
+        match kernel {
+            _ if chunks.is_empty() => None,
+            0 => Some(StampSource::User),
+            k if k == chunks.len() => Some(StampSource::Kernel),
+            _ => Some(StampSource::Mixed),
+        }
+    }
 }
 
 pub fn channel_code(channel: Channel) -> i8 {
@@ -111,4 +164,7 @@ pub struct RequestRecord {
     pub server_predicted_ms: Option<f64>,
     /// Attempts made (1 without retries).
     pub attempts: i32,
+    /// TCP connect + TLS handshake, µs, when this request was the first on a
+    /// connection opened during the run.
+    pub connect_us: Option<i64>,
 }

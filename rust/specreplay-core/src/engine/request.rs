@@ -1,12 +1,17 @@
 //! Sends one request and reads its response, timestamping every read.
 //!
-//! The timestamp is taken the moment hyper hands over the bytes of a read,
-//! before any parsing, so parsing cost never shifts a measurement.
+//! A body frame's stamp is the kernel's receive stamp of the socket read that
+//! completed it (`net`), found the moment hyper hands the frame over and
+//! before any parsing; the engine's own stamp, taken at that moment too, is
+//! kept as the delay between the two, and is the stamp itself where the
+//! kernel gave none.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_us;
@@ -16,7 +21,8 @@ use crate::sse::{SseEvent, SseParser};
 
 use super::accounting::StreamAccount;
 use super::http::HttpClient;
-use super::record::{ErrorKind, RequestRecord};
+use super::net::{ConnLog, FrameClock};
+use super::record::{ErrorKind, RequestRecord, Stamp};
 use super::spec::PreparedRequest;
 
 /// Most of an error body worth keeping in a message.
@@ -119,6 +125,12 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
     let done = account.done;
     let stream_error = account.stream_error.take();
     account.finish_into(rec);
+    // The head precedes the first chunk on the wire, so the first chunk's
+    // kernel stamp bounds it too (over HTTP/2 the head's own stamp is the
+    // engine's, possibly taken after that chunk arrived).
+    if let (Some(head), Some(first)) = (rec.first_byte_us, rec.first_token_us) {
+        rec.first_byte_us = Some(head.min(first));
+    }
     rec.error = match (outcome, stream_error, decode_error) {
         (Err(failure), _, _) => Some(failure),
         (Ok(()), Some(msg), _) => Some((ErrorKind::StreamError, msg)),
@@ -182,17 +194,46 @@ fn closed_before_response(e: &hyper_util::client::legacy::Error) -> bool {
     false
 }
 
+/// One attempt: send, read the head, then the body the head announces.
 async fn exchange(
     ctx: &RequestContext,
     req: &PreparedRequest,
     rec: &mut RequestRecord,
     attempt: &mut Attempt,
 ) -> Result<(), Failure> {
-    let Attempt {
-        account,
-        decode_error,
-        retry_after,
-    } = attempt;
+    let response = send(ctx, req, rec).await?;
+    let Head {
+        status,
+        content_type,
+        mut clock,
+        mut body,
+    } = read_head(response, rec, &mut attempt.retry_after);
+    if !status.is_success() {
+        let snippet = error_snippet(&mut body, &mut clock).await;
+        return Err((ErrorKind::Http, format!("HTTP {status}: {snippet}")));
+    }
+    if content_type.starts_with("application/json") {
+        read_json_body(req, body, clock, attempt).await;
+        return Ok(());
+    }
+    if !content_type.starts_with("text/event-stream") {
+        let snippet = error_snippet(&mut body, &mut clock).await;
+        return Err((
+            ErrorKind::Decode,
+            format!("expected an event stream, got content-type {content_type:?}: {snippet}"),
+        ));
+    }
+    read_sse_body(ctx, req, body, clock, attempt).await
+}
+
+/// Sends the request, again on a fresh connection when a pooled one turns
+/// out to have been closed by the server (`closed_before_response`).
+/// `sent_us` is the first send's.
+async fn send(
+    ctx: &RequestContext,
+    req: &PreparedRequest,
+    rec: &mut RequestRecord,
+) -> Result<http::Response<Incoming>, Failure> {
     let build = || {
         let mut builder = http::Request::post(req.uri.clone())
             .header(CONTENT_TYPE, "application/json")
@@ -208,12 +249,11 @@ async fn exchange(
         })
     };
     let mut request = build()?;
-
     rec.sent_us.get_or_insert_with(now_us);
     let mut resent = 0;
-    let response = loop {
+    loop {
         match unless_stalled(ctx.stall_timeout, ctx.client.request(request)).await? {
-            Ok(response) => break response,
+            Ok(response) => return Ok(response),
             // A keep-alive connection the server closed as we reused it.
             Err(e) if resent < STALE_RETRIES && closed_before_response(&e) => {
                 resent += 1;
@@ -221,69 +261,102 @@ async fn exchange(
             }
             Err(e) => return Err((ErrorKind::Connect, error_chain(&e))),
         }
-    };
-    rec.first_byte_us = Some(now_us());
+    }
+}
+
+/// What the response head says, and the body to read.
+struct Head {
+    status: http::StatusCode,
+    /// Lowercased, "" when absent.
+    content_type: String,
+    clock: FrameClock,
+    body: Incoming,
+}
+
+/// Records the head's time, status and (for a request that opened its
+/// connection) the connection's set-up time; keeps `Retry-After`. The head's
+/// time is the kernel stamp of the response's first byte over HTTP/1.1 (the
+/// first read after the request was written), else the engine's stamp now.
+fn read_head(
+    response: http::Response<Incoming>,
+    rec: &mut RequestRecord,
+    retry_after: &mut Option<Duration>,
+) -> Head {
+    // The connection's log, put in the response by hyper-util (`Connected::extra`).
+    let log = response.extensions().get::<Arc<ConnLog>>().cloned();
+    rec.first_byte_us = Some(
+        log.as_ref()
+            .and_then(|log| log.response_start())
+            .unwrap_or_else(now_us),
+    );
     let status = response.status();
     rec.http_status = Some(i32::from(status.as_u16()));
-    let content_type = response
-        .headers()
+    let headers = response.headers();
+    let content_type = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
-    *retry_after = response
-        .headers()
+    *retry_after = headers
         .get(http::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64);
-    let mut body = response.into_body();
-
-    if !status.is_success() {
-        let snippet = read_limited(&mut body, ERROR_BODY_LIMIT).await;
-        return Err((
-            ErrorKind::Http,
-            format!(
-                "HTTP {status}: {}",
-                String::from_utf8_lossy(&snippet).trim()
-            ),
-        ));
+    if let Some(connect_us) = log.as_ref().and_then(|log| log.claim_connect_us()) {
+        // Every connection this request had to open (a retry may open another).
+        rec.connect_us = Some(rec.connect_us.unwrap_or(0) + connect_us);
     }
-    if content_type.starts_with("application/json") {
-        let bytes = read_limited(&mut body, JSON_BODY_LIMIT).await;
-        let ts = now_us();
-        match decode_body(req.dialect, &bytes) {
-            Ok(records) => {
-                account.on_event(ts, &records);
-                account.done = true;
-            }
-            Err(e) => *decode_error = Some(e.to_string()),
+    Head {
+        status,
+        content_type,
+        clock: FrameClock::new(log),
+        body: response.into_body(),
+    }
+}
+
+/// A whole JSON answer (`stream: false`): decoded once complete, stamped
+/// with the read that completed it.
+async fn read_json_body(
+    req: &PreparedRequest,
+    mut body: Incoming,
+    mut clock: FrameClock,
+    attempt: &mut Attempt,
+) {
+    let (bytes, stamp) = read_limited(&mut body, JSON_BODY_LIMIT, &mut clock).await;
+    match decode_body(req.dialect, &bytes) {
+        Ok(records) => {
+            attempt.account.on_event(stamp, &records);
+            attempt.account.done = true;
         }
-        return Ok(());
+        Err(e) => attempt.decode_error = Some(e.to_string()),
     }
-    if !content_type.starts_with("text/event-stream") {
-        let snippet = read_limited(&mut body, ERROR_BODY_LIMIT).await;
-        return Err((
-            ErrorKind::Decode,
-            format!(
-                "expected an event stream, got content-type {content_type:?}: {}",
-                String::from_utf8_lossy(&snippet).trim()
-            ),
-        ));
-    }
+}
 
+/// An event stream: every event completed by a frame gets that frame's stamp.
+async fn read_sse_body(
+    ctx: &RequestContext,
+    req: &PreparedRequest,
+    mut body: Incoming,
+    mut clock: FrameClock,
+    attempt: &mut Attempt,
+) -> Result<(), Failure> {
+    let Attempt {
+        account,
+        decode_error,
+        ..
+    } = attempt;
     let mut parser = SseParser::new();
     let mut decoder = decoder_for(req.dialect);
     let mut events: Vec<SseEvent> = Vec::new();
     let mut records: Vec<Record> = Vec::new();
     let server_stamps = ctx.server_stamps;
-    let mut on_events = |ts: i64, events: &mut Vec<SseEvent>, account: &mut StreamAccount| {
+    let mut on_events = |stamp: Stamp, events: &mut Vec<SseEvent>, account: &mut StreamAccount| {
         for event in events.drain(..) {
             records.clear();
             match decoder.decode(&event, &mut records) {
                 Ok(()) => {
-                    account.on_event(ts, &records);
+                    account.on_event(stamp, &records);
                     if server_stamps {
                         account.stamp_new_chunks(sim_sent_us(&event.data));
                     }
@@ -297,25 +370,27 @@ async fn exchange(
     loop {
         match unless_stalled(ctx.stall_timeout, body.frame()).await? {
             Some(Ok(frame)) => {
-                let ts = now_us();
                 if let Some(data) = frame.data_ref() {
+                    let stamp = clock.stamp(data);
                     if let Err(e) = parser.feed(data, &mut events) {
                         // Keep what the read completed; the stream cannot be trusted past this.
-                        on_events(ts, &mut events, account);
+                        on_events(stamp, &mut events, account);
                         return Err((ErrorKind::Decode, e.to_string()));
                     }
-                    on_events(ts, &mut events, account);
+                    on_events(stamp, &mut events, account);
                 }
             }
             Some(Err(e)) => return Err((ErrorKind::Stream, error_chain(&e))),
             None => break,
         }
     }
-    let ts = now_us();
+    // An event without its closing blank line ends with the stream: the end
+    // of the stream is what completed it, and that has no kernel stamp.
+    let stamp = Stamp::from(now_us());
     match parser.finish() {
         Ok(Some(last)) => {
             events.push(last);
-            on_events(ts, &mut events, account);
+            on_events(stamp, &mut events, account);
         }
         Ok(None) => {}
         Err(e) => return Err((ErrorKind::Decode, e.to_string())),
@@ -336,12 +411,26 @@ fn sim_sent_us(data: &str) -> Option<i64> {
     rest[..end].parse().ok()
 }
 
-async fn read_limited(body: &mut hyper::body::Incoming, limit: usize) -> Vec<u8> {
+/// The start of a body that is not the answer, as text for a message.
+async fn error_snippet(body: &mut Incoming, clock: &mut FrameClock) -> String {
+    let (bytes, _) = read_limited(body, ERROR_BODY_LIMIT, clock).await;
+    String::from_utf8_lossy(&bytes).trim().to_string()
+}
+
+/// Up to `limit` bytes of the body, and the stamp of the frame that
+/// completed them (the engine's stamp now if the body was empty).
+async fn read_limited(
+    body: &mut Incoming,
+    limit: usize,
+    clock: &mut FrameClock,
+) -> (Vec<u8>, Stamp) {
     let mut out = Vec::new();
+    let mut stamp = None;
     while out.len() < limit {
         match body.frame().await {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
+                    stamp = Some(clock.stamp(data));
                     let take = data.len().min(limit - out.len());
                     out.extend_from_slice(&data[..take]);
                 }
@@ -349,7 +438,7 @@ async fn read_limited(body: &mut hyper::body::Incoming, limit: usize) -> Vec<u8>
             _ => break,
         }
     }
-    out
+    (out, stamp.unwrap_or_else(|| Stamp::from(now_us())))
 }
 
 #[cfg(test)]

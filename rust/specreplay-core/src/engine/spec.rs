@@ -51,6 +51,11 @@ pub struct RunSpec {
     /// are unchanged; `bench/client_bench.py` compares the two clocks.
     #[serde(default)]
     pub server_stamps: bool,
+    /// Open the connections before the clock starts, so the first requests
+    /// do not pay for (or queue behind) a storm of handshakes. None: on for
+    /// closed loop, off for open loop (`RunSpec::preconnections`).
+    #[serde(default)]
+    pub preconnect: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
@@ -129,6 +134,25 @@ impl PreparedRequest {
 }
 
 impl RunSpec {
+    /// How many connections to open before the clock starts: closed loop
+    /// opens one per concurrent request (on by default); open loop, where the
+    /// number in flight follows the arrivals, opens `max_concurrency` of them
+    /// when asked to (off by default: a real client population connects as it
+    /// arrives).
+    pub fn preconnections(&self) -> Result<usize, CoreError> {
+        match (self.load, self.preconnect) {
+            (_, Some(false)) => Ok(0),
+            (LoadMode::Concurrency { concurrency }, _) => Ok(concurrency),
+            (_, None) => Ok(0),
+            (_, Some(true)) => self.max_concurrency.ok_or_else(|| {
+                CoreError::config(
+                    "preconnect",
+                    "an open-loop run opens --max-concurrency connections before the clock: set --max-concurrency, or leave --preconnect off",
+                )
+            }),
+        }
+    }
+
     /// Checks ranges; errors name the field by its path in the spec
     /// (`load.rate`, `timeout_s`). `engine::start` calls it for every spec,
     /// however built.
@@ -169,6 +193,7 @@ impl RunSpec {
         if self.max_concurrency == Some(0) {
             return Err(CoreError::config("max_concurrency", "must be at least 1"));
         }
+        self.preconnections()?;
         Ok(())
     }
 }

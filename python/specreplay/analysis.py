@@ -1,0 +1,194 @@
+"""One analysis per run: the figures and findings of a results frame, derived
+once and handed to everything that prints, checks, compares or plots them.
+
+`analyse(df)` gives one `RunAnalysis` per run (label) of a results frame, in
+run order. A run is its sweep points, each a `PointAnalysis` holding (the
+derived parts made on first use, then kept):
+
+- `rows`: the point's measured requests (warmup left out) with the columns
+  of `metrics.add_derived` (ttft_us, tpot_us, …), and `ok` / `ok_rows`, the
+  successful ones (`error_kind` null);
+- `chunks`: the chunk frame of the successful requests (`metrics.chunks`),
+  and the ITL samples drawn from it, `itl_chunk_us` and `itl_token_us`;
+- `summary`: the point's summary row (`summary.point_summary`);
+- `findings`: what the validity checks found (`validity.point_findings`),
+  under the run's own thresholds and `max_tokens`.
+
+`summary.summarize`, `validity.check`, the console, `comparison` and the
+report read these; none derives them again. A new figure is a key of
+`summary.point_summary`; a new check is a function in `validity.CHECKS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specreplay import metrics, summary, validity
+from specreplay.results import config_points, run_config_of
+from specreplay.validity import Finding, Thresholds
+
+
+@dataclass(frozen=True, eq=False)
+class PointAnalysis:
+    """One sweep point of one run (see the module doc)."""
+
+    label: str | None
+    point: str
+    mode: str | None
+    """The load mode (rate, speedup, concurrency), from the config or the point's name."""
+    value: float | None
+    rows: pd.DataFrame
+    ok: np.ndarray
+    """Per row of `rows`: whether the request succeeded."""
+    thresholds: Thresholds
+    max_tokens: int | None
+
+    @cached_property
+    def ok_rows(self) -> pd.DataFrame:
+        rows: pd.DataFrame = self.rows[self.ok]
+        return rows
+
+    @cached_property
+    def chunks(self) -> pd.DataFrame:
+        return metrics.chunks(self.ok_rows)
+
+    @cached_property
+    def itl_chunk_us(self) -> np.ndarray:
+        return metrics.itl_per_chunk(self.chunks)
+
+    @cached_property
+    def itl_token_us(self) -> np.ndarray:
+        return metrics.itl_per_token(self.chunks)
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        return summary.point_summary(self)
+
+    @cached_property
+    def findings(self) -> list[Finding]:
+        return validity.point_findings(self)
+
+
+@dataclass(frozen=True, eq=False)
+class RunAnalysis:
+    """One run (one label) of a results frame: its points in run order."""
+
+    label: str
+    rows: pd.DataFrame
+    """Every measured request of the run, with the derived columns."""
+    points: tuple[PointAnalysis, ...]
+    thresholds: Thresholds
+    max_tokens: int | None
+
+    @cached_property
+    def summary(self) -> pd.DataFrame:
+        """One row per point: `summary.summarize`'s frame."""
+        frame: pd.DataFrame = pd.DataFrame([p.summary for p in self.points])
+        return frame
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every point's findings, in point order."""
+        return [f for p in self.points for f in p.findings]
+
+    @property
+    def point_names(self) -> list[str]:
+        return [p.point for p in self.points]
+
+    def point(self, name: str) -> PointAnalysis:
+        for p in self.points:
+            if p.point == name:
+                return p
+        raise KeyError(f"run {self.label!r} has no sweep point {name!r} (its points: {', '.join(self.point_names)})")
+
+
+def by_label(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The rows of each run (label) of `df`, in run order (by first sweep
+    point). A frame with one label, or none, is one run ("run" if unnamed)."""
+    labels: list[Any] = list(df["label"].dropna().unique()) if "label" in df.columns else []
+    if len(labels) <= 1:
+        return [(str(labels[0]) if len(labels) else "run", df)]
+    order = df.groupby("label", sort=False)["point_index"].min().sort_values(kind="stable")
+    return [(str(label), df[df["label"] == label]) for label in order.index]
+
+
+def analyse(
+    df: pd.DataFrame,
+    thresholds: Thresholds | None = None,
+    *,
+    points: list[dict[str, Any]] | None = None,
+    max_tokens: int | None = None,
+) -> list[RunAnalysis]:
+    """One analysis per run of `df`, in run order.
+
+    `thresholds` and `max_tokens` default to each run's own, as its file
+    recorded them (`df.attrs`, see `specreplay.load`); `points`, the
+    config's list of {point, mode, value}, to the file's, and failing that
+    the mode is parsed from the point's name."""
+    if points is None:
+        points = config_points(df)
+    runs = []
+    for label, rows in by_label(df):
+        config = run_config_of(df, label)
+        runs.append(
+            analyse_run(
+                rows,
+                label,
+                thresholds or Thresholds.from_dict(dict(config.get("thresholds") or {})),
+                points=points,
+                max_tokens=max_tokens if max_tokens is not None else _int_or_none(config.get("max_tokens")),
+            )
+        )
+    return runs
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def analyse_run(
+    df: pd.DataFrame, label: str, thresholds: Thresholds, *, points: list[dict[str, Any]] | None, max_tokens: int | None
+) -> RunAnalysis:
+    """The analysis of `df`, the rows of one run."""
+    data = metrics.add_derived(summary.measured(df))
+    ok = summary.is_ok(data).to_numpy(dtype=bool)
+    out = []
+    for point in _ordered_points(data):
+        mask = (data["point"] == point).to_numpy(dtype=bool)
+        rows: pd.DataFrame = data[mask]
+        mode, value = summary.point_mode(point, points)
+        out.append(
+            PointAnalysis(
+                label=str(rows["label"].iloc[0]) if "label" in rows.columns else None,
+                point=point,
+                mode=mode,
+                value=value,
+                rows=rows,
+                ok=ok[mask],
+                thresholds=thresholds,
+                max_tokens=max_tokens,
+            )
+        )
+    return RunAnalysis(label=label, rows=data, points=tuple(out), thresholds=thresholds, max_tokens=max_tokens)
+
+
+def _ordered_points(df: pd.DataFrame) -> list[str]:
+    # Run order: by point_index when present, else first appearance.
+    if "point_index" in df.columns and df["point_index"].notna().all():
+        order = df.groupby("point", sort=False)["point_index"].min().sort_values(kind="stable")
+        return [str(p) for p in order.index]
+    return [str(p) for p in pd.unique(df["point"])]
+
+
+def findings_of(runs: Sequence[tuple[str, Sequence[Finding]]]) -> list[Finding]:
+    """Every finding of `runs`, (label, findings) pairs in run and point
+    order (a run may come in several pairs, a point each); when they are of
+    several runs, each finding's point is named `label: point`."""
+    several = len({label for label, _ in runs}) > 1
+    return [replace(f, point=f"{label}: {f.point}") if several else f for label, found in runs for f in found]

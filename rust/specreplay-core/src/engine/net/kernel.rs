@@ -1,0 +1,199 @@
+//! Kernel receive timestamps (Linux `SO_TIMESTAMPING`): the time the kernel
+//! received the bytes a `recvmsg` returns, independent of when the engine got
+//! around to the socket.
+//!
+//! The kernel stamps in CLOCK_REALTIME; the engine's clock is monotonic,
+//! anchored once to the wall clock (`crate::clock`). A realtime stamp is mapped
+//! by its *age*: at the read, `age = realtime_now − stamp`, and the stamp
+//! becomes `now_us() − age`. Only the age (microseconds to milliseconds) is
+//! measured on the realtime clock, so a step of the wall clock between the
+//! anchor and the read cannot bend it; the error is the rate difference of the
+//! two clocks over the age (NTP slews at most 500 ppm: under 0.5 µs for an age
+//! of 1 ms) plus the microsecond truncation. An age that is negative by more
+//! than the clocks' resolution, or longer than `MAX_AGE_NS`, means the wall
+//! clock was stepped during it: that read gets no kernel stamp (the fallback is
+//! recorded per chunk).
+
+/// A kernel stamp older than this at read time is not trusted (10 s).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+const MAX_AGE_NS: i128 = 10_000_000_000;
+
+/// Maps a realtime stamp taken `age_ns` ago onto the engine's clock, given the
+/// engine's `now_us` at the moment the age was measured.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn stamp_from_age(now_us: i64, age_ns: i128) -> Option<i64> {
+    // Both clocks are read a few ns apart and tick in ns: a small negative age
+    // is the two reads' order, not a step.
+    if !(-1_000..=MAX_AGE_NS).contains(&age_ns) {
+        return None;
+    }
+    Some(now_us - (age_ns.max(0) / 1_000) as i64)
+}
+
+#[cfg(target_os = "linux")]
+mod imp {
+    use std::io;
+    use std::mem::{size_of, MaybeUninit};
+    use std::os::fd::RawFd;
+
+    use crate::clock::now_us;
+
+    /// Asks the kernel for software receive stamps on `fd`. False when the
+    /// kernel refuses (then reads simply carry no stamp).
+    pub fn enable_rx_stamps(fd: RawFd) -> bool {
+        let flags: libc::c_uint =
+            libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE;
+        // SAFETY: a valid socket and a c_uint option value of the right size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPING,
+                (&flags as *const libc::c_uint).cast(),
+                size_of::<libc::c_uint>() as libc::socklen_t,
+            )
+        };
+        rc == 0
+    }
+
+    /// `struct scm_timestamping`: [software, deprecated, hardware].
+    #[repr(C)]
+    struct ScmTimestamping {
+        ts: [libc::timespec; 3],
+    }
+
+    /// One non-blocking `recvmsg` into `buf`: the bytes read and the kernel's
+    /// receive stamp of the data (the last segment the read consumed) on the
+    /// engine's clock, if the kernel gave one.
+    pub fn recv_stamped(
+        fd: RawFd,
+        buf: &mut [MaybeUninit<u8>],
+    ) -> io::Result<(usize, Option<i64>)> {
+        // Room for one SCM_TIMESTAMPING message (CMSG_SPACE of 48 bytes is 64
+        // on 64-bit Linux), aligned for cmsghdr.
+        let mut control = [0u64; 16];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: zeroed msghdr is valid; the pointers set below outlive the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: `msg` describes writable memory owned by this frame and `buf`.
+        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut kernel: Option<&libc::timespec> = None;
+        let mut stamps = MaybeUninit::<ScmTimestamping>::uninit();
+        // SAFETY: the kernel filled `msg_controllen` bytes of `control` with
+        // well-formed control messages; CMSG_* walk exactly those.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                    && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPING
+                    && (*cmsg).cmsg_len as usize
+                        >= libc::CMSG_LEN(size_of::<ScmTimestamping>() as u32) as usize
+                {
+                    std::ptr::copy_nonoverlapping(
+                        libc::CMSG_DATA(cmsg),
+                        stamps.as_mut_ptr().cast::<u8>(),
+                        size_of::<ScmTimestamping>(),
+                    );
+                    kernel = Some(&(*stamps.as_ptr()).ts[0]);
+                }
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+        }
+        let stamp = kernel
+            .filter(|ts| ts.tv_sec != 0 || ts.tv_nsec != 0)
+            .and_then(|ts| {
+                let at_ns = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
+                let now = now_us();
+                super::stamp_from_age(now, realtime_ns() - at_ns)
+            });
+        Ok((n as usize, stamp))
+    }
+
+    /// Linux stamps received packets only while some socket asks for it, and
+    /// turns that on through a deferred static key: the first packets after
+    /// the first socket asks arrive unstamped. One socket that asks for the
+    /// life of the process keeps stamping on from the engine's first run.
+    pub fn keep_enabled() {
+        use std::os::fd::AsRawFd;
+        use std::sync::OnceLock;
+        static HOLDER: OnceLock<Option<std::net::UdpSocket>> = OnceLock::new();
+        HOLDER.get_or_init(|| {
+            let socket = std::net::UdpSocket::bind("127.0.0.1:0").ok()?;
+            enable_rx_stamps(socket.as_raw_fd()).then_some(socket)
+        });
+    }
+
+    fn realtime_ns() -> i128 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: CLOCK_REALTIME always exists; `ts` is a valid out pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+        i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+    }
+}
+
+#[cfg(target_os = "linux")]
+pub use imp::{enable_rx_stamps, keep_enabled, recv_stamped};
+
+/// Nothing to keep on where the kernel gives no stamps.
+#[cfg(not(target_os = "linux"))]
+pub fn keep_enabled() {}
+
+#[cfg(test)]
+mod tests {
+    use super::stamp_from_age;
+
+    #[test]
+    fn a_stamp_is_now_minus_its_age() {
+        assert_eq!(stamp_from_age(1_000_000, 250_000), Some(999_750));
+        assert_eq!(stamp_from_age(1_000_000, 999), Some(1_000_000));
+        // Read order of the two clocks: a few ns negative is zero age.
+        assert_eq!(stamp_from_age(1_000_000, -500), Some(1_000_000));
+    }
+
+    #[test]
+    fn a_stepped_wall_clock_gives_no_stamp() {
+        assert_eq!(stamp_from_age(1_000_000, -5_000_000), None);
+        assert_eq!(stamp_from_age(1_000_000, 11_000_000_000), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn loopback_reads_carry_kernel_stamps_no_later_than_the_read() {
+        use std::io::Write;
+        use std::mem::MaybeUninit;
+        use std::os::fd::AsRawFd;
+
+        super::keep_enabled();
+        // The kernel turns stamping on for the system a moment later (a
+        // deferred static key): that is what `keep_enabled` is for.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (rx, _) = listener.accept().unwrap();
+        assert!(super::enable_rx_stamps(rx.as_raw_fd()));
+        let before = crate::clock::now_us();
+        let mut buf = [MaybeUninit::<u8>::uninit(); 16];
+        tx.write_all(b"hello").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (n, stamp) = super::recv_stamped(rx.as_raw_fd(), &mut buf).unwrap();
+        let after = crate::clock::now_us();
+        assert_eq!(n, 5);
+        let stamp = stamp.expect("a kernel stamp on loopback");
+        assert!(before <= stamp + 1, "{before} <= {stamp}");
+        // The bytes waited 20 ms in the socket: the stamp says so.
+        assert!(after - stamp >= 19_000, "stamp {stamp}, read at {after}");
+    }
+}
