@@ -12,7 +12,10 @@ derived parts made on first use, then kept):
   and the ITL samples drawn from it, `itl_chunk_us` and `itl_token_us`;
 - `summary`: the point's summary row (`summary.point_summary`);
 - `findings`: what the validity checks found (`validity.point_findings`),
-  under the run's own thresholds and `max_tokens`.
+  under the run's own thresholds and `max_tokens`;
+- `slo_met` and `slo_verdicts`: under the run's SLOs (`slo.Slo`), which
+  requests met every per-request threshold, and each target's verdict with
+  its bootstrap interval (`slo.verdicts`).
 
 `summary.summarize`, `validity.check`, the console, `comparison` and the
 report read these; none derives them again. A new figure is a key of
@@ -31,6 +34,7 @@ import pandas as pd
 
 from specreplay import metrics, summary, validity
 from specreplay.results import config_points, run_config_of
+from specreplay.slo import Slo, TargetVerdict, met, request_values, verdicts
 from specreplay.validity import Finding, Thresholds
 
 
@@ -48,6 +52,7 @@ class PointAnalysis:
     """Per row of `rows`: whether the request succeeded."""
     thresholds: Thresholds
     max_tokens: int | None
+    slo: Slo = Slo()
 
     @cached_property
     def ok_rows(self) -> pd.DataFrame:
@@ -74,6 +79,15 @@ class PointAnalysis:
     def findings(self) -> list[Finding]:
         return validity.point_findings(self)
 
+    @cached_property
+    def slo_met(self) -> np.ndarray:
+        """Per row of `rows`: whether the request met every per-request threshold."""
+        return met(self.rows, self.ok, request_values(self.rows, self.chunks, self.slo), self.slo)
+
+    @cached_property
+    def slo_verdicts(self) -> tuple[TargetVerdict, ...]:
+        return verdicts(self)
+
 
 @dataclass(frozen=True, eq=False)
 class RunAnalysis:
@@ -85,6 +99,7 @@ class RunAnalysis:
     points: tuple[PointAnalysis, ...]
     thresholds: Thresholds
     max_tokens: int | None
+    slo: Slo = Slo()
 
     @cached_property
     def summary(self) -> pd.DataFrame:
@@ -128,9 +143,10 @@ def analyse(
     """One analysis per run of `df`, in run order.
 
     `thresholds` and `max_tokens` default to each run's own, as its file
-    recorded them (`df.attrs`, see `specreplay.load`); `points`, the
-    config's list of {point, mode, value}, to the file's, and failing that
-    the mode is parsed from the point's name."""
+    recorded them (`df.attrs`, see `specreplay.load`), and so do its SLOs
+    (its `slo` table, when it has one); `points`, the config's list of
+    {point, mode, value}, to the file's, and failing that the mode is
+    parsed from the point's name."""
     if points is None:
         points = config_points(df)
     runs = []
@@ -143,6 +159,7 @@ def analyse(
                 thresholds or Thresholds.from_dict(dict(config.get("thresholds") or {})),
                 points=points,
                 max_tokens=max_tokens if max_tokens is not None else _int_or_none(config.get("max_tokens")),
+                slo=Slo.from_table(dict(config.get("slo") or {})),
             )
         )
     return runs
@@ -153,7 +170,13 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def analyse_run(
-    df: pd.DataFrame, label: str, thresholds: Thresholds, *, points: list[dict[str, Any]] | None, max_tokens: int | None
+    df: pd.DataFrame,
+    label: str,
+    thresholds: Thresholds,
+    *,
+    points: list[dict[str, Any]] | None,
+    max_tokens: int | None,
+    slo: Slo = Slo(),
 ) -> RunAnalysis:
     """The analysis of `df`, the rows of one run."""
     data = metrics.add_derived(summary.measured(df))
@@ -173,9 +196,10 @@ def analyse_run(
                 ok=ok[mask],
                 thresholds=thresholds,
                 max_tokens=max_tokens,
+                slo=slo,
             )
         )
-    return RunAnalysis(label=label, rows=data, points=tuple(out), thresholds=thresholds, max_tokens=max_tokens)
+    return RunAnalysis(label=label, rows=data, points=tuple(out), thresholds=thresholds, max_tokens=max_tokens, slo=slo)
 
 
 def _ordered_points(df: pd.DataFrame) -> list[str]:

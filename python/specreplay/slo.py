@@ -25,12 +25,15 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from specreplay.errors import ConfigError
+
+if TYPE_CHECKING:
+    from specreplay.analysis import PointAnalysis
 
 #: Latencies an SLO may name -> what they are, for messages and docs.
 LATENCY_METRICS: dict[str, str] = {
@@ -388,3 +391,28 @@ def judge(target: Target, value: float, low: float, high: float, samples: int, n
         else:
             verdict = UNCERTAIN
     return TargetVerdict(target, value, low, high, verdict, samples, needed)
+
+
+def verdicts(point: PointAnalysis) -> tuple[TargetVerdict, ...]:
+    """Every target of the point's SLOs judged on it (`judge`), its figure
+    and interval from `comparison.point_intervals`: the bootstrap `compare`
+    uses. A percentile counts the point's successful requests as samples; a
+    share, all of its measured requests."""
+    from specreplay.comparison import point_intervals
+
+    slo, thresholds = point.slo, point.thresholds
+    if not slo.targets:
+        return ()
+    latencies = [(slo.column(t.metric), t.quantile) for t in slo.targets if t.quantile is not None]
+    shares = {t.metric: point.ok if t.metric == "success" else point.slo_met for t in slo.targets if t.is_share}
+    latency_figures, share_figures = point_intervals(point, latencies, shares)
+    ok = int(np.count_nonzero(point.ok))
+    out = []
+    for t in slo.targets:
+        if t.quantile is None:
+            value, low, high = share_figures[t.metric]
+            out.append(judge(t, value, low, high, len(point.rows), 1))
+        else:
+            value, low, high = latency_figures[(slo.column(t.metric), t.quantile)]
+            out.append(judge(t, value, low, high, ok, t.samples_needed(thresholds.min_requests_p90, thresholds.min_requests_p99)))
+    return tuple(out)

@@ -103,8 +103,9 @@ def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> p
     `<latency>_<stat>_ms` for every latency in `LATENCIES` and stat in
     `STATS`, tps_<stat> (per-request tokens/s), output_tok_s, reasoning_tok_s,
     content_tok_s (tokens of ok requests / duration), chunks,
-    multi_token_chunks (share of chunks with a known count above 1), and the
-    client's own figures (`client_figures`).
+    multi_token_chunks (share of chunks with a known count above 1), the
+    client's own figures (`client_figures`), and under SLOs slo_good,
+    slo_attainment, goodput_rps, goodput_tok_s (`goodput`; NaN without SLOs).
     """
     # Imported here: the analysis is built from this module's figures.
     from specreplay.analysis import analyse
@@ -154,6 +155,7 @@ def point_summary(point: PointAnalysis) -> dict[str, Any]:
     row["chunks"] = len(point.chunks)
     row["multi_token_chunks"] = float((tokens > 1).mean()) if len(tokens) else math.nan
     row.update(client_figures(rows, point.chunks))
+    row.update(goodput(point, duration_s))
     return row
 
 
@@ -176,6 +178,28 @@ def client_figures(rows: pd.DataFrame, chunk_frame: pd.DataFrame) -> dict[str, A
     out["connected"] = len(connect)
     out.update({f"connect_{stat}_ms": v for stat, v in describe(connect, scale=1000.0).items()})
     return out
+
+
+#: Goodput columns: NaN for a run without SLOs (docs/capacity.md).
+GOODPUT_COLUMNS: tuple[str, ...] = ("slo_good", "slo_attainment", "goodput_rps", "goodput_tok_s")
+
+
+def goodput(point: PointAnalysis, duration_s: float) -> dict[str, float]:
+    """The point's requests that met every per-request SLO threshold: how
+    many, their share of the measured requests, and per second of the
+    point (requests and their output tokens)."""
+    if point.slo.empty:
+        return dict.fromkeys(GOODPUT_COLUMNS, math.nan)
+    good = point.slo_met
+    n = int(good.sum())
+    tokens = float(metrics.as_float(point.rows, "output_tokens").to_numpy()[good].sum())
+    per_s = duration_s if duration_s > 0 else math.nan
+    return {
+        "slo_good": n,
+        "slo_attainment": n / len(good) if len(good) else math.nan,
+        "goodput_rps": n / per_s,
+        "goodput_tok_s": tokens / per_s,
+    }
 
 
 PER_REQUEST_COLUMNS: tuple[str, ...] = (
