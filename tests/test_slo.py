@@ -122,7 +122,7 @@ def _met(table: dict[str, object]) -> list[bool]:
     slo = Slo.from_table(table)
     chunks = metrics.chunks(df[ok])
     values = request_values(df, chunks, slo)
-    return [bool(x) for x in met(df, ok, values, slo)]
+    return [bool(x) for x in met(ok, values, slo)]
 
 
 def test_per_request_thresholds_are_counted_exactly() -> None:

@@ -82,7 +82,7 @@ class PointAnalysis:
     @cached_property
     def slo_met(self) -> np.ndarray:
         """Per row of `rows`: whether the request met every per-request threshold."""
-        return met(self.rows, self.ok, request_values(self.rows, self.chunks, self.slo), self.slo)
+        return met(self.ok, request_values(self.rows, self.chunks, self.slo), self.slo)
 
     @cached_property
     def slo_verdicts(self) -> tuple[TargetVerdict, ...]:

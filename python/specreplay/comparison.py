@@ -512,7 +512,8 @@ def point_intervals(
         wanted.setdefault(prefix, []).append(q)
     quantiles = _quantilers(data, unit_of_request, units, wanted)
     rng = _rng(seed, point.point)
-    drawn: dict[tuple[str, float] | str, list[np.ndarray]] = {key: [] for key in [*latencies, *shares]}
+    drawn: dict[tuple[str, float] | str, list[np.ndarray]] = {(prefix, q): [] for prefix, q in latencies}
+    drawn.update({name: [] for name in shares})
     biggest = max([len(data.samples[p].values) for p in wanted] + [1])
     block = max(1, min(resamples, 2_000_000 // biggest))
     done = 0

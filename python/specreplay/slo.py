@@ -294,22 +294,21 @@ def _largest_token_gap(rows: pd.DataFrame, chunks: pd.DataFrame) -> np.ndarray:
     usable = chunks[chunks["itl_us"].notna() & (chunks["tokens"] > 0)]
     per_token = usable["itl_us"].to_numpy(dtype="float64") / usable["tokens"].to_numpy(dtype="float64")
     largest = pd.Series(per_token).groupby(usable["request_index"].to_numpy()).max()
-    return pd.Series(rows["request_index"].to_numpy()).map(largest).to_numpy(dtype="float64")
+    out: np.ndarray = pd.Series(rows["request_index"].to_numpy()).map(largest).to_numpy(dtype="float64")
+    return out
 
 
-def met(rows: pd.DataFrame, ok: np.ndarray, values: Mapping[str, np.ndarray], slo: Slo) -> np.ndarray:
+def met(ok: np.ndarray, values: Mapping[str, np.ndarray], slo: Slo) -> np.ndarray:
     """Per row: whether the request met every per-request threshold. A failed
     request never does. A value that does not exist passes, except the time to
     the first answer: a request that never answered (`ttfc`, or `ttft` under
     `ttft_token = "answer"`) did not meet it. TPOT and ITL of a one-token
     answer do not exist and pass, as in vLLM."""
-    good = np.asarray(ok, dtype=bool).copy()
+    good: np.ndarray = np.asarray(ok, dtype=bool).copy()
     for metric, limit in slo.thresholds.items():
         value = values[metric]
-        missing = np.isnan(value)
         answer_wait = slo.column(metric) == "ttfc"
-        within = np.where(missing, not answer_wait, value <= limit * 1000.0)
-        good &= within
+        good &= np.where(np.isnan(value), not answer_wait, value <= limit * 1000.0)
     return good
 
 
