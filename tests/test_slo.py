@@ -3,13 +3,21 @@ thresholds counted exactly on constructed requests, and the verdict rule."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pytest
-from conftest import T0, results_frame
+from conftest import T0, results_frame, results_table
 
+import specreplay
 from specreplay import metrics
+from specreplay.analysis import analyse
 from specreplay.config import ReplayConfig
 from specreplay.errors import ConfigError
 from specreplay.slo import (
@@ -27,6 +35,7 @@ from specreplay.slo import (
     request_values,
     table_from_expressions,
 )
+from specreplay.summary import summarize
 
 
 def test_targets_parse_with_units_and_print_back() -> None:
@@ -157,3 +166,64 @@ def test_the_verdict_takes_the_far_end_of_the_interval() -> None:
     failed = judge(p99, 158, 120, 170, 200, 100)
     assert failed.describe(Slo(targets=(p99,))) == "p99 TTFT (first answer token) 158 ms [120, 170] < 100 ms: failed, over by 58 ms (+58%)"
     assert np.isclose(failed.excess, 58)
+
+
+def _slo_frame(slo: dict[str, object], rows: list[dict[str, object]] | None = None) -> pd.DataFrame:
+    config = {"points": [{"point": "rate=8", "mode": "rate", "value": 8}], "slo": slo}
+    return results_frame(rows if rows is not None else _requests(), {"specreplay.config": json.dumps(config)})
+
+
+def test_goodput_is_counted_exactly_in_the_summary() -> None:
+    df = _slo_frame({"ttft": 100, "tpot": 10})
+    row = summarize(df).iloc[0]
+    # Requests 0, 3 and 4 met both thresholds (see _requests); the point lasted
+    # from the first send to the failed request's end: 5 s.
+    duration = (T0 + 5_000_000 - T0) / 1e6
+    assert row["duration_s"] == duration
+    assert row["slo_good"] == 3
+    assert row["slo_attainment"] == 3 / 6
+    assert row["goodput_rps"] == 3 / duration
+    assert row["goodput_tok_s"] == (6 + 5 + 1) / duration
+    # Without SLOs the columns are there, and NaN.
+    plain = summarize(results_frame(_requests())).iloc[0]
+    assert all(math.isnan(plain[c]) for c in ("slo_good", "slo_attainment", "goodput_rps", "goodput_tok_s"))
+
+
+def _timed(n: int, ttft_ms: Callable[[int], float]) -> list[dict[str, object]]:
+    return [{"sent_us": T0 + 10_000 * i, "chunks": [(int(ttft_ms(i) * 1000) + 5_000 * k, 1, "content") for k in range(4)]} for i in range(n)]
+
+
+def test_targets_are_judged_with_compares_bootstrap() -> None:
+    # 200 requests, TTFT 10 ms … 209 ms: p90 = 189.1 ms.
+    rows = _timed(200, lambda i: 10.0 + i)
+    [run] = analyse(_slo_frame({"targets": ["p90 ttft < 300", "p50 e2e <= 100", "p99 tpot < 100", "success >= 99%"]}, rows))
+    [point] = run.points
+    by_text = {v.target.text: v for v in point.slo_verdicts}
+    held = by_text["p90 ttft < 300"]
+    assert held.verdict == HELD and held.value == pytest.approx(189.1) == pytest.approx(float(point.summary["ttfc_p90_ms"]))
+    assert held.low < held.value < held.high < 300
+    failed = by_text["p50 e2e <= 100"]  # E2E = TTFT + 15 ms + 1 ms: p50 125.5 ms
+    assert failed.verdict == FAILED and failed.value == pytest.approx(125.5) and failed.low > 100
+    assert by_text["p99 tpot < 100"].verdict == HELD and by_text["p99 tpot < 100"].value == pytest.approx(5.0)
+    assert by_text["success >= 99%"].verdict == HELD and by_text["success >= 99%"].value == 1.0
+    # Too few requests for a p99: 50 of the 100 the thresholds ask for.
+    [few] = analyse(_slo_frame({"targets": ["p99 ttft < 300"]}, rows[:50]))
+    assert [v.verdict for v in few.points[0].slo_verdicts] == [TOO_FEW]
+
+
+def test_the_goodput_snippet_in_the_docs_matches_the_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "capacity.md").read_text(encoding="utf-8")
+    snippet = next(block for block in re.findall(r"```python\n(.*?)```", doc, flags=re.S) if "by_hand" in block)
+    rows = [{"warmup": True}, *_requests()]
+    rows[2] = {**rows[2], "chunks": [(50_000, 1, "reasoning"), (2_500_000, 1, "content"), (2_510_000, 1, "content")]}  # a late answer
+    table = results_table(rows, {"specreplay.config": json.dumps({"slo": {"ttft": 2000, "tpot": 50}})})
+    with pa.OSFile(str(tmp_path / "results.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, object] = {}
+    exec(snippet, scope)
+    row = summarize(specreplay.load(tmp_path / "results.arrow")).iloc[0]
+    by_hand = scope["by_hand"]
+    assert isinstance(by_hand, dict) and by_hand["slo_good"] == 3  # requests 0, 3 and 4 of _requests
+    for key, value in by_hand.items():
+        assert row[key] == pytest.approx(value), key
