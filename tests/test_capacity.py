@@ -118,9 +118,9 @@ def test_the_same_seed_makes_the_same_search(tmp_path: Path) -> None:
     assert a.equals(b)  # the same schedule, the same answers
 
 
-def invoke(*args: str) -> tuple[int, str]:
+def invoke(*args: str, stdout_only: bool = False) -> tuple[int, str]:
     result = CliRunner().invoke(cli, list(args), env={"COLUMNS": "200"})
-    return result.exit_code, result.output
+    return result.exit_code, result.stdout if stdout_only else result.output
 
 
 def test_an_invalid_point_is_never_taken_as_held(tmp_path: Path) -> None:
@@ -160,17 +160,53 @@ def test_the_time_budget_cuts_the_search(tmp_path: Path) -> None:
     assert (df["error_kind"] == "cancelled").any()
 
 
-def test_the_cli_answers_the_question(tmp_path: Path) -> None:
-    sim = tmp_path / "sim.toml"
-    sim.write_text('ttft_ms = 10\nprefill_us_per_token = 100\ntpot_ms = 5\n\n[capacity]\nmax_num_seqs = 8\nbatch_step_cost = 0.05\nprefix_caching = false\n')
+def test_a_capacity_ab_from_a_config_file_compared_and_reported(tmp_path: Path) -> None:
+    # Two deployments, the second with slower decode steps (7.5 ms instead of
+    # 5: a knee of 75 req/s instead of 108.8), searched from one config file.
+    slow = {**KNEE_SIM, "tpot_ms": 7.5}
+    assert _core.sim_knee_rate(slow, PROMPT_TOKENS, OUTPUT_TOKENS) == pytest.approx(75.3, abs=0.1)
     trace = fixed_length_trace(tmp_path / "fixed.jsonl")
-    out = tmp_path / "cli.arrow"
-    code, text = invoke(
-        "replay", trace, "--sim-config", str(sim), "--find-max-rate", "--slo", TARGET, "--slo", "success >= 99%",
-        "--rate", "80", "--arrival", "constant", "--num-requests", "50", "--search-tolerance", "0.25", "--seed", "3", "-o", str(out),
-    )  # fmt: skip
+    config = tmp_path / "ab.toml"
+    config.write_text(
+        f"""
+trace = "{trace}"
+find_max_rate = true
+rate = [50]
+arrival = "constant"
+num_requests = 50
+search_tolerance = 0.25
+seed = 3
+output = "{tmp_path / 'ab.arrow'}"
+
+[slo]
+targets = ["{TARGET}"]
+min_success_rate = 0.99
+
+[run.baseline]
+sim = {json.dumps(KNEE_SIM).replace('":', '" =')}
+
+[run.slow]
+sim = {json.dumps(slow).replace('":', '" =')}
+"""
+    )
+    code, text = invoke("replay", "--config", str(config))
     assert code == 0, text
-    assert "max rate holding the SLOs:" in text and "first rate that did not hold:" in text, text
-    assert "SLO p90 TTFT (first answer token)" in text  # each point's verdicts
-    df = specreplay.load(out)
-    assert json.loads(df.attrs["specreplay.config"])["slo"] == {"targets": [TARGET], "min_success_rate": 0.99}
+    assert text.count("max rate holding the SLOs:") == 2 and "first rate that did not hold:" in text, text
+    assert "SLO p90 TTFT (first answer token)" in text and "SLO success" in text  # each point's verdicts
+
+    code, text = invoke("compare", str(tmp_path / "ab.arrow"))
+    assert code == 0, text
+    assert "capacity at the SLOs: p90 ttft < 50, success >= 99%" in text
+    assert "less capacity" in text, text
+    code, text = invoke("compare", str(tmp_path / "ab.arrow"), "--json", stdout_only=True)
+    assert code == 0, text
+    [row] = json.loads(text)["capacity"]
+    assert row["verdict"] == "less capacity" and row["change_high"] <= 0
+    assert row["max_rate"] < 75.3 * 1.25 and row["base_max_rate"] <= 108.8 * 1.25
+
+    code, text = invoke("report", str(tmp_path / "ab.arrow"), "-o", str(tmp_path / "ab.html"))
+    assert code == 0, text
+    page = (tmp_path / "ab.html").read_text()
+    for figure in ("capacity-0", "capacity-goodput", "capacity-steps"):
+        assert f'<figure id="{figure}">' in page
+    assert "slow vs baseline: max rate" in page and "less capacity" in page

@@ -134,6 +134,11 @@ class Run:
     def valid(self) -> bool:
         return not any(f.level == "error" for f in self.findings)
 
+    @property
+    def searched(self) -> bool:
+        """Whether the run was a capacity search (`--find-max-rate`)."""
+        return bool(self.config.get("find_max_rate"))
+
 
 def _exists(path: str) -> bool:
     return Path(path).exists() or partial_path(path).exists()
@@ -203,9 +208,19 @@ def validate(run: Run, points: list[str] | None = None) -> list[Finding]:
 
 
 def shared_points(base: Run, other: Run) -> list[str]:
-    """Sweep points analysed in both (points with measured requests), in the base's run order."""
+    """Sweep points analysed in both (points with measured requests), in the
+    base's run order. Between two capacity searches, a rate that either
+    measured invalid is left out: it is part of that search's answer (never
+    taken as held, docs/capacity.md), not a figure to compare."""
     theirs = set(other.analysis.point_names)
-    return [p for p in base.analysis.point_names if p in theirs]
+    points = [p for p in base.analysis.point_names if p in theirs]
+    if base.searched and other.searched:
+        points = [p for p in points if _error_free(base, p) and _error_free(other, p)]
+    return points
+
+
+def _error_free(run: Run, point: str) -> bool:
+    return not any(f.level == "error" for f in run.analysis.point(point).findings)
 
 
 def compare(

@@ -155,6 +155,52 @@ def _share(value: Any) -> str:
     return MISSING if _missing(value) else f"{float(value):.0%}"
 
 
+def print_capacity_comparison(console: Console, rows: Sequence[Mapping[str, Any]]) -> None:
+    """`capacity.compare_answers` rows: each run's highest rate holding the
+    SLOs and its first failure against the base's, the change, the range the
+    searches' brackets allow, and the verdict."""
+    for slo, group in groupby_key(rows, "slo"):
+        table = Table(title=Text(f"capacity at the SLOs: {slo}", style="bold"), title_justify="left")
+        for name in ("run", "base", "max rate req/s", "first failure req/s", "change", "brackets allow", "verdict"):
+            table.add_column(name, justify="left" if name in ("run", "base", "verdict") else "right")
+        for row in group:
+            change = row["change"]
+            allowed = MISSING
+            if not _missing(change):
+                high = row["change_high"]
+                allowed = f"[{fmt_change(row['change_low'])}, {'+∞' if math.isinf(high) else fmt_change(high)}]"
+            table.add_row(
+                Text(str(row["run"])),
+                Text(str(row["base"])),
+                f"{_rate(row['max_rate'])} vs {_rate(row['base_max_rate'])}",
+                f"{_rate(row['first_failure'])} vs {_rate(row['base_first_failure'])}",
+                fmt_change(change),
+                allowed,
+                Text(str(row["verdict"]), style={"more capacity": "bold green", "less capacity": "bold red"}.get(str(row["verdict"]), "dim")),
+            )
+        console.print(table)
+    console.print(
+        Text(
+            "max rate: the highest rate whose targets held with confidence on a valid point; first failure: the lowest that did not. "
+            "Each search's limit lies between the two, so the change lies in the range the brackets allow (docs/capacity.md).",
+            style="dim",
+        )
+    )
+    console.print()
+
+
+def groupby_key(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[Any, list[Mapping[str, Any]]]]:
+    """`rows` grouped by `rows[i][key]`, in order of first appearance."""
+    groups: dict[Any, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row[key], []).append(row)
+    return list(groups.items())
+
+
+def _rate(value: Any) -> str:
+    return MISSING if _missing(value) else f"{float(value):g}"
+
+
 def print_capacity(console: Console, label: str, lines: Sequence[str]) -> None:
     """What a capacity search found (`capacity.Answer.lines`), under a heading."""
     console.print(Text(f"capacity search · {label}", style="bold"))

@@ -55,7 +55,7 @@ def latency_vs_rate(runs: list[data.RunData], target: Target, slo: Slo) -> str:
                 x.append(float(p.analysis.value or 0.0))
                 y.append(verdict.value)
         rates += x
-        series.append(Series(r.name, x, y, PALETTE[i % len(PALETTE)], "", "line"))
+        series.append(Series(r.name, x, y, PALETTE[i % len(PALETTE)], "", "markers", 3.0))
     if rates:
         series.append(Series(f"SLO: {target.text}", [min(rates), max(rates)], [target.value, target.value], SLO_LINE, "6 4", "line"))
     name = f"{target.stat} {slo.label(target.metric)}"
@@ -69,7 +69,7 @@ def goodput_vs_rate(runs: list[data.RunData]) -> str:
         x = [float(p.analysis.value or 0.0) for p in points]
         y = [float(p.analysis.summary.get("goodput_rps", math.nan)) for p in points]
         rates += x
-        series.append(Series(r.name, x, y, PALETTE[i % len(PALETTE)], "", "line"))
+        series.append(Series(r.name, x, y, PALETTE[i % len(PALETTE)], "", "markers", 3.0))
     if rates:
         series.append(Series("offered (every request good)", [0.0, max(rates)], [0.0, max(rates)], SLO_LINE, "6 4", "line"))
     return xy(series, title="Goodput against the offered rate", xlabel="offered rate, requests/s", ylabel="requests/s that met every SLO", x_from_zero=True)
@@ -89,7 +89,7 @@ def search_steps(runs: list[data.RunData], answers: list[capacity.Answer | None]
             by_status[key][0].append(n)
             by_status[key][1].append(s.rate)
     names = {capacity.HELD: "held", "not held": "did not hold", "no verdict": "invalid or cut"}
-    series += [Series(names[k], xs, ys, STEP_COLOURS[k], "", "points") for k, (xs, ys) in by_status.items() if xs]
+    series += [Series(names[k], xs, ys, STEP_COLOURS[k], "", "points", 5.0) for k, (xs, ys) in by_status.items() if xs]
     return xy(series, title="The search's steps (bracket, then bisect)", xlabel="step", ylabel="offered rate, requests/s", x_from_zero=True)
 
 
