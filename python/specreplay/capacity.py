@@ -15,9 +15,12 @@ the results file (`rate=R`, with its own summary and validity findings):
    (the reasoning ate the budget), or below `start / 1024`.
 
 A point **holds** when every target held with confidence (`slo.judge`: the
-far end of its bootstrap interval satisfies the target) and the validity
-checks found no error on it. An invalid point (client saturated, errors over
-the limit, reasoning ate the budget) never holds, whatever its figures.
+far end of its bootstrap interval satisfies the target), the validity
+checks found no error on it, and the server kept up with it (no
+`queue_growing`: above the rate a server sustains, a finite point can still
+meet a loose latency target, but only for as long as it lasts). An invalid
+point (client saturated, errors over the limit, reasoning ate the budget)
+never holds, whatever its figures.
 
 The answer (`answer`) is a pure function of the judged points, so `compare`
 and `report` recompute it from a results file: the lowest rate that did not
@@ -49,6 +52,7 @@ FAILED = "failed"
 UNCERTAIN = "uncertain"
 TOO_FEW_SAMPLES = "too few samples"
 INVALID = "invalid"
+NOT_SUSTAINED = "not sustained"
 CUT = "cut"
 
 #: Findings that make a measurement void at any rate: the search stops on them.
@@ -103,6 +107,8 @@ class Step:
     verdicts: tuple[TargetVerdict, ...] = ()
     invalid: tuple[str, ...] = ()
     """Codes of the validity errors found on the point."""
+    behind: str = ""
+    """What `queue_growing` said, when the server did not keep up."""
 
     @property
     def held(self) -> bool:
@@ -114,6 +120,8 @@ class Step:
             return "cut short by the time budget: no verdict"
         if self.status == INVALID:
             return f"invalid measurement ({', '.join(self.invalid)}): never taken as held"
+        if self.status == NOT_SUSTAINED:
+            return f"the server did not keep up (queue_growing): {self.behind}"
         if self.status == HELD:
             return "every target held"
         return "; ".join(v.describe(slo) for v in self.verdicts if not v.held)
@@ -127,11 +135,14 @@ def judge_point(point: PointAnalysis, cut: bool = False) -> Step:
     and its targets' verdicts (`point.slo_verdicts`)."""
     rate = float(point.value or 0.0)
     errors = tuple(sorted({f.code for f in point.findings if f.level == "error"}))
+    behind = next((f.message.split(":")[0] for f in point.findings if f.code == "queue_growing"), "")
     verdicts = tuple(point.slo_verdicts)
     if cut:
         status = CUT
     elif errors:
         status = INVALID
+    elif behind:
+        status = NOT_SUSTAINED
     elif all(v.held for v in verdicts):
         status = HELD
     elif any(v.verdict == TARGET_FAILED for v in verdicts):
@@ -140,7 +151,7 @@ def judge_point(point: PointAnalysis, cut: bool = False) -> Step:
         status = TOO_FEW_SAMPLES
     else:
         status = UNCERTAIN
-    return Step(point.point, rate, status, verdicts, errors)
+    return Step(point.point, rate, status, verdicts, errors, behind)
 
 
 @dataclass(frozen=True)
