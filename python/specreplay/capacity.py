@@ -109,6 +109,17 @@ class Step:
     """Codes of the validity errors found on the point."""
     behind: str = ""
     """What `queue_growing` said, when the server did not keep up."""
+    offered: float = math.nan
+    """The rate the point's schedule offered (`scheduled_rate_rps`): a
+    Poisson sample of a few hundred arrivals is off its nominal rate by
+    several percent, the same way at every rate under one seed."""
+
+    @property
+    def label(self) -> str:
+        """`rate=19`, or `rate=19, offered 16.8 req/s` when the schedule was more than 2% off."""
+        if math.isnan(self.offered) or abs(self.offered / self.rate - 1) <= 0.02:
+            return self.point
+        return f"{self.point}, offered {self.offered:.3g} req/s"
 
     @property
     def held(self) -> bool:
@@ -127,7 +138,8 @@ class Step:
         return "; ".join(v.describe(slo) for v in self.verdicts if not v.held)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"point": self.point, "rate": self.rate, "status": self.status, "invalid": list(self.invalid)}
+        offered = None if math.isnan(self.offered) else self.offered
+        return {"point": self.point, "rate": self.rate, "offered": offered, "status": self.status, "invalid": list(self.invalid)}
 
 
 def judge_point(point: PointAnalysis, cut: bool = False) -> Step:
@@ -151,7 +163,7 @@ def judge_point(point: PointAnalysis, cut: bool = False) -> Step:
         status = TOO_FEW_SAMPLES
     else:
         status = UNCERTAIN
-    return Step(point.point, rate, status, verdicts, errors, behind)
+    return Step(point.point, rate, status, verdicts, errors, behind, float(point.summary.get("scheduled_rate_rps", math.nan)))
 
 
 @dataclass(frozen=True)
@@ -188,11 +200,11 @@ class Answer:
         """The answer in words, one line per fact."""
         out = []
         if self.low is not None:
-            out.append(f"max rate holding the SLOs: {self.low.rate:g} req/s ({self.low.point})")
+            out.append(f"max rate holding the SLOs: {self.low.rate:g} req/s ({self.low.label})")
         else:
             out.append("no rate held the SLOs" + (f" (lowest tried: {min(s.rate for s in self.steps):g} req/s)" if self.steps else ""))
         if self.high is not None:
-            out.append(f"first rate that did not hold: {self.high.rate:g} req/s — {self.high.why(slo)}")
+            out.append(f"first rate that did not hold: {self.high.rate:g} req/s ({self.high.label}) — {self.high.why(slo)}")
         elif self.steps:
             out.append("every rate tried held: the limit is above the highest one")
         if self.low is not None and self.high is not None:

@@ -180,6 +180,9 @@ def resolve_configs(ctx: click.Context, opts: dict[str, Any]) -> list[ReplayConf
         flag_values = {k: getattr(flags, k) for k in given}
         # --slo merges into the file's [slo] table key by key (slo.merge_tables).
         slo_flags = flag_values.pop("slo", None)
+        if flag_values.get("find_max_rate"):
+            # The search replaces the file's sweep; a --rate given with it is where it starts.
+            flag_values = {"concurrency": [], "speedup": [], "rate": flag_values.get("rate", []), **flag_values}
         if opts["config_path"] is not None:
             configs = load_config_file(opts["config_path"], os.environ, flag_values)
             if len(configs) > 1 and "label" in flag_values:
