@@ -76,7 +76,7 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
         config.validate()
         err = Console(file=devnull, force_terminal=mode == "terminal", width=160)
         out = Console(file=devnull, width=160)
-        hooks = ConsoleHooks(out, err, per_request=False, live=mode != "off", status_interval=1.0)
+        hooks = ConsoleHooks(out, err, per_request=False, live=mode, status_interval=1.0)
         try:
             t = time.perf_counter()
             result = run_replay(config, hooks)
