@@ -3,6 +3,8 @@ rate comes next, when it stops, and what it answers."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from specreplay.capacity import (
@@ -13,11 +15,16 @@ from specreplay.capacity import (
     FLOOR,
     HELD,
     INVALID,
+    LESS,
+    MORE,
     VOID,
+    WITHIN,
+    Answer,
     Search,
     Settings,
     Step,
     answer,
+    compare_answers,
     requests_per_point,
 )
 from specreplay.slo import Slo
@@ -126,3 +133,24 @@ def test_a_point_runs_enough_requests_for_its_strictest_percentile() -> None:
     assert requests_per_point(Slo.from_table({"targets": ["p90 tpot < 50"]}), thresholds, None, 0) == 10
     assert requests_per_point(Slo.from_table({"targets": ["p99.9 e2e < 9000"]}), thresholds, None, 0) == 1000
     assert requests_per_point(Slo.from_table({"min_attainment": 0.9}), Thresholds(min_requests_p90=20), None, 0) == 20
+
+
+def test_two_answers_compare_by_their_brackets() -> None:
+    slo = Slo.from_table({"targets": ["p99 ttft < 2000"]})
+
+    def found(low: float | None, high: float | None) -> Answer:
+        steps = ([step(low, HELD)] if low is not None else []) + ([step(high, FAILED)] if high is not None else [])
+        return answer(steps)
+
+    base = found(10, 11)
+    more = compare_answers("base", base, "run", found(12, 13), slo, slo)
+    assert more["verdict"] == MORE and more["change"] == pytest.approx(0.2)
+    assert (more["change_low"], more["change_high"]) == (pytest.approx(12 / 11 - 1), pytest.approx(13 / 10 - 1))
+    assert compare_answers("base", base, "run", found(8, 9.5), slo, slo)["verdict"] == LESS
+    assert compare_answers("base", base, "run", found(10.5, 11.5), slo, slo)["verdict"] == WITHIN
+    # A search that never failed: its limit is above its highest rate, so only "more" can be said.
+    unbounded = compare_answers("base", base, "run", found(16, None), slo, slo)
+    assert unbounded["verdict"] == MORE and math.isinf(unbounded["change_high"])
+    assert compare_answers("base", base, "run", found(None, 5), slo, slo)["verdict"].startswith("n/a: no rate held in run")
+    other = Slo.from_table({"targets": ["p99 ttft < 1000"]})
+    assert compare_answers("base", base, "run", found(12, 13), slo, other)["verdict"] == "n/a: different SLOs"
