@@ -9,12 +9,14 @@ point about a second; loopback only."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from test_report import run_browser
 
 import specreplay
 from specreplay import _core
@@ -215,3 +217,10 @@ sim = {json.dumps(slow).replace('":', '" =')}
     for figure in ("capacity-0", "capacity-goodput", "capacity-steps"):
         assert f'<figure id="{figure}">' in page
     assert "slow vs baseline: max rate" in page and "less capacity" in page
+    # Every chart, the capacity ones included, renders in a browser with no error.
+    result = run_browser(["--virtual-time-budget=5000", "--dump-dom", (tmp_path / "ab.html").as_uri()], tmp_path)
+    root = re.search(r"<html[^>]*>", result.stdout)
+    assert root is not None, result.stderr[-2000:]
+    attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', root.group(0)))
+    assert attrs.get("data-plots-rendered") == attrs.get("data-plots") == "12", attrs
+    assert attrs.get("data-errors") == "[]", attrs
