@@ -20,7 +20,7 @@ from test_report import run_browser
 
 import specreplay
 from specreplay import _core
-from specreplay.capacity import BUDGET, CONVERGED, CUT, FAILED, HELD, INVALID, NOT_SUSTAINED, VOID, Answer
+from specreplay.capacity import BUDGET, CONVERGED, CUT, FAILED, HELD, INVALID, NOT_SUSTAINED, UNCERTAIN, VOID, Answer
 from specreplay.cli import cli
 from specreplay.config import ReplayConfig
 from specreplay.replay import CAPACITY_KEY, run_replay
@@ -39,6 +39,11 @@ PROMPT_TOKENS = OUTPUT_TOKENS = 10
 #: boundary, the prefill iteration); above the knee the queue adds to it.
 TARGET = "p90 ttft < 50"
 TOLERANCE = 0.1
+#: These tests are about the search, not the client: a send delayed by a
+#: millisecond on a shared, busy machine (other tests, other builds) would
+#: make a point `client_saturated`, hence invalid, and change the steps.
+#: The validity rule itself is tested with a fault (error_rate) below.
+LOOSE_SEND_LAG = {"send_lag_p99_ms": 20.0}
 
 
 def fixed_length_trace(path: Path, n: int = 100) -> str:
@@ -64,6 +69,7 @@ def search_config(tmp_path: Path, name: str, **options: Any) -> ReplayConfig:
         "slo": {"targets": [TARGET]},
         "search_tolerance": TOLERANCE,
         "search_budget": 120.0,
+        "thresholds": LOOSE_SEND_LAG,
         "output": str(tmp_path / f"{name}.arrow"),
         **options,
     }
@@ -87,11 +93,13 @@ def test_the_search_finds_the_simulators_knee(tmp_path: Path) -> None:
     assert first.low.rate <= knee * (1 + TOLERANCE), first.lines()
     assert first.high.rate >= knee * (1 - TOLERANCE), first.lines()
     # Above the knee the queue grows through the point (queue_growing) or, if
-    # the point ends before it shows, the target fails.
-    assert first.high.status in (FAILED, NOT_SUSTAINED)
+    # the point ends before it shows, the target fails; a few percent above
+    # it the queue grows slowly, and the target's interval may straddle the
+    # limit (uncertain: not held with confidence, so still the bracket's top).
+    assert first.high.status in (FAILED, NOT_SUSTAINED, UNCERTAIN)
     reason = "the server did not keep up (queue_growing): TTFT grew by" if first.high.status == NOT_SUSTAINED else "p90 TTFT (first answer token)"
     assert first.high.why().startswith(reason), first.high.why()
-    assert all(s.status in (HELD, FAILED, NOT_SUSTAINED) for s in first.steps), [s.to_dict() for s in first.steps]
+    assert all(s.status in (HELD, FAILED, NOT_SUSTAINED, UNCERTAIN) for s in first.steps), [s.to_dict() for s in first.steps]
     assert all(s.status == NOT_SUSTAINED for s in first.steps if s.rate >= 1.2 * knee), [s.to_dict() for s in first.steps]
 
     # Each point is a normal sweep point of the file, and the file says what the search found.
@@ -109,8 +117,11 @@ def test_the_same_seed_makes_the_same_search(tmp_path: Path) -> None:
     # 0.92, 1.15, 1.4 and 1.8 times it): the same seed gives the same schedule
     # and the same answers, so the same verdicts and steps.
     # (A point within the machine's noise of a target could go either way:
-    # docs/capacity.md, "Determinism".)
-    config = search_config(tmp_path, "first", rate=[50], num_requests=50, search_tolerance=0.25)
+    # docs/capacity.md, "Determinism". Hence a target far above the unloaded
+    # TTFT: on a busy machine the simulator's own steps run late, and p90 at
+    # half the knee came within the interval of 50 ms. Above the knee the
+    # queue, not the target, decides.)
+    config = search_config(tmp_path, "first", rate=[50], num_requests=50, search_tolerance=0.25, slo={"targets": ["p90 ttft < 200"]})
     first = searched(config)
     assert [(s.rate, s.status) for s in first.steps] == [(50, HELD), (100, HELD), (200, NOT_SUSTAINED), (150, NOT_SUSTAINED), (125, NOT_SUSTAINED)]
     code, text = invoke("rerun", str(tmp_path / "first.arrow"), "-o", str(tmp_path / "again.arrow"))
@@ -185,6 +196,9 @@ search_tolerance = 0.25
 seed = 3
 output = "{tmp_path / 'ab.arrow'}"
 
+[thresholds]
+send_lag_p99_ms = {LOOSE_SEND_LAG["send_lag_p99_ms"]}
+
 [slo]
 targets = ["{TARGET}"]
 min_success_rate = 0.99
@@ -214,7 +228,8 @@ sim = {json.dumps(slow).replace('":', '" =')}
     code, text = invoke("report", str(tmp_path / "ab.arrow"), "-o", str(tmp_path / "ab.html"))
     assert code == 0, text
     page = (tmp_path / "ab.html").read_text()
-    for figure in ("capacity-0", "capacity-goodput", "capacity-steps"):
+    # The capacity charts, beside the server's load (the simulator's /metrics is scraped).
+    for figure in ("capacity-0", "capacity-goodput", "capacity-steps", "server-load"):
         assert f'<figure id="{figure}">' in page
     assert "slow vs baseline: max rate" in page and "less capacity" in page
     # Every chart, the capacity ones included, renders in a browser with no error.
@@ -222,5 +237,5 @@ sim = {json.dumps(slow).replace('":', '" =')}
     root = re.search(r"<html[^>]*>", result.stdout)
     assert root is not None, result.stderr[-2000:]
     attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', root.group(0)))
-    assert attrs.get("data-plots-rendered") == attrs.get("data-plots") == "12", attrs
+    assert attrs.get("data-plots-rendered") == attrs.get("data-plots") == "13", attrs
     assert attrs.get("data-errors") == "[]", attrs

@@ -104,3 +104,15 @@ def test_a_pipe_gets_whole_lines(tmp_path: Path) -> None:
     ttft = next(line for line in lines if line.startswith("│ TTFT p50 ms"))
     assert "no significant difference" in ttft
     assert max(len(line) for line in lines) > 80
+
+
+def test_the_table_has_the_servers_acceptance_beside_tpot(sim_runs: dict[str, Path]) -> None:
+    result = CliRunner().invoke(cli, ["compare", str(sim_runs["base"]), str(sim_runs["spec"])], env={"COLUMNS": "150"})
+    assert result.exit_code == 0, result.output
+    names = [line.split("│")[1].strip() for line in result.output.splitlines() if line.startswith("│")]
+    tpot = names.index("TPOT p99 ms")
+    assert names[tpot + 1 : tpot + 4] == ["acceptance rate", "acceptance length", "break-even length"]
+    row = next(line for line in result.output.splitlines() if line.startswith("│ acceptance length"))
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    # No speculation in the base: its side is empty; the run's is the server's; no interval.
+    assert cells[1] == "—" and 1.3 < float(cells[2]) < 1.5 and cells[4] == "—" and cells[5] == "not resampled"

@@ -177,7 +177,30 @@ def test_speculation_that_accepts_too_few_drafts_is_slower(sim_runs: dict[str, P
 def test_identical_settings_with_another_seed_are_no_different(sim_runs: dict[str, Path]) -> None:
     out = specreplay.compare(str(sim_runs["base"]), str(sim_runs["seed2"]))
     assert out["paired"].all()
+    # The server's figures are not resampled (test_the_servers_figures_sit_beside_tpot).
+    out = out[out["verdict"] != "not resampled"]
     p99 = out["metric"].str.contains("_p99_")
     # 96 requests: enough for a p90, too few for a p99 (as the too_few_requests note says).
     assert set(out.loc[p99, "verdict"]) == {"too few samples"}
     assert set(out.loc[~p99, "verdict"]) == {"no significant difference"}, out.loc[~p99].to_string()
+
+
+def test_the_servers_figures_sit_beside_tpot(sim_runs: dict[str, Path]) -> None:
+    out = specreplay.compare(str(sim_runs["base"]), str(sim_runs["spec"]))
+    metrics = list(out["metric"])
+    server = out[out["verdict"] == "not resampled"].set_index("metric")
+    # Right after the TPOT rows, before ITL.
+    first = metrics.index("spec_acceptance_rate")
+    assert metrics[first - 1] == "tpot_p99_ms" and metrics[first : first + 3] == [
+        "spec_acceptance_rate", "spec_acceptance_length", "spec_break_even_length"]  # fmt: skip
+    assert metrics.index("itl_token_p50_ms") > max(metrics.index(m) for m in server.index)
+    # The baseline does not speculate: its side is empty, the run's is the server's.
+    assert math.isnan(server.loc["spec_acceptance_length", "base_value"])
+    accept = 0.3  # conftest.SIM_SPEC: 4 drafts, each accepted with probability 0.3
+    expected_length = 1 + accept + accept**2 + accept**3 + accept**4
+    assert server.loc["spec_acceptance_length", "value"] == pytest.approx(expected_length, rel=0.05)
+    # TPOT ratio × acceptance length recovers the configured step cost: 1 + 4 × 0.15.
+    assert server.loc["spec_break_even_length", "value"] == pytest.approx(1.6, rel=0.05)
+    assert server["ci_low"].isna().all() and server["ci_high"].isna().all()
+    # Both sides have the load figures: 8 in flight at most.
+    assert 0 < server.loc["server_running_mean", "base_value"] <= 8 and 0 < server.loc["server_running_mean", "value"] <= 8

@@ -13,7 +13,8 @@ import pytest
 from conftest import T0, results_frame, results_table
 
 from specreplay import summary, validity
-from specreplay.schema import COLUMNS, TOKEN_SOURCES
+from specreplay.schema import COLUMNS, SERVER_METRIC_COLUMNS, TOKEN_SOURCES
+from specreplay.servermetrics.figures import FIGURES, point_figures
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "results.md"
 TEXT = DOC.read_text(encoding="utf-8")
@@ -24,6 +25,17 @@ def test_every_column_is_documented(name: str) -> None:
     assert f"| `{name}` |" in TEXT
 
 
+@pytest.mark.parametrize("name", [c.name for c in SERVER_METRIC_COLUMNS] + list(FIGURES))
+def test_every_sample_column_and_server_figure_is_documented(name: str) -> None:
+    assert f"| `{name}` |" in TEXT
+
+
+def snippet_with(marker: str) -> str:
+    """The page's one Python block that contains `marker`."""
+    (snippet,) = [block for block in re.findall(r"```python\n(.*?)```", TEXT, flags=re.S) if marker in block]
+    return snippet
+
+
 @pytest.mark.parametrize("name", list(TOKEN_SOURCES))
 def test_every_token_source_is_documented(name: str) -> None:
     assert f"| `{name}` |" in TEXT
@@ -31,7 +43,17 @@ def test_every_token_source_is_documented(name: str) -> None:
 
 @pytest.mark.parametrize(
     "code",
-    ["reasoning_ate_budget", "estimated_tokens", "multi_token_chunks", "client_saturated", "engine_delay", "queue_growing", "error_rate", "too_few_requests"],
+    [
+        "reasoning_ate_budget",
+        "estimated_tokens",
+        "multi_token_chunks",
+        "client_saturated",
+        "engine_delay",
+        "queue_growing",
+        "error_rate",
+        "too_few_requests",
+        "acceptance_mismatch",
+    ],
 )
 def test_every_validity_code_is_documented(code: str) -> None:
     assert f"| `{code}` |" in TEXT
@@ -45,8 +67,7 @@ def test_every_threshold_and_its_default_is_documented(field: str) -> None:
 
 
 def test_the_by_hand_snippet_matches_summarize(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    snippet = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)[-1]
-    assert "by_hand" in snippet
+    snippet = snippet_with("\nby_hand = {")
     rows: list[dict[str, Any]] = [{"warmup": True}]
     for i in range(12):
         chunks = [(40_000 + 7_000 * i, 5, "reasoning")] + [(90_000 + 9_000 * j + 100 * i, 1 + j % 3, "content") for j in range(6)]
@@ -62,5 +83,31 @@ def test_the_by_hand_snippet_matches_summarize(tmp_path: Path, monkeypatch: pyte
     expected = summary.summarize(results_frame(rows)).set_index("point").loc["rate=8"]
     assert len(scope["by_hand"]) > 10
     for name, value in scope["by_hand"].items():
+        assert not math.isnan(float(value)), name
+        assert float(value) == pytest.approx(float(expected[name])), name
+
+
+def test_the_server_by_hand_snippet_matches_point_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specreplay.config import ReplayConfig
+    from specreplay.replay import run_replay
+
+    snippet = snippet_with("server_by_hand = {")
+    sim = {"tpot_ms": 5, "reasoning_tokens": [20, 30], "content_tokens": [5, 10], "spec_draft_len": 3, "spec_acceptance": 0.6,
+           "capacity": {"max_num_seqs": 4, "kv_cache_tokens": 4000}}  # fmt: skip
+    trace = str(Path(__file__).resolve().parent.parent / "traces" / "reasoning-prompts.jsonl")
+    config = ReplayConfig(trace=trace, concurrency=[8], num_requests=16, label="ngram", sim=sim, metrics_interval=0.1, output=str(tmp_path / "results.arrow"))
+    run_replay(config)
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {}
+    exec(snippet, scope)
+    import specreplay
+
+    samples = specreplay.load(tmp_path / "results.arrow", metrics=True)
+    expected = point_figures(samples[(samples["label"] == "ngram") & (samples["point"] == "concurrency=8")])
+    assert expected["server_running_max"] == 4 and expected["spec_drafts"] > 0 and expected["server_kv_usage_max"] > 0
+    for name, value in scope["server_by_hand"].items():
+        if name == "spec_acceptance_by_position":
+            assert value == pytest.approx(expected[name]), name
+            continue
         assert not math.isnan(float(value)), name
         assert float(value) == pytest.approx(float(expected[name])), name

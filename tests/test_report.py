@@ -18,6 +18,7 @@ import browser
 import pytest
 from click.testing import CliRunner
 
+import specreplay
 from specreplay import report
 from specreplay.cli import cli
 from specreplay.report import svg
@@ -42,7 +43,8 @@ def test_report_is_self_contained_and_deterministic(sim_runs: dict[str, Path], t
     for heading in ("Validity", "Configuration", "Summary", "Comparison", "Plots"):
         assert f">{heading}</h2>" in page
     assert page.index("<h2>Validity</h2>") < page.index("<h2>Summary</h2>") < page.index(">Plots</h2>")
-    assert page.count('<svg class="plot"') == 9
+    # 9 of the client's, and 3 of the servers' (load; acceptance over time and by position).
+    assert page.count('<svg class="plot"') == 12
     assert "ngram vs baseline" in page
 
 
@@ -52,7 +54,8 @@ def test_report_command_writes_the_file(sim_runs: dict[str, Path], tmp_path: Pat
     assert result.exit_code == 0, result.output
     page = out.read_text(encoding="utf-8")
     assert "<h2>Comparison</h2>" not in page  # one run: nothing to compare
-    assert page.count('<svg class="plot"') == 9
+    # 9 of the client's and the server's load; no speculation, no acceptance charts.
+    assert page.count('<svg class="plot"') == 10
 
 
 # --- the browser ----------------------------------------------------------------
@@ -149,7 +152,7 @@ def test_the_page_loads_in_chromium_with_every_chart_and_no_console_error(report
     root = re.search(r"<html[^>]*>", result.stdout)
     assert root is not None, result.stdout[:500]
     attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', root.group(0)))
-    assert attrs.get("data-plots-rendered") == attrs.get("data-plots") == "9", attrs
+    assert attrs.get("data-plots-rendered") == attrs.get("data-plots") == "12", attrs
     assert json.loads(attrs["data-errors"].replace("&quot;", '"')) == []
     assert attrs["data-resources"] == "0"  # nothing fetched
     assert console_messages(result.stderr) == []
@@ -165,3 +168,21 @@ def test_the_screenshot_shows_the_charts(report_file: Path, tmp_path: Path) -> N
     assert colour_count(rows, svg.PALETTE[0]) > 500
     assert colour_count(rows, svg.PALETTE[1]) > 500
     assert console_messages(result.stderr) == []
+
+
+def test_the_servers_metrics_have_a_table_and_charts(sim_runs: dict[str, Path]) -> None:
+    page = report.build(str(sim_runs["spec"]), vs=str(sim_runs["base"]))
+    server = page[page.index('<h2 id="server">Server metrics</h2>') : page.index('<h2 id="plots">')]
+    assert "acceptance rate" in server and "running mean" in server
+    # The charts sit after TPOT and tokens/s over time, on the same time axis.
+    order = [page.index(f'<figure id="{pid}">') for pid in ("tpot-time", "throughput-time", "server-load", "acceptance-time", "acceptance-position")]
+    assert order == sorted(order)
+    bars = page[page.index('<figure id="acceptance-position">') : page.index("</figure>", page.index('<figure id="acceptance-position">'))]
+    # conftest.SIM_SPEC: 4 drafts per step; the baseline drafts nothing and has no bars.
+    assert [f"draft {i}" in bars for i in range(1, 6)] == [True, True, True, True, False]
+    assert bars.count("<rect class=\"series\"") == 4
+    # Without server metrics: no section, no server charts.
+    plain = specreplay.load(sim_runs["base"])
+    plain.attrs.pop("specreplay.server_metrics")
+    page = report.build(plain)
+    assert 'id="server"' not in page and 'id="server-load"' not in page and page.count('<svg class="plot"') == 9

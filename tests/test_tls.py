@@ -95,7 +95,9 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[trustme.CA, P
 def replay(url: str, out: Path, env: dict[str, str]) -> tuple[int, str]:
     result = CliRunner().invoke(
         cli,
-        ["replay", REASONING, "--url", url, "--concurrency", "4", "--num-requests", "8", "-o", str(out)],
+        # --no-metrics: the scraper's GETs of /metrics would be HTTP/1.1
+        # connections of their own, and these tests count the engine's.
+        ["replay", REASONING, "--url", url, "--concurrency", "4", "--num-requests", "8", "--no-metrics", "-o", str(out)],
         env={"COLUMNS": "160", **env},
     )
     return result.exit_code, result.output
@@ -186,3 +188,22 @@ def test_the_engine_records_a_certificate_failure(
     table = pa.Table.from_batches(batches)
     assert table["error_kind"].to_pylist() == ["connect", "connect"]
     assert all("certificate" in m.lower() for m in table["error_message"].to_pylist()), table["error_message"]
+
+
+def test_the_servers_metrics_are_scraped_over_tls_too(tmp_path: Path, ca: tuple[trustme.CA, Path]) -> None:
+    authority, pem = ca
+    with SimServer(config=SIM) as sim:
+        tls = TlsTerminator(sim.url, authority, ["http/1.1"])
+        try:
+            out = tmp_path / "run.arrow"
+            result = CliRunner().invoke(
+                cli,
+                ["replay", REASONING, "--url", f"https://localhost:{tls.port}/v1", "--concurrency", "4", "--num-requests", "8", "-o", str(out)],
+                env={"COLUMNS": "160", "SSL_CERT_FILE": str(pem)},
+            )
+        finally:
+            tls.close()
+    assert result.exit_code == 0, result.output
+    samples = specreplay.load(out, metrics=True)
+    # The same CA file serves the scraper (urllib reads SSL_CERT_FILE as the engine does).
+    assert {"start", "end"} <= set(samples["scrape"]) and "vllm:num_requests_running" in set(samples["name"])

@@ -25,7 +25,7 @@ report read these; none derives them again. A new figure is a key of
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -35,6 +35,8 @@ import pandas as pd
 from specreplay import metrics, summary, validity
 from specreplay.results import config_points, run_config_of
 from specreplay.slo import Slo, TargetVerdict, met, request_values, verdicts
+from specreplay.servermetrics import figures as server_figures
+from specreplay.servermetrics import store as server_store
 from specreplay.validity import Finding, Thresholds
 
 
@@ -53,6 +55,8 @@ class PointAnalysis:
     thresholds: Thresholds
     max_tokens: int | None
     slo: Slo = Slo()
+    server_samples: pd.DataFrame = field(default_factory=lambda: server_store.empty().to_pandas())
+    """The server's Prometheus samples scraped during the point (`specreplay.load(path, metrics=True)`'s rows of it)."""
 
     @cached_property
     def ok_rows(self) -> pd.DataFrame:
@@ -70,6 +74,11 @@ class PointAnalysis:
     @cached_property
     def itl_token_us(self) -> np.ndarray:
         return metrics.itl_per_token(self.chunks)
+
+    @cached_property
+    def server(self) -> dict[str, Any]:
+        """The server's figures (`servermetrics.figures.point_figures`)."""
+        return server_figures.point_figures(self.server_samples)
 
     @cached_property
     def summary(self) -> dict[str, Any]:
@@ -149,6 +158,7 @@ def analyse(
     parsed from the point's name."""
     if points is None:
         points = config_points(df)
+    samples: pd.DataFrame = server_store.from_metadata(df.attrs).to_pandas()
     runs = []
     for label, rows in by_label(df):
         config = run_config_of(df, label)
@@ -160,6 +170,7 @@ def analyse(
                 points=points,
                 max_tokens=max_tokens if max_tokens is not None else _int_or_none(config.get("max_tokens")),
                 slo=Slo.from_table(dict(config.get("slo") or {})),
+                samples=samples[samples["label"] == label],
             )
         )
     return runs
@@ -177,8 +188,10 @@ def analyse_run(
     points: list[dict[str, Any]] | None,
     max_tokens: int | None,
     slo: Slo = Slo(),
+    samples: pd.DataFrame | None = None,
 ) -> RunAnalysis:
-    """The analysis of `df`, the rows of one run."""
+    """The analysis of `df`, the rows of one run, with `samples`, the
+    server's metrics scraped during it (none if not given)."""
     data = metrics.add_derived(summary.measured(df))
     ok = summary.is_ok(data).to_numpy(dtype=bool)
     out = []
@@ -197,6 +210,7 @@ def analyse_run(
                 thresholds=thresholds,
                 max_tokens=max_tokens,
                 slo=slo,
+                **({} if samples is None else {"server_samples": samples[samples["point"] == point]}),
             )
         )
     return RunAnalysis(label=label, rows=data, points=tuple(out), thresholds=thresholds, max_tokens=max_tokens, slo=slo)

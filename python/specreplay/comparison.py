@@ -60,6 +60,7 @@ from specreplay.analysis import PointAnalysis, RunAnalysis, analyse, by_label
 from specreplay.errors import InvalidRunError
 from specreplay.quantiles import UnitQuantiles
 from specreplay.results import load, partial_path, run_config_of
+from specreplay.servermetrics.compare import server_rows
 from specreplay.validity import Finding, Thresholds
 
 #: (summary prefix, display name) of the latencies compared, in table order.
@@ -82,6 +83,8 @@ SLOWER = "slower"
 SAME = "no significant difference"
 TOO_FEW = "too few samples"
 NA = "n/a"
+#: The server's figures (`servermetrics.compare`): one number per run, no interval.
+NOT_RESAMPLED = "not resampled"
 
 COLUMNS: tuple[str, ...] = (
     "base",
@@ -338,6 +341,18 @@ def compare_runs(
                     "requests": o.n_ok,
                 }
             )
+        # The server's own figures, beside TPOT (not resampled).
+        after_tpot = max(i for i, row in enumerate(rows) if row["metric"].startswith("tpot_")) + 1
+        rows[after_tpot:after_tpot] = [
+            {
+                "base": base.name, "run": other.name, "point": point, "metric": metric, "name": name, "unit": unit,
+                "base_value": base_value, "value": value,
+                "change": value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan,
+                "ci_low": math.nan, "ci_high": math.nan, "verdict": NOT_RESAMPLED, "paired": paired,
+                "base_requests": b.n_ok, "requests": o.n_ok,
+            }
+            for metric, name, unit, base_value, value in server_rows(base_point.summary, other_point.summary)
+        ]  # fmt: skip
     frame: pd.DataFrame = pd.DataFrame(rows, columns=list(COLUMNS))
     return frame
 
@@ -467,25 +482,35 @@ def _bootstrap(base: _PointData, other: _PointData, paired: bool, resamples: int
     else:
         (map_b, n_b), (map_o, n_o) = _units(base.ids), _units(other.ids)
     quantiles_b, quantiles_o = _quantilers(base, map_b, n_b), _quantilers(other, map_o, n_o)
-    # The block size sets how the draws interleave (unpaired, base and other
-    # draw in turn, block by block): it is part of what a seed reproduces.
+    # Draws come in blocks whose size (and, unpaired, the turns of base and
+    # other) is part of what a seed reproduces. The figures are computed on
+    # batches of blocks, large enough that each matrix product is worth its
+    # call (one resample at a time, OpenBLAS's threads cost more than they do).
     biggest = max([len(s.values) for s in (*base.samples.values(), *other.samples.values())] + [1])
     block = max(1, min(resamples, 2_000_000 // biggest))
+    batch = max(block, min(resamples, 2_000_000 // max(len(base.ids), len(other.ids), n_b, n_o, 1)))
     out: dict[str, list[np.ndarray]] = {m: [] for m, _, _, _ in _figures()}
+    drawn_b: list[np.ndarray] = []
+    drawn_o: list[np.ndarray] = []
     done = 0
     while done < resamples:
         size = min(block, resamples - done)
         if paired:
-            units_b = units_o = _draw(rng, n_b, size)
+            units = _draw(rng, n_b, size)
+            drawn_b.append(units)
+            drawn_o.append(units)
         else:
-            units_b = _draw(rng, n_b, size)
-            units_o = _draw(rng, n_o, size)
-        fig_b = _figures_of(base, quantiles_b, units_b, map_b)
-        fig_o = _figures_of(other, quantiles_o, units_o, map_o)
+            drawn_b.append(_draw(rng, n_b, size))
+            drawn_o.append(_draw(rng, n_o, size))
+        done += size
+        if sum(len(d) for d in drawn_b) < batch and done < resamples:
+            continue
+        fig_b = _figures_of(base, quantiles_b, np.concatenate(drawn_b), map_b)
+        fig_o = _figures_of(other, quantiles_o, np.concatenate(drawn_o), map_o)
+        drawn_b, drawn_o = [], []
         with np.errstate(divide="ignore", invalid="ignore"):
             for metric in out:
                 out[metric].append(fig_o[metric] / fig_b[metric])
-        done += size
     return {m: np.concatenate(v) for m, v in out.items()}
 
 

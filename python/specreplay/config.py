@@ -74,6 +74,11 @@ class ReplayConfig:
     label: str = "run"
     output: str | None = None
     continuous_usage: bool = True
+    #: Scrape the target's Prometheus metrics during the run (servermetrics/).
+    metrics: bool = True
+    #: Where: default `<server root>/metrics` of `url` (or of the simulator).
+    metrics_url: str | None = None
+    metrics_interval: float = 1.0
     sim: dict[str, Any] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=dict)
     slo: dict[str, Any] = field(default_factory=dict)
@@ -276,6 +281,9 @@ FIELDS: dict[str, FieldSpec] = {
     "label": FieldSpec("str"),
     "output": FieldSpec("str", optional=True),
     "continuous_usage": FieldSpec("bool"),
+    "metrics": FieldSpec("bool"),
+    "metrics_url": FieldSpec("url", optional=True),
+    "metrics_interval": FieldSpec("float", minimum=0.05),  # a scrape takes milliseconds of CPU: not a busy loop
     "sim": FieldSpec("table"),
     "thresholds": FieldSpec("table"),
     "slo": FieldSpec("slo"),

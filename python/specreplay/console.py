@@ -81,6 +81,19 @@ def fmt_ms(value: Any) -> str:
     return f"{x:,.0f}"
 
 
+def fmt_value(value: Any, unit: str) -> str:
+    """A compared figure in its unit: ms, a rate, a share (%), tokens per step, requests."""
+    if unit == "ms":
+        return fmt_ms(value)
+    if _missing(value):
+        return MISSING
+    if unit == "%":
+        return f"{float(value):.1%}"
+    if unit in ("tok/step", "req"):
+        return f"{float(value):.3g}" if unit == "req" else f"{float(value):.2f}"
+    return fmt_rate(value)
+
+
 def fmt_rate(value: Any, digits: int = 1) -> str:
     """A rate (tokens/s, requests/s) with thousands separators; — when unknown."""
     return MISSING if _missing(value) else f"{float(value):,.{digits}f}"
@@ -111,6 +124,8 @@ def print_summary(
         client = _client_line(row)
         if client:
             console.print(Text(client, style="dim"))
+        for line in server_lines(row):
+            console.print(Text(line))
         if slo is not None and not slo.empty:
             print_slo(console, row, slo, (verdicts or {}).get(str(row["point"]), ()))
         print_finding_lines(console, [f for f in findings if f.point == row["point"]])
@@ -133,6 +148,8 @@ def _client_line(row: pd.Series) -> str:
             f"{int(row['connected'])} requests connected: p50 {fmt_ms(row['connect_p50_ms'])} / p99 {fmt_ms(row['connect_p99_ms'])} ms"
         )
     return "  ·  ".join(parts)
+
+
 #: Styles of the target verdicts.
 TARGET_STYLES: dict[str, str] = {HELD: "green", FAILED: "bold red", UNCERTAIN: "yellow"}
 
@@ -207,6 +224,47 @@ def print_capacity(console: Console, label: str, lines: Sequence[str]) -> None:
     for i, line in enumerate(lines):
         console.print(Text(f"  {line}", style="bold" if i == 0 else ""))
     console.print()
+
+
+def server_lines(row: pd.Series) -> list[str]:
+    """What the server's own metrics said about the point (docs/results.md,
+    "Server metrics"): speculative decoding, then load; nothing when the run
+    scraped none, and only the figures the server published."""
+    if not row.get("server_scrapes"):
+        return []
+    lines = []
+    if not _missing(row.get("spec_acceptance_length")):
+        spec = []
+        if not _missing(row["spec_draft_len"]):
+            spec.append(f"{float(row['spec_draft_len']):.3g} drafts/step")
+        if not _missing(row["spec_acceptance_rate"]):
+            spec.append(f"acceptance rate {float(row['spec_acceptance_rate']):.1%}")
+        length = f"acceptance length {float(row['spec_acceptance_length']):.2f} tokens/step"
+        if not _missing(row.get("decode_chunk_tokens_mean")):
+            length += f" (client: {float(row['decode_chunk_tokens_mean']):.2f} tokens per chunk after the first)"
+        spec.append(length)
+        by_position = row.get("spec_acceptance_by_position")
+        if isinstance(by_position, tuple) and by_position:
+            spec.append("by position " + " ".join(f"{x:.0%}" for x in by_position[:8]) + (" …" if len(by_position) > 8 else ""))
+        if not _missing(row["spec_drafts_per_s"]):
+            spec.append(f"{fmt_rate(row['spec_drafts_per_s'])} steps/s")
+        lines.append("  server speculation: " + "  ·  ".join(spec))
+    load = []
+    for key, name in (("running", "running"), ("waiting", "waiting")):
+        if not _missing(row.get(f"server_{key}_mean")):
+            load.append(
+                f"{name} {float(row[f'server_{key}_mean']):.3g} mean, {float(row[f'server_{key}_p90']):.3g} p90, "
+                f"{float(row[f'server_{key}_max']):.3g} max"
+            )
+    if not _missing(row.get("server_kv_usage_mean")):
+        load.append(f"KV cache {float(row['server_kv_usage_mean']):.0%} mean, {float(row['server_kv_usage_max']):.0%} max")
+    if not _missing(row.get("server_prefix_hit_rate")):
+        load.append(f"prefix-cache hits {float(row['server_prefix_hit_rate']):.0%}")
+    if not _missing(row.get("server_preemptions")):
+        load.append(f"preemptions {int(row['server_preemptions'])}")
+    scrapes = f"{int(row['server_scrapes'])} scrapes over {float(row['server_window_s']):.1f} s"
+    lines.append("  server load: " + "  ·  ".join(load + [scrapes]))
+    return lines
 
 
 def _point_heading(row: pd.Series) -> str:
@@ -339,13 +397,12 @@ def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 
         table.add_column(f"{confidence:.0%} CI", justify="right")
         table.add_column("verdict")
         for _, row in rows.iterrows():
-            fmt = fmt_ms if row["unit"] == "ms" else fmt_rate
-            unit = " ms" if row["unit"] == "ms" else ""
+            unit = str(row["unit"])
             interval = MISSING if _missing(row["ci_low"]) else f"[{fmt_change(row['ci_low'])}, {fmt_change(row['ci_high'])}]"
             table.add_row(
-                f"{row['name']}{unit}" if row["unit"] == "ms" else str(row["name"]),
-                fmt(row["base_value"]),
-                fmt(row["value"]),
+                f"{row['name']} ms" if unit == "ms" else str(row["name"]),
+                fmt_value(row["base_value"], unit),
+                fmt_value(row["value"], unit),
                 fmt_change(row["change"]),
                 interval,
                 Text(str(row["verdict"]), style=VERDICT_STYLES.get(str(row["verdict"]), "")),

@@ -70,9 +70,11 @@ class UnitQuantiles:
         m = len(values)
         self.values = np.asarray(values, dtype="float64")
         # Buckets balance the product (units × buckets per resample) against
-        # the sum inside one bucket (samples / buckets, for each position):
-        # their costs, measured in numpy, are about 1 : 100 per element.
-        buckets = max(1, min(m, round(math.sqrt(100.0 * m / max(units, 1)))))
+        # the sum inside one bucket (samples / buckets, for each of the six
+        # positions): sqrt(400 m / units) buckets was the fastest of 25 to
+        # 6400 on the bench file (bench/analysis_file.py), with OpenBLAS's
+        # threads on or off.
+        buckets = max(1, min(m, round(math.sqrt(400.0 * m / max(units, 1)))))
         self.size = max(1, math.ceil(m / buckets))
         buckets = max(1, math.ceil(m / self.size))
         padded = buckets * self.size

@@ -23,12 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from specreplay import _core
 from specreplay.config import Point, ReplayConfig
 from specreplay.errors import ConfigError
 from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
+from specreplay.servermetrics import store as metrics_store
+from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
 from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url
 from specreplay.target import Target, preflight, probe_usage, start_embedded
 from specreplay.trace import APIS, Trace, load_trace
@@ -202,6 +205,13 @@ class _Run:
     trace_sha256: str
     plan: Plan
     target: Target | None = None
+    scraper: Scraper | None = None
+
+    def metrics_target(self) -> str | None:
+        """The metrics page to scrape, or None with `metrics = false`."""
+        if not self.config.metrics or self.target is None:
+            return None
+        return self.config.metrics_url or metrics_url(self.target.url)
 
     def metadata(self) -> dict[str, Any]:
         """The run's resolved configuration as stored in results files (a
@@ -209,6 +219,8 @@ class _Run:
         out = self.config.to_metadata()
         if self.config.url is not None:
             out["url"] = redact_url(self.config.url)
+        if self.config.metrics_url is not None:
+            out["metrics_url"] = redact_url(self.config.metrics_url)
         out["points"] = [p.to_dict() for p in self.points]
         out["trace_sha256"] = self.trace_sha256
         out["llamacpp_timings"] = self.config.llamacpp_timings
@@ -216,6 +228,8 @@ class _Run:
             out["target"] = redact_url(self.target.url)
             out["embedded_simulator"] = self.target.embedded is not None
             out["served_model"] = self.target.model
+            scraped = self.metrics_target()
+            out["metrics_target"] = redact_url(scraped) if scraped else None
         return out
 
 
@@ -287,6 +301,9 @@ def run_replay(
                 _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
         metadata = _file_metadata(runs, run_id)
         writer = ResultsWriter(output, metadata)
+        samples = metrics_store.SampleLog(output)
+        for run in runs:
+            run.scraper = _scraper(run, samples, hooks, named=len(runs) > 1)
         first_target = runs[0].target
         assert first_target is not None
         result = RunResult(
@@ -298,14 +315,23 @@ def run_replay(
             index = 0
             for run in runs:
                 index = _run_plan(run, writer, run_id, index, total, hooks, result)
+                if run.scraper is not None:
+                    run.scraper.close()
                 if result.interrupted:
                     break
         finally:
+            for run in runs:
+                if run.scraper is not None:
+                    run.scraper.stop()
             extra = {"specreplay.interrupted": json.dumps(result.interrupted), **_runs_metadata(runs)}
             if result.capacity:
                 extra[CAPACITY_KEY] = json.dumps({label: found.to_dict() for label, found in result.capacity.items()})
+            if len(samples):
+                extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
             result.points = [p for r in runs for p in r.points]
             writer.close(extra, finalize)
+            # Only once they are in the results file.
+            samples.remove()
         return result
     finally:
         for run in runs:
@@ -328,7 +354,7 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
             run.points.append(point)
         hooks.point_started(point, index, total, label, num_requests or requests.num_rows, plan.status())
         spec = _run_spec(config, point, run.headers)
-        finished = _run_point(spec, requests, writer, run_id, label, point, index, hooks, plan.deadline_us)
+        finished = _run_point(spec, requests, writer, run_id, label, point, index, hooks, run.scraper, plan.deadline_us)
         hooks.point_finished(finished)
         plan.finished(finished)
         index += 1
@@ -345,6 +371,16 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
     return index
 
 
+def _scraper(run: _Run, samples: metrics_store.SampleLog, hooks: Hooks, named: bool) -> Scraper | None:
+    url = run.metrics_target()
+    if url is None or run.target is None:
+        return None
+    # The API's credentials go to the API's own server only.
+    headers = run.headers if same_origin(url, run.target.url) else []
+    label = run.config.label
+    return Scraper(url, headers, run.config.metrics_interval, samples, (lambda m: hooks.note(f"{label}: {m}")) if named else hooks.note)
+
+
 def _run_point(
     spec: RunSpec,
     requests: pa.RecordBatch,
@@ -354,10 +390,17 @@ def _run_point(
     point: Point,
     index: int,
     hooks: Hooks,
+    scraper: Scraper | None = None,
     deadline_us: float | None = None,
 ) -> FinishedPoint:
     """Runs one point to the end (or, past `deadline_us`, cancels what is
-    left of it: its rows are kept, and it is marked cut)."""
+    left of it: its rows are kept, and it is marked cut), bracketed by the
+    scraper's own scrapes of the server's metrics."""
+    try:
+        if scraper is not None:
+            scraper.start_point(label, point.name)
+    except KeyboardInterrupt:
+        return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
     run = _core.start_point(spec, requests)
     started = _core.now_us()
     interrupted = cut = False
@@ -387,7 +430,18 @@ def _run_point(
         if deadline_us is not None and not cut and _core.now_us() > deadline_us:
             cut = True
             run.cancel()
+    try:
+        if scraper is not None:
+            scraper.end_point()
+    except KeyboardInterrupt:
+        interrupted = True
     rows = pa.Table.from_batches(written, schema=writer.schema)
+    if scraper is not None and len(scraper.log):
+        # The point's rows as the file will hold them: with its samples.
+        taken = scraper.log.table()
+        mine = taken.filter(pc.and_(pc.equal(taken["label"], label), pc.equal(taken["point"], point.name)))
+        metadata = {**(rows.schema.metadata or {}), metrics_store.METADATA_KEY.encode(): metrics_store.encode(mine).encode()}
+        rows = rows.replace_schema_metadata(metadata)
     return FinishedPoint(point, label, rows, progress(), interrupted, cut)
 
 

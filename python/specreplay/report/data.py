@@ -18,6 +18,7 @@ import pandas as pd
 from specreplay import metrics
 from specreplay.analysis import PointAnalysis
 from specreplay.comparison import Run
+from specreplay.servermetrics import figures as server_figures
 
 #: Most points drawn per series (CDF steps, point clouds).
 MAX_POINTS = 400
@@ -133,6 +134,26 @@ def tokens_per_chunk(point: PointData, top: int = 8) -> dict[str, float]:
         n = (counts == k).sum() if k < top else (counts >= top).sum()
         out[label] = float(n) / len(counts) if len(counts) else math.nan
     return out
+
+
+def has_server_metrics(runs: list[RunData]) -> bool:
+    return any(p.analysis.server["server_scrapes"] for r in runs for p in r.points)
+
+
+def has_speculation(runs: list[RunData]) -> bool:
+    return any(p.analysis.server["spec_drafts"] > 0 for r in runs for p in r.points)
+
+
+def server_gauge(point: PointData, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """A server gauge (`running`, `waiting`, `kv_usage`) at each scrape: (s since the point's first send, value)."""
+    series = server_figures.gauge_series(point.analysis.server_samples, key)
+    return (series.index.to_numpy(dtype="float64") - point.start_us) / 1e6, series.to_numpy(dtype="float64")
+
+
+def server_acceptance(point: PointData) -> tuple[np.ndarray, np.ndarray]:
+    """The draft acceptance rate over each scrape interval: (s since the point's first send, %)."""
+    series = server_figures.acceptance_series(point.analysis.server_samples)
+    return (series.index.to_numpy(dtype="float64") - point.start_us) / 1e6, series.to_numpy(dtype="float64") * 100
 
 
 def prompt_vs_ttft(point: PointData) -> tuple[np.ndarray, np.ndarray]:

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from specreplay import __version__, capacity
-from specreplay.console import fmt_change, fmt_ms, fmt_rate
+from specreplay.console import fmt_change, fmt_ms, fmt_rate, fmt_value
 from specreplay.report import capacity as report_capacity
 from specreplay.report import data, plots
 from specreplay.validity import Finding
@@ -110,6 +110,25 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: The server-metrics table (docs/results.md, "Server metrics"), when a run scraped them.
+SERVER_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("spec_acceptance_rate", "acceptance rate", "pct"),
+    ("spec_acceptance_length", "acceptance length (tok/step)", "x2"),
+    ("decode_chunk_tokens_mean", "client tok/chunk after the first", "x2"),
+    ("spec_draft_len", "drafts/step", "g3"),
+    ("spec_drafts_per_s", "steps/s", "rate"),
+    ("server_running_mean", "running mean", "g3"),
+    ("server_running_max", "running max", "g3"),
+    ("server_waiting_mean", "waiting mean", "g3"),
+    ("server_waiting_max", "waiting max", "g3"),
+    ("server_kv_usage_mean", "KV usage mean", "pct"),
+    ("server_kv_usage_max", "KV usage max", "pct"),
+    ("server_prefix_hit_rate", "prefix-cache hits", "pct"),
+    ("server_preemptions", "preemptions", "int"),
+    ("server_scrapes", "scrapes", "int"),
+)
+
+
 def _fmt(value: Any, kind: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
@@ -123,6 +142,10 @@ def _fmt(value: Any, kind: str) -> str:
         return fmt_rate(value)
     if kind == "pct":
         return f"{float(value):.0%}"
+    if kind == "x2":
+        return f"{float(value):.2f}"
+    if kind == "g3":
+        return f"{float(value):.3g}"
     return fmt_ms(value)
 
 
@@ -155,14 +178,14 @@ def _finding(f: Finding) -> str:
     )
 
 
-def _summary_table(runs: list[data.RunData]) -> str:
-    head = '<tr><th class="l">run</th><th class="l">point</th>' + "".join(f"<th>{escape(h)}</th>" for _, h, _ in SUMMARY_COLUMNS) + "</tr>"
+def _summary_table(runs: list[data.RunData], columns: tuple[tuple[str, str, str], ...] = SUMMARY_COLUMNS, note: str = "Latencies in ms") -> str:
+    head = '<tr><th class="l">run</th><th class="l">point</th>' + "".join(f"<th>{escape(h)}</th>" for _, h, _ in columns) + "</tr>"
     rows = []
     for r in runs:
         for _, row in r.summary.iterrows():
-            cells = "".join(f"<td>{_fmt(row.get(c), kind)}</td>" for c, _, kind in SUMMARY_COLUMNS)
+            cells = "".join(f"<td>{_fmt(row.get(c), kind)}</td>" for c, _, kind in columns)
             rows.append(f'<tr><td class="l">{escape(r.name)}</td><td class="l">{escape(str(row["point"]))}</td>{cells}</tr>')
-    return f'<div class="scroll"><table>{head}{"".join(rows)}</table></div><p class="sub">Latencies in ms; definitions in docs/results.md.</p>'
+    return f'<div class="scroll"><table>{head}{"".join(rows)}</table></div><p class="sub">{escape(note)}; definitions in docs/results.md.</p>'
 
 
 def _comparison_table(frame: pd.DataFrame, confidence: float) -> str:
@@ -177,13 +200,13 @@ def _comparison_table(frame: pd.DataFrame, confidence: float) -> str:
         head = f'<tr><th class="l">metric</th><th>{escape(str(base))}</th><th>{escape(str(run))}</th><th>change</th><th>{confidence:.0%} CI</th><th class="l">verdict</th></tr>'
         body = []
         for _, row in rows.iterrows():
-            fmt = fmt_ms if row["unit"] == "ms" else fmt_rate
-            name = f"{row['name']} ms" if row["unit"] == "ms" else str(row["name"])
+            unit = str(row["unit"])
+            name = f"{row['name']} ms" if unit == "ms" else str(row["name"])
             interval = "—" if pd.isna(row["ci_low"]) else f"[{fmt_change(row['ci_low'])}, {fmt_change(row['ci_high'])}]"
             verdict = str(row["verdict"])
             css = verdict if verdict in ("faster", "slower") else "same"
             body.append(
-                f'<tr><td class="l">{escape(name)}</td><td>{fmt(row["base_value"])}</td><td>{fmt(row["value"])}</td>'
+                f'<tr><td class="l">{escape(name)}</td><td>{fmt_value(row["base_value"], unit)}</td><td>{fmt_value(row["value"], unit)}</td>'
                 f'<td>{fmt_change(row["change"])}</td><td>{interval}</td><td class="l {css}">{escape(verdict)}</td></tr>'
             )
         out.append(f"<table>{head}{''.join(body)}</table></div>")
@@ -227,6 +250,9 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
         "<h2>Summary</h2>",
         _summary_table(runs),
     ]
+    if data.has_server_metrics(runs):
+        note = "From the server's own /metrics, scraped during each point (counters over the point, gauges over its scrapes)"
+        sections += ['<h2 id="server">Server metrics</h2>', _summary_table(runs, SERVER_COLUMNS, note)]
     sections += [
         '<h2 id="plots">Plots</h2>',
         '<div class="grid">' + "".join(f'<figure id="{pid}">{svg}</figure>' for pid, svg in charts) + "</div>",

@@ -73,6 +73,37 @@ def tokens_per_chunk(runs: list[data.RunData]) -> str:
     )
 
 
+def server_load_over_time(runs: list[data.RunData]) -> str:
+    """Requests running (lines) and waiting (dots) as the server's scrapes saw them."""
+    series = []
+    for p, color, dash in _styles(runs):
+        for key, kind in (("running", "line"), ("waiting", "points")):
+            x, y = data.server_gauge(p, key)
+            series.append(Series(f"{p.name} · {key}", x, y, color, dash, kind))
+    return xy(series, title="Server: requests running (lines) and waiting (dots)",
+              xlabel="s since the point's first send", ylabel="requests", x_from_zero=True)  # fmt: skip
+
+
+def acceptance_over_time(runs: list[data.RunData]) -> str:
+    series = []
+    for p, color, dash in _styles(runs):
+        x, y = data.server_acceptance(p)
+        series.append(Series(p.name, x, y, color, dash, "line"))
+    return xy(series, title="Server: draft acceptance rate, scrape to scrape",
+              xlabel="s since the point's first send", ylabel="% of draft tokens accepted", x_from_zero=True, ylim=(0.0, 100.0))  # fmt: skip
+
+
+def acceptance_by_position(runs: list[data.RunData]) -> str:
+    """The share of verification steps whose accepted run reached each draft position."""
+    styled = [(p, color, dash, p.analysis.server["spec_acceptance_by_position"]) for p, color, dash in _styles(runs)]
+    styled = [s for s in styled if s[3]]
+    depth = max((len(s[3]) for s in styled), default=0)
+    categories = [f"draft {i + 1}" for i in range(depth)]
+    groups = [(p.name, list(shares) + [float("nan")] * (depth - len(shares)), color, dash) for p, color, dash, shares in styled]
+    return bars(categories, groups, title="Server: acceptance by draft position",
+                xlabel="position in the draft", ylabel="share of verification steps", percent=True)  # fmt: skip
+
+
 def ttft_vs_prompt(runs: list[data.RunData]) -> str:
     series = []
     for p, color, dash in _styles(runs):
@@ -101,6 +132,13 @@ def all_plots(runs: list[data.RunData]) -> list[tuple[str, str]]:
     out += [
         ("tpot-time", tpot_over_time(runs)),
         ("throughput-time", throughput_over_time(runs)),
+    ]
+    # The server's own view, aligned with the two above (same time axis).
+    if data.has_server_metrics(runs):
+        out.append(("server-load", server_load_over_time(runs)))
+    if data.has_speculation(runs):
+        out += [("acceptance-time", acceptance_over_time(runs)), ("acceptance-position", acceptance_by_position(runs))]
+    out += [
         ("tokens-per-chunk", tokens_per_chunk(runs)),
         ("ttft-prompt", ttft_vs_prompt(runs)),
         ("send-lag", send_lag_over_time(runs)),

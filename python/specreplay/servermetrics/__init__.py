@@ -1,0 +1,13 @@
+"""The target's own Prometheus metrics, scraped during a run and kept in the
+results file: what the server says about speculative decoding and its load,
+to explain what the client measured.
+
+- `scrape`: the scraper (a thread off the measurement path, brackets each
+  point with a scrape of its own);
+- `store`: how the samples are kept (a crash-safe stream during the run,
+  folded into the results file at the end);
+- `names`: which metric names each server (vLLM, SGLang, llama.cpp, the
+  simulator) publishes the figures under;
+- `figures`: the per-point figures (acceptance rate and length, by
+  position, drafts/s; running, waiting, KV usage, prefix hits, preemptions).
+"""

@@ -1,0 +1,209 @@
+"""Scrapes the target's Prometheus endpoint while a run goes.
+
+Off the measurement path by construction: the engine runs on its own Rust
+threads and waits for nothing in Python (its finished requests go into an
+unbounded channel that the replay loop drains), and the scraper is one more
+Python thread with HTTP connections of its own. What it costs the client is CPU
+(a GET and a parse per interval: 11–20 ms of CPU for vLLM's 470-sample page on
+this project's 2-core machine); `bench/scrape_send_lag.py` measures the send
+lag with and without it (docs/benchmarks.md).
+
+Each point is bracketed by two scrapes the replay loop takes itself, `start`
+just before the engine starts the point and `end` just after its last
+response, so a counter's increase over the point is exact whatever the
+interval; `tick` scrapes every `interval` between the two sample the gauges.
+The page is parsed with `prometheus_client`'s parser (the Prometheus text
+format, or OpenMetrics when the server answers with it); every sample is
+kept, known name or not.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit, urlunsplit
+
+from specreplay import _core
+from specreplay.servermetrics.store import Sample, SampleLog
+from specreplay.shaping import redact_url
+
+#: How long one GET may take. A scrape that takes longer fails (and is
+#: counted); the next tick comes on the interval's grid as usual.
+TIMEOUT_S = 5.0
+#: The classic text format first: every server in docs/results.md speaks it.
+ACCEPT = "text/plain;version=0.0.4;q=1.0, application/openmetrics-text;q=0.5, */*;q=0.1"
+
+
+def metrics_url(api_url: str) -> str:
+    """`<server root>/metrics` for the API at `api_url`: `http://host:8000/v1`
+    → `http://host:8000/metrics`, where vLLM, SGLang, llama.cpp and the
+    simulator serve it."""
+    parts = urlsplit(api_url)
+    return urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
+
+
+def same_origin(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+
+
+def parse(text: str, content_type: str = "") -> list[Sample]:
+    """Every sample of a Prometheus (or OpenMetrics) page: name, labels as
+    sorted-key JSON, the family's type, value. Raises ValueError for a page
+    that is not one."""
+    from prometheus_client.metrics_core import Metric
+
+    families: Iterable[Metric]
+    if content_type.startswith("application/openmetrics-text"):
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics
+
+        families = openmetrics(text)  # type: ignore[no-untyped-call]
+    else:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        families = text_string_to_metric_families(text)
+    out: list[Sample] = []
+    labels_json: dict[tuple[tuple[str, str], ...], str] = {}
+    for family in families:
+        for sample in family.samples:
+            key = tuple(sorted(sample.labels.items()))
+            labels = labels_json.get(key)
+            if labels is None:
+                labels = labels_json[key] = json.dumps(dict(key), separators=(",", ":"))
+            out.append((sample.name, labels, family.type, float(sample.value)))
+    return out
+
+
+def _yield_to_the_engine() -> None:
+    """Puts the calling thread at the normal scheduling policy and a low
+    priority. A client run under a real-time policy (`chrt -f 1 specreplay
+    replay`, as docs/benchmarks.md advises on a shared box) would otherwise
+    run this thread at the engine's priority, and a parse holding one of two
+    cores could make the send thread wait (measured: bench/scrape_send_lag.py)."""
+    try:
+        if os.sched_getscheduler(0) != os.SCHED_OTHER:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):  # not Linux, or not allowed: scrape as we are
+        pass
+
+
+class Scraper:
+    """Scrapes `url` for the points of one run into `log`.
+
+    `start_point` and `end_point` take the bracketing scrapes on the caller's
+    thread (the replay loop, between points: nothing is in flight then);
+    between the two a daemon thread takes the `tick` scrapes. The first scrape
+    decides whether the target has metrics: if it fails, `note` says so in
+    one line and the run goes on without them. Later failures are counted
+    and said once, at `close`."""
+
+    def __init__(
+        self, url: str, headers: list[tuple[str, str]], interval_s: float, log: SampleLog, note: Callable[[str], None]
+    ) -> None:
+        self.url = url
+        self.shown = redact_url(url)
+        self.headers = {"Accept": ACCEPT, **dict(headers)}
+        self.interval_s = interval_s
+        self.log = log
+        self.note = note
+        self.available: bool | None = None  # unknown until the first scrape
+        self.scrapes = 0
+        self.failures = 0
+        self.first_failure = ""
+        self._point: tuple[str, str] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start_point(self, label: str, point: str) -> None:
+        if self.available is False:
+            return
+        self._point = (label, point)
+        self.scrape("start")
+        if not self.available:
+            return
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._ticks, args=(self._stop,), name="specreplay-metrics", daemon=True)
+        self._thread.start()
+
+    def end_point(self) -> None:
+        self.stop()
+        if self.available and self._point is not None:
+            self.scrape("end")
+        self._point = None
+
+    def stop(self) -> None:
+        """Stops the tick scrapes (a run that failed: no closing scrape)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    def close(self) -> None:
+        self.end_point()
+        if self.failures:
+            self.note(
+                f"{self.failures} of {self.scrapes} scrapes of {self.shown} failed (first: {self.first_failure}); "
+                "the server figures use the others"
+            )
+
+    def _ticks(self, stop: threading.Event) -> None:
+        _yield_to_the_engine()
+        # On a fixed grid from the point's start, so the samples stay evenly
+        # spaced; a scrape slower than the interval skips the ticks it missed.
+        t0 = time.monotonic()
+        k = 1
+        while not stop.wait(max(0.0, t0 + k * self.interval_s - time.monotonic())):
+            self.scrape("tick")
+            k = max(k + 1, math.floor((time.monotonic() - t0) / self.interval_s) + 1)
+
+    def scrape(self, kind: str) -> None:
+        """One GET of the page, parsed and appended to the log."""
+        assert self._point is not None
+        label, point = self._point
+        request = urllib.request.Request(self.url, headers=self.headers)
+        self.scrapes += 1
+        sent = _core.now_us()
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+                headers_at = _core.now_us()
+                body = response.read()
+                content_type = response.headers.get("Content-Type", "")
+            samples = parse(body.decode("utf-8", "replace"), content_type)
+            if not samples:
+                raise ValueError("the page holds no samples")
+        except urllib.error.HTTPError as e:
+            self._failed(f"HTTP {e.code} {e.reason}")
+            return
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+            self._failed(str(getattr(e, "reason", e)))
+            return
+        except ValueError as e:
+            self._failed(f"not a Prometheus metrics page ({e})")
+            return
+        if self.available is None:
+            self.available = True
+        # The server rendered the page between our send and its headers: the
+        # midpoint is the best single instant, right to within rtt / 2.
+        self.log.append(
+            ts_us=(sent + headers_at) // 2, rtt_us=headers_at - sent, label=label, point=point, scrape=kind, samples=samples
+        )
+
+    def _failed(self, reason: str) -> None:
+        if self.available is None:
+            self.available = False
+            self.note(
+                f"no server metrics: GET {self.shown}: {reason}. The run goes on without them "
+                "(--metrics-url URL points elsewhere, --no-metrics skips the attempt)"
+            )
+            return
+        self.failures += 1
+        if not self.first_failure:
+            self.first_failure = reason
