@@ -71,7 +71,9 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
         write_trace(trace)
         config = ReplayConfig.from_mapping(
             {"trace": str(trace), "url": sim.url, "rate": [rate], "arrival": "constant", "num_requests": REQUESTS[rate],
-             "timeout": 60.0, "output": str(Path(tmp) / "run.arrow"), "continuous_usage": True}
+             "timeout": 60.0, "output": str(Path(tmp) / "run.arrow"), "continuous_usage": True,
+             # The view alone: scraping the server's metrics has its own bench (scrape_send_lag.py).
+             "metrics": False}
         )
         config.validate()
         err = Console(file=devnull, force_terminal=mode == "terminal", width=160)
