@@ -60,6 +60,7 @@ def result_row(index: int, spec: dict[str, Any]) -> dict[str, Any]:
             chunk_channel=channels,
             chunk_delay_us=[20 + offset % 97 for offset, _, _ in chunks],
             stamp_source="kernel" if chunks else None,
+            chunk_token_source="continuous_usage" if chunks else None,
             chunk_count=len(chunks),
             first_byte_us=ts[0] - 500 if ts else None,
             first_token_us=ts[0] if ts else None,

@@ -13,7 +13,7 @@ import pytest
 from conftest import T0, results_frame, results_table
 
 from specreplay import summary, validity
-from specreplay.schema import COLUMNS, SERVER_METRIC_COLUMNS, TOKEN_SOURCES
+from specreplay.schema import CHUNK_TOKEN_SOURCES, COLUMNS, SERVER_METRIC_COLUMNS, TOKEN_SOURCES
 from specreplay.servermetrics.figures import FIGURES, point_figures
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "results.md"
@@ -36,7 +36,7 @@ def snippet_with(marker: str) -> str:
     return snippet
 
 
-@pytest.mark.parametrize("name", list(TOKEN_SOURCES))
+@pytest.mark.parametrize("name", list(TOKEN_SOURCES) + list(CHUNK_TOKEN_SOURCES))
 def test_every_token_source_is_documented(name: str) -> None:
     assert f"| `{name}` |" in TEXT
 
@@ -47,6 +47,7 @@ def test_every_token_source_is_documented(name: str) -> None:
         "reasoning_ate_budget",
         "estimated_tokens",
         "multi_token_chunks",
+        "burst_streams",
         "client_saturated",
         "engine_delay",
         "queue_growing",

@@ -120,10 +120,14 @@ def test_without_per_chunk_counts_the_split_is_estimated_and_flagged(tmp_path: P
     server, _ = scripted
     df = replay(tmp_path, server, write_trace(tmp_path / "t.jsonl", 4), max_tokens=100, continuous_usage=False)
     # llama.cpp's usage has the total only: with both channels streamed the
-    # split is estimated from the chunks (12:9 of 24 → 14 + 10, not 12 + 12).
+    # split is estimated from the chunks' text (24 over 12 reasoning and 9
+    # content chunks → 13 + 11, as for the recorded stream in the engine's
+    # tests; exact is 12 + 12), and so are the per-chunk counts.
     assert (df["token_source"] == "usage_split_estimated").all()
+    assert (df["chunk_token_source"] == "text_length").all()
     assert (df["output_tokens"] == COMPLETION_TOKENS).all()
-    assert (df["reasoning_tokens"] == 14).all() and (df["content_tokens"] == 10).all()
+    assert (df["reasoning_tokens"] == 13).all() and (df["content_tokens"] == 11).all()
+    assert all(int(sum(k)) == COMPLETION_TOKENS for k in df["chunk_tokens"])
     assert (df["server_predicted_n"] == COMPLETION_TOKENS).all()
     levels = {f.code: f.level for f in validity.check(df)}
     assert levels["estimated_tokens"] == "warning"
@@ -267,3 +271,16 @@ def test_an_imported_mooncake_excerpt_replays_with_no_request_refused(tmp_path: 
     # Each prompt reached the server whole: at least one token per filler word.
     words = {r.id: r.prompt_blocks.tokens for r in records if r.prompt_blocks}
     assert all(df["prompt_tokens"] >= df["trace_id"].map(words))
+
+
+def test_the_servers_tokenize_counts_the_chunks_after_the_point(tmp_path: Path, scripted: tuple[LlamaCppServer, ScriptedModel]) -> None:
+    server, _ = scripted
+    df = replay(tmp_path, server, write_trace(tmp_path / "t.jsonl", 4), max_tokens=100, continuous_usage=False, server_tokenize=True)
+    assert (df["chunk_token_source"] == "tokenizer").all()
+    assert (df["output_tokens"] == COMPLETION_TOKENS).all()
+    assert all(int(sum(k)) == COMPLETION_TOKENS for k in df["chunk_tokens"])
+    assert (df["reasoning_tokens"] + df["content_tokens"] == df["output_tokens"]).all()
+    # The scripted model's tokenizer spells text byte by byte (its generated
+    # tokens are whole words), so /tokenize counts bytes: reconciled with the
+    # 24 tokens, every chunk keeps at least one, none is zero.
+    assert all(min(k) >= 1 for k in df["chunk_tokens"])

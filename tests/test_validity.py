@@ -81,8 +81,9 @@ def test_estimated_tokens(make_results: MakeResults) -> None:
 def test_multi_token_chunks_from_chunk_counts_or_usage(make_results: MakeResults) -> None:
     rows = [
         {"chunks": [(1_000, 1, "content"), (2_000, 4, "content")]},
-        # usage says 20 tokens, but only 11 chunks came: several per chunk.
-        {"token_source": "usage", "output_tokens": 20, "content_tokens": 20},
+        # usage says 20 tokens, but only 11 chunks came: several per chunk
+        # (counted one per chunk, as files before `chunk_token_source` did).
+        {"token_source": "usage", "output_tokens": 20, "content_tokens": 20, "chunk_token_source": "text_length"},
         {},
     ]
     finding = only(check(make_results(rows), FEW), "multi_token_chunks")

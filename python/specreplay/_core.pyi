@@ -71,6 +71,7 @@ class RunSpec(TypedDict):
     retries: NotRequired[int]
     seed: NotRequired[int]
     server_stamps: NotRequired[bool]
+    chunk_text: NotRequired[bool]
     preconnect: NotRequired[bool | None]
 
 @type_check_only
@@ -205,6 +206,11 @@ class DecodedResponse(ResponseCounts):
 
 def decode_response(api: str, body: bytes, content_type: str) -> DecodedResponse:
     """Usage, finish reason, error, completeness and llama.cpp timings of one response."""
+
+def reconcile_chunk_tokens(batch: object) -> ArrowBatch:
+    """A tokenizer's per-chunk counts (`weights`, list<int64>; with `chunk_channel`,
+    `output_tokens`, `reasoning_tokens`) split to add up to the server's count:
+    `chunk_tokens` and `reasoning_tokens`, row for row (engine/apportion.rs)."""
 
 # --- servers in the background --------------------------------------------------------
 

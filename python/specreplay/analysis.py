@@ -6,10 +6,13 @@ run order. A run is its sweep points, each a `PointAnalysis` holding (the
 derived parts made on first use, then kept):
 
 - `rows`: the point's measured requests (warmup left out) with the columns
-  of `metrics.add_derived` (ttft_us, tpot_us, …), and `ok` / `ok_rows`, the
-  successful ones (`error_kind` null);
+  of `metrics.add_derived` (ttft_us, tpot_us, …) and `burst`, a request
+  whose stream arrived at once, whose tpot_us and tps are NaN
+  (`metrics.leave_out_bursts`); `ok` / `ok_rows`, the successful ones
+  (`error_kind` null);
 - `chunks`: the chunk frame of the successful requests (`metrics.chunks`),
-  and the ITL samples drawn from it, `itl_chunk_us` and `itl_token_us`;
+  a burst's gaps NaN, and the ITL samples drawn from it, `itl_chunk_us`
+  and `itl_token_us`;
 - `summary`: the point's summary row (`summary.point_summary`);
 - `findings`: what the validity checks found (`validity.point_findings`),
   under the run's own thresholds and `max_tokens`;
@@ -65,7 +68,13 @@ class PointAnalysis:
 
     @cached_property
     def chunks(self) -> pd.DataFrame:
-        return metrics.chunks(self.ok_rows)
+        """The chunks of the successful requests; a burst's gaps (`itl_us`)
+        are NaN, so that ITL leaves them out as TPOT does (`metrics.bursts`)."""
+        frame = metrics.chunks(self.ok_rows)
+        burst = self.ok_rows.loc[self.ok_rows["burst"], "request_index"]
+        if len(burst):
+            frame.loc[frame["request_index"].isin(burst), "itl_us"] = np.nan
+        return frame
 
     @cached_property
     def itl_chunk_us(self) -> np.ndarray:
@@ -192,7 +201,7 @@ def analyse_run(
 ) -> RunAnalysis:
     """The analysis of `df`, the rows of one run, with `samples`, the
     server's metrics scraped during it (none if not given)."""
-    data = metrics.add_derived(summary.measured(df))
+    data = metrics.leave_out_bursts(metrics.add_derived(summary.measured(df)), thresholds.burst_us_per_token)
     ok = summary.is_ok(data).to_numpy(dtype=bool)
     out = []
     for point in _ordered_points(data):

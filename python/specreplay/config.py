@@ -74,6 +74,11 @@ class ReplayConfig:
     label: str = "run"
     output: str | None = None
     continuous_usage: bool = True
+    #: A Hugging Face tokenizer.json: counts each chunk's text after each
+    #: point when the server gives no continuous usage (chunk_tokenizer.py).
+    tokenizer: str | None = None
+    #: The same from the server's own `/tokenize` (llama.cpp's shape), after each point.
+    server_tokenize: bool = False
     #: Scrape the target's Prometheus metrics during the run (servermetrics/).
     metrics: bool = True
     #: Where: default `<server root>/metrics` of `url` (or of the simulator).
@@ -101,6 +106,8 @@ class ReplayConfig:
             raise ConfigError("trace: missing (the trace file to replay)")
         if sum(bool(x) for x in (self.rate, self.speedup, self.concurrency)) > 1:
             raise ConfigError("give only one of rate, speedup and concurrency (each may list several values)")
+        if self.tokenizer and self.server_tokenize:
+            raise ConfigError("give tokenizer or server_tokenize, not both: one counts the chunks")
         if self.preconnect and not self.concurrency and self.max_concurrency is None:
             raise ConfigError("preconnect: an open-loop run opens max_concurrency connections before the clock; set max_concurrency too")
         from specreplay.validity import Thresholds
@@ -281,6 +288,8 @@ FIELDS: dict[str, FieldSpec] = {
     "label": FieldSpec("str"),
     "output": FieldSpec("str", optional=True),
     "continuous_usage": FieldSpec("bool"),
+    "tokenizer": FieldSpec("str", optional=True),
+    "server_tokenize": FieldSpec("bool"),
     "metrics": FieldSpec("bool"),
     "metrics_url": FieldSpec("url", optional=True),
     "metrics_interval": FieldSpec("float", minimum=0.05),  # a scrape takes milliseconds of CPU: not a busy loop

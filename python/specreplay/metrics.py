@@ -79,6 +79,27 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def bursts(df: pd.DataFrame, us_per_token: float) -> pd.Series:
+    """Per request of `df` (with `add_derived`'s columns): whether its stream
+    arrived in a burst, its TPOT below `us_per_token`: the tokens after the
+    first came faster than any server decodes one stream, so they were
+    buffered and sent at once, and its chunk stamps time the network, not
+    the decoding. False where TPOT is undefined (fewer than 2 tokens)."""
+    burst: pd.Series = df["tpot_us"].lt(us_per_token).fillna(False).astype(bool)
+    return burst
+
+
+def leave_out_bursts(df: pd.DataFrame, us_per_token: float) -> pd.DataFrame:
+    """A copy of `df` (with `add_derived`'s columns) with a `burst` column
+    (`bursts`) and, for those requests, `tpot_us` and `tps` set to NaN: they
+    have none that means anything. Their other figures stay."""
+    out: pd.DataFrame = df.copy()
+    burst = bursts(df, us_per_token)
+    out["burst"] = burst
+    out.loc[burst, ["tpot_us", "tps"]] = np.nan
+    return out
+
+
 def _list_array(df: pd.DataFrame, column: str, value_type: pa.DataType) -> pa.ListArray:
     return pa.array(df[column], type=pa.list_(value_type))
 

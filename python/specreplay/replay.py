@@ -26,10 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from specreplay import _core
+from specreplay.chunk_tokenizer import ChunkCounter, ChunkTokenizer, recount
 from specreplay.config import Point, ReplayConfig
 from specreplay.errors import ConfigError
 from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
+from specreplay.server_tokenize import ServerTokenizer
 from specreplay.servermetrics import store as metrics_store
 from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
 from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url
@@ -163,6 +165,7 @@ def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]
         "retries": config.retries,
         "seed": config.seed,
         "preconnect": config.preconnect,
+        "chunk_text": config.tokenizer is not None or config.server_tokenize,
     }
 
 
@@ -206,6 +209,7 @@ class _Run:
     plan: Plan
     target: Target | None = None
     scraper: Scraper | None = None
+    tokenizer: ChunkCounter | None = None
 
     def metrics_target(self) -> str | None:
         """The metrics page to scrape, or None with `metrics = false`."""
@@ -237,12 +241,13 @@ def _prepare_run(config: ReplayConfig) -> _Run:
     config.validate()
     trace = load_trace(config.trace)
     headers = auth_headers(config, {r.api for r in trace.records})
+    tokenizer = ChunkTokenizer(config.tokenizer) if config.tokenizer else None
     if config.find_max_rate:
         from specreplay.capacity import SearchPlan
 
-        return _Run(config, trace, [], headers, trace.sha256, SearchPlan(config))
+        return _Run(config, trace, [], headers, trace.sha256, SearchPlan(config), tokenizer=tokenizer)
     points = config.points(trace.has_arrivals)
-    return _Run(config, trace, points, headers, trace.sha256, Plan(points))
+    return _Run(config, trace, points, headers, trace.sha256, Plan(points), tokenizer=tokenizer)
 
 
 def _runs_metadata(runs: list[_Run]) -> dict[str, str]:
@@ -297,6 +302,8 @@ def run_replay(
                 else f"target {redact_url(run.target.url)}" + (f", model {run.target.model}" if run.target.model else "")
             )
             hooks.target(run.target, (f"{run.config.label}: " if len(runs) > 1 else "") + desc)
+            if run.config.server_tokenize:
+                run.tokenizer = ServerTokenizer(run.target.url, run.headers)
             if run.config.url is not None and run.config.continuous_usage:
                 _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
         metadata = _file_metadata(runs, run_id)
@@ -354,7 +361,7 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
             run.points.append(point)
         hooks.point_started(point, index, total, label, num_requests or requests.num_rows, plan.status())
         spec = _run_spec(config, point, run.headers)
-        finished = _run_point(spec, requests, writer, run_id, label, point, index, hooks, run.scraper, plan.deadline_us)
+        finished = _run_point(spec, requests, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us)
         hooks.point_finished(finished)
         plan.finished(finished)
         index += 1
@@ -391,11 +398,13 @@ def _run_point(
     index: int,
     hooks: Hooks,
     scraper: Scraper | None = None,
+    tokenizer: ChunkCounter | None = None,
     deadline_us: float | None = None,
 ) -> FinishedPoint:
     """Runs one point to the end (or, past `deadline_us`, cancels what is
     left of it: its rows are kept, and it is marked cut), bracketed by the
-    scraper's own scrapes of the server's metrics."""
+    scraper's own scrapes of the server's metrics, then recounts its chunks
+    with `tokenizer` if any."""
     try:
         if scraper is not None:
             scraper.start_point(label, point.name)
@@ -405,6 +414,8 @@ def _run_point(
     started = _core.now_us()
     interrupted = cut = False
     written: list[pa.RecordBatch] = []  # this point's rows, as in the file
+    # For the tokenizer, per written batch: the engine's chunk text columns.
+    texts: list[tuple[pa.Array, pa.Array]] = []
 
     def progress() -> Progress:
         p = run.progress()
@@ -422,10 +433,13 @@ def _run_point(
             continue
         if batch is None:
             break
-        out = writer.write(pa.record_batch(batch), run_id=run_id, label=label, point=point.name, point_index=index)
+        engine_batch = pa.record_batch(batch)
+        out = writer.write(engine_batch, run_id=run_id, label=label, point=point.name, point_index=index)
         if out is not None:
             written.append(out)
             hooks.rows(out)
+            if tokenizer is not None:
+                texts.append((engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
         hooks.progress(progress())
         if deadline_us is not None and not cut and _core.now_us() > deadline_us:
             cut = True
@@ -435,6 +449,16 @@ def _run_point(
             scraper.end_point()
     except KeyboardInterrupt:
         interrupted = True
+    if tokenizer is not None:
+        # Between points, off the measurement path. The partial file keeps
+        # the engine's estimate; the final file gets the recount.
+        for i, (text, chars) in enumerate(texts):
+            recounted = recount(tokenizer, written[i], text, chars)
+            writer.replace(written[i], recounted)
+            written[i] = recounted
+        texts.clear()
+        if tokenizer.failure:
+            hooks.note(f"the chunks could not be counted: {tokenizer.failure}; the rows keep the estimate from the chunks' text")
     rows = pa.Table.from_batches(written, schema=writer.schema)
     if scraper is not None and len(scraper.log):
         # The point's rows as the file will hold them: with its samples.

@@ -62,6 +62,15 @@ class ResultsWriter:
         self.rows += n
         return out
 
+    def replace(self, old: pa.RecordBatch, new: pa.RecordBatch) -> None:
+        """Puts `new` in place of `old` (a batch `write` returned) in the
+        final file; the partial stream keeps `old`, as written."""
+        for i, batch in enumerate(self._batches):
+            if batch is old:
+                self._batches[i] = new
+                return
+        raise ValueError("replace: not a batch of this writer")
+
     def table(self) -> pa.Table:
         """Every row written so far."""
         return pa.Table.from_batches(self._batches, schema=self.schema)

@@ -19,9 +19,20 @@ CHANNELS: tuple[str, ...] = ("reasoning", "content", "tool")
 # How a request's token counts were obtained (`token_source`).
 TOKEN_SOURCES: dict[str, str] = {
     "continuous_usage": "the server reported cumulative usage on every chunk: totals and per-chunk counts are exact",
-    "usage": "the server's final usage report gave the totals and the reasoning/content split (or only one of the two was streamed); per-chunk counts are estimated (one token per chunk)",
+    "usage": "the server's final usage report gave the totals and the reasoning/content split (or only one of the two was streamed); per-chunk counts are estimated (`chunk_token_source`)",
     "usage_split_estimated": "the server's usage gave the total only; the reasoning/content split was estimated from the chunks",
     "chunks": "the server reported no usage: every count is an estimate of one token per chunk",
+}
+
+
+# How a request's per-chunk counts (`chunk_tokens`) were obtained
+# (`chunk_token_source`), best first. Whatever the source they add up to
+# `output_tokens`, but for tokens no chunk carried (docs/results.md).
+CHUNK_TOKEN_SOURCES: dict[str, str] = {
+    "continuous_usage": "the server's cumulative count on every text chunk: exact",
+    "tokenizer": "each chunk's text counted with the tokenizer given to `--tokenizer`, after the point, reconciled with the server's count (largest remainder)",
+    "text_length": "the server's final count split over the chunks in proportion to their text's length in characters (largest remainder, at least one per chunk): an estimate",
+    "one_per_chunk": "the server reported no usage: one token per chunk, as the total is",
 }
 
 
@@ -69,7 +80,7 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("token_source", pa.string(), "", "how the counts were obtained: " + ", ".join(TOKEN_SOURCES)),
     Column("chunk_count", pa.int32(), "chunks", "number of streamed chunks that carried output text"),
     Column("chunk_ts_us", pa.list_(pa.int64()), _US, "per text-carrying chunk: when the kernel received the socket read that completed it (its receive stamp, see `stamp_source`); the engine's own stamp where there is none"),
-    Column("chunk_tokens", pa.list_(pa.int32()), "tokens", "per text-carrying chunk: tokens it carried; exact with token_source = continuous_usage, otherwise 1 per chunk (an estimate)"),
+    Column("chunk_tokens", pa.list_(pa.int32()), "tokens", "per text-carrying chunk: tokens it carried, obtained as `chunk_token_source` says; they add up to output_tokens but for tokens no chunk carried"),
     Column("chunk_channel", pa.list_(pa.int8()), "", "per text-carrying chunk: 0 = reasoning, 1 = content, 2 = tool"),
     Column("server_predicted_n", pa.int64(), "tokens", "llama.cpp `timings.predicted_n`, when the server sends it"),
     Column("server_predicted_ms", pa.float64(), "ms", "llama.cpp `timings.predicted_ms`, when the server sends it"),
@@ -77,6 +88,7 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("chunk_delay_us", pa.list_(pa.int32()), "µs", "per text-carrying chunk: the engine's own delay, when it got the chunk's bytes minus the kernel's receive stamp (`chunk_ts_us`); null where the chunk has no kernel stamp"),
     Column("stamp_source", pa.string(), "", "where the chunk stamps came from: `kernel` (every chunk has the kernel's receive stamp), `user` (none has: not Linux, the option refused, or the frame lookup missed; the engine's stamps then), `mixed`; null without chunks"),
     Column("connect_us", pa.int64(), "µs", "TCP connect + TLS handshake of the connection(s) this request was the first to use, when it opened one during the run; null when it used an open one (kept alive, or opened before the clock by `--preconnect`)"),
+    Column("chunk_token_source", pa.string(), "", "how `chunk_tokens` was obtained: " + ", ".join(CHUNK_TOKEN_SOURCES) + "; null without chunks"),
 )
 
 COLUMNS: tuple[Column, ...] = RUN_COLUMNS + ENGINE_COLUMNS

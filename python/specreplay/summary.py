@@ -104,7 +104,8 @@ def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> p
     `<latency>_<stat>_ms` for every latency in `LATENCIES` and stat in
     `STATS`, tps_<stat> (per-request tokens/s), output_tok_s, reasoning_tok_s,
     content_tok_s (tokens of ok requests / duration), chunks, multi_token_chunks
-    (share of chunks with a known count above 1), the client's own figures
+    (share of chunks with a known count above 1), bursts (ok requests left
+    out of TPOT, TPS and ITL: `metrics.bursts`), the client's own figures
     (`client_figures`), the server's (`servermetrics.figures.FIGURES`: NaN
     when the run scraped no metrics), the client's side of the acceptance
     cross-check, decode_chunk_tokens_mean and tokens_beyond_chunks, and under
@@ -157,6 +158,7 @@ def point_summary(point: PointAnalysis) -> dict[str, Any]:
         row[f"{kind}_tok_s"] = total / duration_s if duration_s > 0 else math.nan
     tokens = point.chunks["tokens"].dropna()
     row["chunks"] = len(point.chunks)
+    row["bursts"] = int(ok["burst"].sum()) if "burst" in ok.columns else 0
     row["multi_token_chunks"] = float((tokens > 1).mean()) if len(tokens) else math.nan
     row.update(client_figures(rows, point.chunks))
     row.update(goodput(point, duration_s))

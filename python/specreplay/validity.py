@@ -7,7 +7,7 @@ what they claim; "warning" means they do, with a caveat to read; "note" is
 how to read a figure (few samples, several tokens per chunk), which is not
 wrong and so never fails `--strict`. Warmup rows are left out of every check.
 
-The codes: reasoning_ate_budget, estimated_tokens, multi_token_chunks,
+The codes: reasoning_ate_budget, estimated_tokens, multi_token_chunks, burst_streams,
 client_saturated, engine_delay, queue_growing, error_rate, too_few_requests.
 """
 
@@ -62,6 +62,11 @@ class Thresholds:
     max_acceptance_gap: float = 0.1
     """acceptance_mismatch: the server's and the client's shares of accepted
     tokens differ by more than this (docs/results.md, "Server metrics")."""
+    burst_us_per_token: float = 50.0
+    """burst_streams: a successful request whose TPOT is below this many µs
+    (faster than 20,000 tokens/s in one stream, which no server decodes)
+    arrived in a burst and is left out of TPOT, TPS and ITL
+    (`metrics.bursts`)."""
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Thresholds:
@@ -312,6 +317,29 @@ def _multi_token_chunks(point: PointAnalysis) -> Finding | None:
     )
 
 
+def _burst_streams(point: PointAnalysis) -> Finding | None:
+    ok = point.ok_rows
+    burst = ok[ok["burst"]]
+    if burst.empty:
+        return None
+    # Their TPOT as measured, before the analysis left it out.
+    tpot = metrics.as_float(burst, "last_token_us").sub(metrics.as_float(burst, "first_token_us")) / (metrics.as_float(burst, "output_tokens") - 1)
+    e2e_share = (metrics.as_float(burst, "ttft_us") / metrics.as_float(burst, "e2e_us")).median()
+    return Finding(
+        code="burst_streams",
+        level="warning",
+        point=point.point,
+        count=len(burst),
+        message=(
+            f"{len(burst)} of {len(ok)} requests arrived in a burst: their tokens after the first came at "
+            f"{tpot.median():.3g} µs per token (median; under {point.thresholds.burst_us_per_token:g} µs, "
+            "faster than any server decodes one stream), so the server or a proxy buffered the answer and sent it at once. "
+            "They have no meaningful TPOT, TPS or ITL and are left out of those figures; "
+            f"TTFT, E2E and tokens/s keep them (their TTFT is {e2e_share:.0%} of their E2E: it holds the whole generation)."
+        ),
+    )
+
+
 def _acceptance_mismatch(point: PointAnalysis) -> Finding | None:
     row = point.summary
     output = float(metrics.as_float(point.ok_rows, "output_tokens").sum())
@@ -325,11 +353,19 @@ def _acceptance_mismatch(point: PointAnalysis) -> Finding | None:
 
 
 def _estimated_chunk_counts(ok: pd.DataFrame) -> str:
-    # Under `usage` the per-chunk counts are the total spread over the chunks.
-    estimated = int((ok["token_source"] != "continuous_usage").sum())
+    # Files written before `chunk_token_source` spread nothing: any count
+    # but continuous usage was one per chunk there.
+    if "chunk_token_source" in ok.columns:
+        estimated = int(ok["chunk_token_source"].isin(("text_length", "one_per_chunk")).sum())
+    else:
+        estimated = int((ok["token_source"] != "continuous_usage").sum())
     if not estimated:
         return ""
-    return f" The per-chunk token counts of {estimated} requests are estimated (no continuous usage stats), so their ITL/token is approximate."
+    return (
+        f" The per-chunk token counts of {estimated} requests are estimated (no continuous usage stats: "
+        "the server's count split over the chunks by their text's length), so their ITL/token is right "
+        "on average but not chunk by chunk: `replay --tokenizer tokenizer.json` counts them."
+    )
 
 
 def _too_few_requests(point: PointAnalysis) -> Finding | None:
@@ -362,6 +398,7 @@ CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
     _queue_growing,
     _estimated_tokens,
     _multi_token_chunks,
+    _burst_streams,
     _acceptance_mismatch,
     _too_few_requests,
 )

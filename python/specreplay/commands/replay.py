@@ -264,6 +264,8 @@ class ListOptionsCommand(click.Command):
 @click.option("--per-request", is_flag=True, help="Print one line per request.")
 @click.option("--strict", is_flag=True, help="Exit non-zero when a validity check finds an error or warning.")
 @click.option("--continuous-usage/--no-continuous-usage", default=True, show_default=True, help="Ask for usage on every chunk (exact tokens per chunk).")
+@click.option("--tokenizer", type=click.Path(dir_okay=False), help="A Hugging Face tokenizer.json: without continuous usage, count each chunk's tokens from its text after each point (needs the `tokenizers` package) instead of estimating them from its length.")
+@click.option("--server-tokenize", is_flag=True, default=None, help="The same with the server's own POST /tokenize (llama.cpp), asked after each point, never during one.")
 @click.option("--metrics/--no-metrics", default=True, show_default=True, help="Scrape the server's Prometheus metrics during the run (acceptance, load); kept in the results.")
 @click.option("--metrics-url", help="Where to scrape them. Default: <server root>/metrics of --url (or of the embedded simulator).")
 @click.option("--metrics-interval", type=float, default=1.0, show_default=True, help="Seconds between scrapes while a point runs (each point is also scraped at its start and end).")

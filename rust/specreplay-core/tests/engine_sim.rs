@@ -58,6 +58,7 @@ fn spec(load: LoadMode, num_requests: Option<u64>) -> RunSpec {
         retries: 0,
         seed: 1,
         server_stamps: false,
+        chunk_text: false,
         preconnect: None,
     }
 }
@@ -104,6 +105,33 @@ async fn closed_loop_returns_every_request_with_consistent_counts() {
     }
     // Looping over an 8-request trace names the laps.
     assert!(records.iter().any(|r| r.trace_id == "r3#2"));
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunk_text_is_kept_only_when_asked() {
+    let sim = start_sim().await;
+    let url = format!("http://{}/v1/chat/completions", sim.local_addr());
+    for keep in [false, true] {
+        let mut run_spec = spec(LoadMode::Concurrency { concurrency: 4 }, Some(8));
+        run_spec.chunk_text = keep;
+        let run = engine::start(
+            run_spec,
+            requests(&url, 8, None),
+            &tokio::runtime::Handle::current(),
+        )
+        .unwrap();
+        for r in drain(run).await {
+            assert!(r.error.is_none(), "{:?}", r.error);
+            assert_eq!(r.chunk_text_chars.len(), r.chunks.len());
+            let chars: u32 = r.chunk_text_chars.iter().sum();
+            assert!(chars > 0);
+            // The text is every chunk's, whole, in order: its length in
+            // characters is the chunks' sum.
+            let kept = r.chunk_text.chars().count() as u32;
+            assert_eq!(kept, if keep { chars } else { 0 });
+        }
+    }
     sim.shutdown().await;
 }
 

@@ -15,6 +15,7 @@ mod replay;
 mod runtime;
 mod served;
 mod sim;
+mod tokens;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -24,6 +25,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay::start_point, m)?)?;
     m.add_function(wrap_pyfunction!(decode::decode_response, m)?)?;
     m.add_function(wrap_pyfunction!(sim::sim_knee_rate, m)?)?;
+    m.add_function(wrap_pyfunction!(tokens::reconcile_chunk_tokens, m)?)?;
     m.add_class::<replay::EngineRun>()?;
     m.add_class::<replay::EngineProgress>()?;
     m.add_class::<arrow::ArrowBatch>()?;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use specreplay_core::engine::batch::{to_record_batch, to_record_batch_with_server_stamps};
+use specreplay_core::engine::batch::{to_record_batch_with, Extras};
 use specreplay_core::engine::request_columns::requests_from_batch;
 use specreplay_core::engine::{self, Progress, RunSpec};
 use tokio_util::sync::CancellationToken;
@@ -22,8 +22,9 @@ pub struct EngineRun {
     // Outside the mutex: `next_batch` holds it while it waits.
     progress: Arc<Progress>,
     cancel: CancellationToken,
-    /// `RunSpec::server_stamps`: batches carry `chunk_server_ts_us` too.
-    server_stamps: bool,
+    /// `RunSpec::server_stamps` and `chunk_text`: the columns batches carry
+    /// beyond the results file's.
+    extras: Extras,
 }
 
 /// The engine's live counters at one moment.
@@ -48,10 +49,13 @@ pub fn start_point(spec: &Bound<'_, PyAny>, requests: &Bound<'_, PyAny>) -> PyRe
     let spec: RunSpec = from_mapping("run spec", spec, RunSpec::validate)?;
     let batch = import_batch(requests, "requests")?;
     let prepared = requests_from_batch(&batch).map_err(Error::from)?;
-    let server_stamps = spec.server_stamps;
+    let extras = Extras {
+        server_stamps: spec.server_stamps,
+        chunk_text: spec.chunk_text,
+    };
     let run = engine::start(spec, prepared, RUNTIME.handle()).map_err(Error::from)?;
     Ok(EngineRun {
-        server_stamps,
+        extras,
         progress: run.progress_handle(),
         cancel: run.cancel_token(),
         inner: Mutex::new(Some(run)),
@@ -79,13 +83,8 @@ impl EngineRun {
         });
         match records {
             Some(records) => {
-                let batch = if self.server_stamps {
-                    to_record_batch_with_server_stamps(&records)
-                } else {
-                    to_record_batch(&records)
-                };
-                let batch =
-                    batch.map_err(|e| engine_error(format!("building a results batch: {e}")))?;
+                let batch = to_record_batch_with(&records, self.extras)
+                    .map_err(|e| engine_error(format!("building a results batch: {e}")))?;
                 Ok(Some(ArrowBatch::new(batch)))
             }
             None => Ok(None),

@@ -15,20 +15,28 @@ use arrow_schema::ArrowError;
 use super::record::{channel_code, RequestRecord, StampSource};
 
 pub fn to_record_batch(records: &[RequestRecord]) -> Result<RecordBatch, ArrowError> {
-    build(records, false)
+    to_record_batch_with(records, Extras::default())
 }
 
-/// The same columns plus a last one, `chunk_server_ts_us` (list of int64,
-/// parallel to `chunk_ts_us`): the simulator's `sim_sent_us` for each chunk,
-/// null where the chunk's event had none. Only for runs with
-/// `RunSpec::server_stamps`; it is not a results-file column.
-pub fn to_record_batch_with_server_stamps(
+/// Columns appended after the results-file ones, for a run that asked for
+/// them. None is a results-file column: Python reads them and drops them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Extras {
+    /// `chunk_server_ts_us` (list of int64, parallel to `chunk_ts_us`): the
+    /// simulator's `sim_sent_us` for each chunk, null where the chunk's
+    /// event had none (`RunSpec::server_stamps`).
+    pub server_stamps: bool,
+    /// `chunk_text` (string: every chunk's text, in chunk order) and
+    /// `chunk_text_chars` (list of int32, parallel to `chunk_ts_us`: the
+    /// characters of it each chunk carried), for a tokenizer
+    /// (`RunSpec::chunk_text`).
+    pub chunk_text: bool,
+}
+
+pub fn to_record_batch_with(
     records: &[RequestRecord],
+    extras: Extras,
 ) -> Result<RecordBatch, ArrowError> {
-    build(records, true)
-}
-
-fn build(records: &[RequestRecord], server_stamps: bool) -> Result<RecordBatch, ArrowError> {
     let n = records.len();
     let i64_col = |f: &dyn Fn(&RequestRecord) -> Option<i64>| -> ArrayRef {
         let mut b = Int64Builder::with_capacity(n);
@@ -116,8 +124,12 @@ fn build(records: &[RequestRecord], server_stamps: bool) -> Result<RecordBatch, 
             str_col(&|r| StampSource::of(&r.chunks).map(StampSource::as_str)),
         ),
         ("connect_us", i64_col(&|r| r.connect_us)),
+        (
+            "chunk_token_source",
+            str_col(&|r| r.chunk_token_source.map(|s| s.as_str())),
+        ),
     ];
-    if server_stamps {
+    if extras.server_stamps {
         let mut stamps = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
         for r in records {
             for i in 0..r.chunks.len() {
@@ -128,6 +140,23 @@ fn build(records: &[RequestRecord], server_stamps: bool) -> Result<RecordBatch, 
             stamps.append(true);
         }
         columns.push(("chunk_server_ts_us", Arc::new(stamps.finish())));
+    }
+    if extras.chunk_text {
+        let text_total: usize = records.iter().map(|r| r.chunk_text.len()).sum();
+        let mut text = StringBuilder::with_capacity(n, text_total);
+        let mut chars = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
+        for r in records {
+            text.append_value(&r.chunk_text);
+            for i in 0..r.chunks.len() {
+                let c = r.chunk_text_chars.get(i).copied().unwrap_or(0);
+                chars
+                    .values()
+                    .append_value(i32::try_from(c).unwrap_or(i32::MAX));
+            }
+            chars.append(true);
+        }
+        columns.push(("chunk_text", Arc::new(text.finish())));
+        columns.push(("chunk_text_chars", Arc::new(chars.finish())));
     }
     // Every field nullable, whatever this batch holds: batches of one run
     // must share one schema.
@@ -177,7 +206,7 @@ mod tests {
         };
         let batch = to_record_batch(&[ok, failed]).unwrap();
         assert_eq!(batch.num_rows(), 2);
-        assert_eq!(batch.num_columns(), 32);
+        assert_eq!(batch.num_columns(), 33);
         let ts = batch.column_by_name("chunk_ts_us").unwrap();
         let list = ts
             .as_any()
@@ -201,6 +230,49 @@ mod tests {
     }
 
     #[test]
+    fn chunk_text_columns_are_opt_in_and_line_up() {
+        use arrow_array::Array;
+
+        let chunk = Chunk {
+            ts_us: 10,
+            delay_us: None,
+            tokens: 1,
+            channel: Channel::Content,
+        };
+        let rows = [
+            RequestRecord {
+                chunks: vec![chunk, chunk],
+                chunk_text: "héllo world".into(),
+                chunk_text_chars: vec![5, 6],
+                ..Default::default()
+            },
+            RequestRecord::default(),
+        ];
+        assert!(to_record_batch(&rows)
+            .unwrap()
+            .column_by_name("chunk_text")
+            .is_none());
+        let extras = Extras {
+            chunk_text: true,
+            ..Extras::default()
+        };
+        let batch = to_record_batch_with(&rows, extras).unwrap();
+        let text = batch.column_by_name("chunk_text").unwrap();
+        let text = text
+            .as_any()
+            .downcast_ref::<arrow_array::StringArray>()
+            .unwrap();
+        assert_eq!((text.value(0), text.value(1)), ("héllo world", ""));
+        let chars = batch.column_by_name("chunk_text_chars").unwrap();
+        let chars = chars
+            .as_any()
+            .downcast_ref::<arrow_array::ListArray>()
+            .unwrap();
+        assert_eq!(chars.value_offsets(), &[0, 2, 2]);
+        assert_eq!(chars.values().len(), 2);
+    }
+
+    #[test]
     fn server_stamps_column_is_opt_in_and_parallel_to_the_chunks() {
         use arrow_array::Array;
 
@@ -220,11 +292,15 @@ mod tests {
             chunks: vec![chunk],
             ..Default::default()
         };
-        let batch = to_record_batch_with_server_stamps(&[stamped, unstamped]).unwrap();
-        assert_eq!(batch.num_columns(), 33);
-        assert_eq!(batch.schema().field(32).name(), "chunk_server_ts_us");
+        let extras = Extras {
+            server_stamps: true,
+            ..Extras::default()
+        };
+        let batch = to_record_batch_with(&[stamped, unstamped], extras).unwrap();
+        assert_eq!(batch.num_columns(), 34);
+        assert_eq!(batch.schema().field(33).name(), "chunk_server_ts_us");
         let list = batch
-            .column(32)
+            .column(33)
             .as_any()
             .downcast_ref::<arrow_array::ListArray>()
             .unwrap();

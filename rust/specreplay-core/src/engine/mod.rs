@@ -5,6 +5,7 @@
 //! go into an unbounded channel that the Python layer drains at its own pace.
 
 mod accounting;
+pub mod apportion;
 pub mod batch;
 pub(crate) mod http;
 pub(crate) mod net;
@@ -227,6 +228,7 @@ pub fn start(
                 retries: spec.retries,
                 cancel,
                 server_stamps: spec.server_stamps,
+                chunk_text: spec.chunk_text,
             },
             requests,
             warmup: spec.warmup,

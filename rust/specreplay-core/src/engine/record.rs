@@ -62,6 +62,31 @@ impl TokenSource {
     }
 }
 
+/// How a request's per-chunk token counts were obtained
+/// (`chunk_token_source` column). Whatever the source, they add up to the
+/// output tokens, but for tokens that made no chunk (docs/results.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkTokenSource {
+    /// The server's cumulative count on every text chunk: exact.
+    ContinuousUsage,
+    /// The server's final count split over the chunks in proportion to
+    /// their text (the count of each side, reasoning and answer, over its
+    /// own chunks when the server gave the split): an estimate.
+    TextLength,
+    /// No usage at all: one token per chunk, as the total is.
+    OnePerChunk,
+}
+
+impl ChunkTokenSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChunkTokenSource::ContinuousUsage => "continuous_usage",
+            ChunkTokenSource::TextLength => "text_length",
+            ChunkTokenSource::OnePerChunk => "one_per_chunk",
+        }
+    }
+}
+
 /// When the bytes of a read arrived: the kernel's receive stamp of the socket
 /// read that completed them when there is one, else the engine's own stamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,11 +180,20 @@ pub struct RequestRecord {
     pub content_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
     pub token_source: Option<TokenSource>,
+    /// None without chunks.
+    pub chunk_token_source: Option<ChunkTokenSource>,
     pub chunks: Vec<Chunk>,
     /// Only with `RunSpec::server_stamps`: per chunk of `chunks`, the
     /// `sim_sent_us` of the event that carried it (None if it had none).
     /// Empty otherwise.
     pub server_stamps: Vec<Option<i64>>,
+    /// Only with `RunSpec::chunk_text`: every chunk's text, in chunk order
+    /// (empty otherwise).
+    pub chunk_text: String,
+    /// Parallel to `chunks`: the characters of text each carried (the
+    /// per-chunk estimate's weights; with `chunk_text`, where each chunk's
+    /// text ends in it).
+    pub chunk_text_chars: Vec<u32>,
     pub server_predicted_n: Option<i64>,
     pub server_predicted_ms: Option<f64>,
     /// Attempts made (1 without retries).

@@ -44,6 +44,8 @@ pub struct RequestContext {
     pub cancel: CancellationToken,
     /// Keep each chunk's `sim_sent_us` (`RunSpec::server_stamps`).
     pub server_stamps: bool,
+    /// Keep each chunk's text (`RunSpec::chunk_text`).
+    pub chunk_text: bool,
 }
 
 type Failure = (ErrorKind, String);
@@ -351,12 +353,16 @@ async fn read_sse_body(
     let mut events: Vec<SseEvent> = Vec::new();
     let mut records: Vec<Record> = Vec::new();
     let server_stamps = ctx.server_stamps;
+    let chunk_text = ctx.chunk_text;
     let mut on_events = |stamp: Stamp, events: &mut Vec<SseEvent>, account: &mut StreamAccount| {
         for event in events.drain(..) {
             records.clear();
             match decoder.decode(&event, &mut records) {
                 Ok(()) => {
                     account.on_event(stamp, &records);
+                    if chunk_text {
+                        account.keep_text(&records);
+                    }
                     if server_stamps {
                         account.stamp_new_chunks(sim_sent_us(&event.data));
                     }

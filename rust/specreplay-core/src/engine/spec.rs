@@ -47,10 +47,16 @@ pub struct RunSpec {
     /// Benchmarking aid, off by default: keep the `"sim_sent_us"` stamp that
     /// the simulator (with `send_timestamps` on) puts in every chunk, as a
     /// `chunk_server_ts_us` column appended to the batches (see
-    /// `batch::to_record_batch_with_server_stamps`). The results-file columns
+    /// `batch::Extras`). The results-file columns
     /// are unchanged; `bench/client_bench.py` compares the two clocks.
     #[serde(default)]
     pub server_stamps: bool,
+    /// Keep every chunk's text for a tokenizer to count after the point
+    /// (`replay --tokenizer`): the batches carry `chunk_text` and
+    /// `chunk_text_chars` too (`batch::Extras`). Off, the engine keeps no
+    /// text (memory per stream).
+    #[serde(default)]
+    pub chunk_text: bool,
     /// Open the connections before the clock starts, so the first requests
     /// do not pay for (or queue behind) a storm of handshakes. None: on for
     /// closed loop, off for open loop (`RunSpec::preconnections`).

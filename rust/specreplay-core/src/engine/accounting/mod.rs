@@ -1,0 +1,284 @@
+//! Turns the decoded records of one response into timestamps and token counts.
+//!
+//! Token counts come from the server whenever it reports them; chunks are
+//! counted only as a last resort, and the request records which it was
+//! (`TokenSource`). A chunk may carry several tokens (speculative decoding,
+//! stream intervals), so chunk counts are never taken for token counts when
+//! usage exists.
+//!
+//! Per-chunk counts are exact when the server reports a cumulative count on
+//! every text chunk: `usage` (vLLM, SGLang with `continuous_usage_stats`) or
+//! llama.cpp's `timings.predicted_n` (with `timings_per_token`; llama.cpp
+//! ignores `continuous_usage_stats`). Either makes the source
+//! `ContinuousUsage`. With a final count only, it is split over the chunks
+//! in proportion to their text (`apportion`), so the per-chunk counts still
+//! add up to the output tokens (`ChunkTokenSource`).
+
+use crate::decode::{Channel, Record, Timings, Usage};
+
+use super::apportion::split_by_side;
+use super::record::{Chunk, ChunkTokenSource, RequestRecord, Stamp, TokenSource};
+
+#[derive(Debug, Default)]
+pub struct StreamAccount {
+    chunks: Vec<Chunk>,
+    /// Parallel to `chunks`: the characters of text each carried, the
+    /// weights of the per-chunk estimate.
+    text_chars: Vec<u32>,
+    /// Every chunk's text in chunk order, filled only by `keep_text` (for a
+    /// tokenizer, `RunSpec::chunk_text`); `text_chars` marks the chunks.
+    text: String,
+    /// Parallel to `chunks`, filled only by `stamp_new_chunks`.
+    server_stamps: Vec<Option<i64>>,
+    first_reasoning_us: Option<i64>,
+    first_answer_us: Option<i64>,
+    usage: Usage,
+    saw_usage: bool,
+    /// Usage arrived on text-carrying events: per-chunk counts are exact.
+    continuous: bool,
+    /// The cumulative count already given to chunks.
+    counted: u64,
+    /// The latest cumulative count the server reported, on any event.
+    last_cumulative: u64,
+    timings: Option<Timings>,
+    pub finish_reason: Option<String>,
+    pub stream_error: Option<String>,
+    pub done: bool,
+}
+
+impl StreamAccount {
+    /// Accounts for the records decoded from one SSE event, all of which
+    /// arrived with the socket read stamped `stamp`.
+    pub fn on_event(&mut self, stamp: impl Into<Stamp>, records: &[Record]) {
+        let stamp = stamp.into();
+        // The channels this event carried text on, in order, with their text's length.
+        let mut channels: [(Channel, u32); 3] = [(Channel::Content, 0); 3];
+        let mut n_channels = 0;
+        let mut event_usage: Option<&Usage> = None;
+        let mut event_predicted: Option<u64> = None;
+        for record in records {
+            match record {
+                Record::Text { channel, text } if !text.is_empty() => {
+                    let chars = text.chars().count() as u32;
+                    match channels[..n_channels]
+                        .iter_mut()
+                        .find(|(c, _)| c == channel)
+                    {
+                        Some((_, n)) => *n = n.saturating_add(chars),
+                        None if n_channels < 3 => {
+                            channels[n_channels] = (*channel, chars);
+                            n_channels += 1;
+                        }
+                        None => {}
+                    }
+                }
+                Record::Text { .. } => {}
+                Record::Usage(u) => event_usage = Some(u),
+                Record::Timings(t) => {
+                    event_predicted = t.predicted_n;
+                    self.timings = Some(t.clone());
+                }
+                Record::Finish { reason } => self.finish_reason = Some(reason.clone()),
+                Record::Error { message, code } => {
+                    self.stream_error = Some(match code {
+                        Some(code) => format!("{message} [{code}]"),
+                        None => message.clone(),
+                    })
+                }
+                Record::Done => self.done = true,
+            }
+        }
+        // Tokens this event carried, when the server says so: the change in
+        // its cumulative count (usage first, llama.cpp's timings otherwise)
+        // since the last text event, so tokens that made no chunk of their
+        // own (`</think>`) count in the next chunk.
+        let mut exact_tokens: Option<u64> = None;
+        if let Some(u) = event_usage {
+            self.saw_usage = true;
+            // Later reports may omit fields an earlier one gave (Anthropic's
+            // message_delta has no input count): merge, don't replace.
+            self.usage.merge(u);
+        }
+        if let Some(c) = event_usage
+            .and_then(|u| u.completion_tokens)
+            .or(event_predicted)
+        {
+            if n_channels > 0 {
+                self.continuous = true;
+                exact_tokens = Some(c.saturating_sub(self.counted));
+                self.counted = c;
+            }
+            self.last_cumulative = c;
+        }
+        // One event rarely holds two channels (the reasoning→content
+        // boundary); each later channel takes one token, the first the rest.
+        let later = exact_tokens.map(|t| t.min(n_channels as u64 - 1));
+        for (i, &(channel, chars)) in channels[..n_channels].iter().enumerate() {
+            let tokens = match (exact_tokens, later) {
+                (Some(t), Some(l)) if i == 0 => t - l,
+                (Some(_), Some(l)) => u64::from(i as u64 <= l),
+                _ => 1,
+            };
+            self.push_chunk(stamp, tokens, channel, chars);
+        }
+    }
+
+    /// Keeps the text of an event's records, as `on_event` made them chunks:
+    /// channel by channel in order of first appearance.
+    pub fn keep_text(&mut self, records: &[Record]) {
+        let mut seen: [Option<Channel>; 3] = [None; 3];
+        for record in records {
+            let Record::Text { channel, text } = record else {
+                continue;
+            };
+            if text.is_empty() || seen.contains(&Some(*channel)) {
+                continue;
+            }
+            if let Some(slot) = seen.iter_mut().find(|s| s.is_none()) {
+                *slot = Some(*channel);
+            }
+            for r in records {
+                if let Record::Text { channel: c, text } = r {
+                    if c == channel {
+                        self.text.push_str(text);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives every chunk pushed since the last call the server's send stamp
+    /// `server_ts_us` (only used with `RunSpec::server_stamps`).
+    pub fn stamp_new_chunks(&mut self, server_ts_us: Option<i64>) {
+        self.server_stamps.resize(self.chunks.len(), server_ts_us);
+    }
+
+    fn push_chunk(&mut self, stamp: Stamp, tokens: u64, channel: Channel, chars: u32) {
+        let ts_us = stamp.ts_us;
+        match channel {
+            Channel::Reasoning => self.first_reasoning_us.get_or_insert(ts_us),
+            Channel::Content | Channel::Tool => self.first_answer_us.get_or_insert(ts_us),
+        };
+        self.chunks.push(Chunk {
+            ts_us,
+            delay_us: stamp.delay_us,
+            tokens: clamp_i32(tokens),
+            channel,
+        });
+        self.text_chars.push(chars);
+    }
+
+    /// Splits `output` over the chunks in proportion to their text: each
+    /// side over its own chunks when `reasoning` is the server's count, all
+    /// together otherwise. Returns the reasoning chunks' sum.
+    fn spread(&mut self, output: i64, reasoning: Option<i64>) -> i64 {
+        let is_reasoning: Vec<bool> = self
+            .chunks
+            .iter()
+            .map(|c| c.channel == Channel::Reasoning)
+            .collect();
+        let weights: Vec<u64> = self.text_chars.iter().map(|&c| u64::from(c)).collect();
+        let (parts, reasoning_sum) = split_by_side(
+            &weights,
+            &is_reasoning,
+            output.max(0) as u64,
+            reasoning.map(|r| r.max(0) as u64),
+        );
+        for (chunk, part) in self.chunks.iter_mut().zip(parts) {
+            chunk.tokens = clamp_i32(part);
+        }
+        reasoning_sum as i64
+    }
+
+    /// Writes timestamps and token counts into the request's record.
+    pub fn finish_into(mut self, rec: &mut RequestRecord) {
+        // Per side, reasoning and answer: the tokens the chunks carried and
+        // how many chunks there were.
+        let (mut reasoning_chunks, mut answer_chunks) = (0i64, 0i64);
+        let (mut reasoning_count, mut answer_count) = (0i64, 0i64);
+        for c in &self.chunks {
+            if c.channel == Channel::Reasoning {
+                reasoning_chunks += i64::from(c.tokens);
+                reasoning_count += 1;
+            } else {
+                answer_chunks += i64::from(c.tokens);
+                answer_count += 1;
+            }
+        }
+        let usage = std::mem::take(&mut self.usage);
+        let completion = usage.completion_tokens.map(|c| c as i64);
+        // The server's reasoning count, unless the stream contradicts it:
+        // every text chunk carried at least one token of its channel. vLLM's
+        // reasoning parsers count only tokens between a generated <think>
+        // and </think>, so when the chat template opens the think block in
+        // the prompt (DeepSeek-R1, Qwen3) it reports 0 for a whole stream of
+        // reasoning; taken at its word, that hid the budget trap.
+        let server_reasoning = usage.reasoning_tokens.map(|r| r as i64).filter(|&r| {
+            r >= reasoning_count && completion.map_or(true, |c| c - r >= answer_count)
+        });
+        let (source, reasoning, output) = match (self.continuous, completion, server_reasoning) {
+            (true, c, r) => (
+                TokenSource::ContinuousUsage,
+                r.unwrap_or(reasoning_chunks),
+                // Without a final usage report, the last cumulative count
+                // (it includes tokens that made no chunk, such as the EOS).
+                c.unwrap_or((self.last_cumulative as i64).max(reasoning_chunks + answer_chunks)),
+            ),
+            (false, Some(c), Some(r)) => (TokenSource::Usage, r, c),
+            // Only one channel was streamed: the split is known without a count.
+            (false, Some(c), None) if reasoning_count == 0 => (TokenSource::Usage, 0, c),
+            (false, Some(c), None) if answer_count == 0 => (TokenSource::Usage, c, c),
+            // Both were, with a total only: the split follows the chunks' text (below).
+            (false, Some(c), None) => (TokenSource::UsageSplitEstimated, 0, c),
+            (false, None, _) => (
+                TokenSource::Chunks,
+                reasoning_chunks,
+                reasoning_chunks + answer_chunks,
+            ),
+        };
+        let mut reasoning = reasoning.clamp(0, output.max(0));
+        // Per-chunk counts that add up to the output tokens.
+        let chunk_source = match source {
+            _ if self.chunks.is_empty() => None,
+            TokenSource::ContinuousUsage => Some(ChunkTokenSource::ContinuousUsage),
+            TokenSource::Chunks => Some(ChunkTokenSource::OnePerChunk),
+            TokenSource::Usage => {
+                self.spread(output, Some(reasoning));
+                Some(ChunkTokenSource::TextLength)
+            }
+            TokenSource::UsageSplitEstimated => {
+                reasoning = self.spread(output, None);
+                Some(ChunkTokenSource::TextLength)
+            }
+        };
+        rec.reasoning_tokens = Some(reasoning);
+        rec.content_tokens = Some(output - reasoning);
+        rec.output_tokens = Some(output);
+        rec.token_source = Some(source);
+        rec.chunk_token_source = chunk_source;
+        if self.saw_usage {
+            rec.prompt_tokens = usage.prompt_tokens.map(|p| p as i64);
+            rec.cached_tokens = usage.cached_tokens.map(|p| p as i64);
+        }
+        if let Some(t) = &self.timings {
+            rec.server_predicted_n = t.predicted_n.map(|n| n as i64);
+            rec.server_predicted_ms = t.predicted_ms;
+        }
+        rec.first_token_us = self.chunks.first().map(|c| c.ts_us);
+        rec.first_reasoning_us = self.first_reasoning_us;
+        rec.first_content_us = self.first_answer_us;
+        rec.last_token_us = self.chunks.last().map(|c| c.ts_us);
+        rec.finish_reason = self.finish_reason;
+        rec.chunks = self.chunks;
+        rec.server_stamps = self.server_stamps;
+        rec.chunk_text = self.text;
+        rec.chunk_text_chars = self.text_chars;
+    }
+}
+
+fn clamp_i32(n: u64) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests;
