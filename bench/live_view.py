@@ -9,7 +9,7 @@ repeat so a busy moment of this shared machine hits them alike.
 
 The replay is `specreplay.replay.run_replay` with `commands.replay.ConsoleHooks`,
 exactly what `specreplay replay` runs, against the simulator in its own
-process (bench/client_bench.py's `Sim`), constant arrivals, short answers.
+process (bench/bench_util.py's `Sim`), constant arrivals, short answers.
 The terminal is a rich Console forced into terminal mode that writes to
 /dev/null, so the drawing work is done and nothing is shown. Modes:
 
@@ -58,7 +58,7 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     from rich.console import Console
 
-    from client_bench import Sim  # type: ignore[import-not-found]
+    from bench_util import Sim  # type: ignore[import-not-found]
     from specreplay.commands.replay import ConsoleHooks
     from specreplay.config import ReplayConfig
     from specreplay.replay import run_replay
