@@ -173,6 +173,7 @@ def test_the_time_budget_cuts_the_search(tmp_path: Path) -> None:
     elapsed = time.monotonic() - started
     assert [s.status for s in found.steps] == [CUT], found.lines()
     assert found.low is None and found.high is None and found.stop_reason == BUDGET
+    assert found.lines()[0] == "no answer: no point finished before the time budget ran out", found.lines()
     df = specreplay.load(tmp_path / "budget.arrow")
     span_s = (df["end_us"].max() - df["scheduled_us"].min()) / 1e6
     assert span_s < budget + 0.5, span_s  # cancelled promptly past the deadline

@@ -104,7 +104,14 @@ def test_a_cut_point_gives_no_verdict() -> None:
     found = answer(steps, BUDGET)
     assert found.low is not None and found.low.rate == 20 and found.high is None
     assert "every rate tried held: the limit is above the highest one" in found.lines()
+    assert "note: rate=40 was cut short by the time budget: no verdict" in found.lines()
     assert found.lines()[-1] == "stopped: the time budget ran out"
+    # A search whose only point was cut has no answer, and says so (not that every rate held).
+    assert answer([step(40, CUT)], BUDGET).lines() == [
+        "no answer: no point finished before the time budget ran out",
+        "note: rate=40 was cut short by the time budget: no verdict",
+        "stopped: the time budget ran out",
+    ]
     search = Search(Settings(start=10))
     search.record(steps[0])
     search.record(steps[2])

@@ -199,13 +199,16 @@ class Answer:
     def lines(self, slo: Slo | None = None) -> list[str]:
         """The answer in words, one line per fact."""
         out = []
+        judged = [s for s in self.steps if s.status != CUT]
         if self.low is not None:
             out.append(f"max rate holding the SLOs: {self.low.rate:g} req/s ({self.low.label})")
+        elif judged:
+            out.append(f"no rate held the SLOs (lowest tried: {min(s.rate for s in judged):g} req/s)")
         else:
-            out.append("no rate held the SLOs" + (f" (lowest tried: {min(s.rate for s in self.steps):g} req/s)" if self.steps else ""))
+            out.append("no answer: " + ("no point finished before the time budget ran out" if self.steps else "no point ran"))
         if self.high is not None:
             out.append(f"first rate that did not hold: {self.high.rate:g} req/s ({self.high.label}) — {self.high.why(slo)}")
-        elif self.steps:
+        elif judged:
             out.append("every rate tried held: the limit is above the highest one")
         if self.low is not None and self.high is not None:
             out.append(f"bracket [{self.low.rate:g}, {self.high.rate:g}) req/s, {self.width:.1%} wide (tolerance {self.tolerance:.0%})")
@@ -214,6 +217,8 @@ class Answer:
         for step in self.steps:
             if step.status == INVALID:
                 out.append(f"note: {step.point} is an invalid measurement ({', '.join(step.invalid)}) and was not taken as held")
+            elif step.status == CUT:
+                out.append(f"note: {step.point} was {step.why()}")
         if self.stop_reason is not None:
             out.append(f"stopped: {STOP_REASONS.get(self.stop_reason, self.stop_reason)}")
         return out

@@ -423,8 +423,13 @@ def _run_point(
         return Progress(point.name, p.scheduled, p.sent, p.finished, p.failed, p.output_tokens, elapsed_s)
 
     while True:
+        wait_s = POLL_S
+        if deadline_us is not None and not cut:
+            # A wait returns only when it ends: end it at the deadline, so that
+            # the cut comes when the budget runs out, not up to POLL_S later.
+            wait_s = min(POLL_S, max(0.0, (deadline_us - _core.now_us()) / 1e6))
         try:
-            batch = run.next_batch(4096, POLL_S)
+            batch = run.next_batch(4096, wait_s)
         except KeyboardInterrupt:
             # Stop scheduling, cancel in-flight requests (they still report a
             # row), and keep draining so nothing that finished is lost.
