@@ -44,8 +44,20 @@ def test_every_token_source_is_documented(name: str) -> None:
 
 @pytest.mark.parametrize(
     "code",
-    ["reasoning_ate_budget", "estimated_tokens", "multi_token_chunks", "burst_streams", "client_saturated", "engine_delay", "error_rate",
-     "session_turns_skipped", "too_few_requests", "too_few_sessions", "acceptance_mismatch"],
+    [
+        "reasoning_ate_budget",
+        "estimated_tokens",
+        "multi_token_chunks",
+        "burst_streams",
+        "client_saturated",
+        "engine_delay",
+        "queue_growing",
+        "error_rate",
+        "session_turns_skipped",
+        "too_few_requests",
+        "too_few_sessions",
+        "acceptance_mismatch",
+    ],
 )
 def test_every_validity_code_is_documented(code: str) -> None:
     assert f"| `{code}` |" in TEXT

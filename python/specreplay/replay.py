@@ -1,6 +1,10 @@
 """Runs a replay: resolves the target, runs each sweep point on the Rust
 engine, streams finished requests into the results file, and returns them.
 
+Which points a run runs is its `Plan`: the configured sweep, in order, or a
+capacity search (`capacity.SearchPlan`) that chooses each next rate from how
+the points before it went.
+
 The engine runs on its own threads; this loop only drains finished requests
 (in columnar batches) every quarter second, and feeds the engine the next
 requests of the trace as it asks for them (`feed.Feeder`), so nothing here is
@@ -14,7 +18,8 @@ import json
 import platform
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,9 +43,13 @@ from specreplay.trace_index import TraceIndex, scan_trace
 
 if TYPE_CHECKING:
     from specreplay._core import ConcurrencyLoad, RateLoad, RunSpec, SpeedupLoad
+    from specreplay.analysis import RunAnalysis
+    from specreplay.capacity import Answer
 
 #: How long one drain waits for finished requests before reporting progress.
 POLL_S = 0.25
+#: Metadata key of what each run's capacity search found (`capacity.Answer.to_dict`).
+CAPACITY_KEY = "specreplay.capacity"
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,28 @@ class Progress:
 
 
 @dataclass
+class FinishedPoint:
+    """A point that ran: its rows as written, how far it got, and (made on
+    first use, once for everyone who reads it) its analysis."""
+
+    point: Point
+    label: str
+    rows: pa.Table
+    progress: Progress
+    interrupted: bool = False
+    cut: bool = False
+    """Cancelled when the run's time budget ran out (a capacity search's)."""
+
+    @cached_property
+    def runs(self) -> list[RunAnalysis]:
+        """`analysis.analyse` of the rows (one run; none when no row was written)."""
+        from specreplay.analysis import analyse
+        from specreplay.results import to_frame
+
+        return analyse(to_frame(self.rows)) if self.rows.num_rows else []
+
+
+@dataclass
 class RunResult:
     path: Path
     run_id: str
@@ -68,6 +99,8 @@ class RunResult:
     embedded: bool = False
     model: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    capacity: dict[str, Answer] = field(default_factory=dict)
+    """Per run label, what its capacity search found (runs that searched)."""
 
     def table(self) -> pa.Table:
         return read_table(self.path)
@@ -75,13 +108,43 @@ class RunResult:
 
 class Hooks:
     """What a front end wants to hear about while a run goes (the CLI draws a
-    progress display; the Python API stays quiet)."""
+    live view; the Python API stays quiet). `total` is None when a search
+    decides how many points there will be; `expected` is the requests the
+    point will send; `status` what its plan says about it (a search's bracket)."""
 
     def target(self, target: Target, description: str) -> None: ...
     def note(self, message: str) -> None: ...
-    def point_started(self, point: Point, index: int, total: int, label: str) -> None: ...
+    def point_started(self, point: Point, index: int, total: int | None, label: str, expected: int, status: str | None) -> None: ...
+    def rows(self, batch: pa.RecordBatch) -> None: ...
     def progress(self, progress: Progress) -> None: ...
-    def point_finished(self, point: Point, progress: Progress, rows: pa.Table) -> None: ...
+    def point_finished(self, finished: FinishedPoint) -> None: ...
+    def search_finished(self, label: str, answer: Answer, lines: list[str]) -> None: ...
+
+
+class Plan:
+    """The points of a run: the configured sweep, in order. A plan may also
+    set each point's request count, a deadline, and a status line
+    (`capacity.SearchPlan` does)."""
+
+    searching = False
+
+    def __init__(self, points: list[Point]) -> None:
+        self.points = list(points)
+
+    def next_point(self) -> Point | None:
+        return self.points.pop(0) if self.points else None
+
+    def num_requests(self, config: ReplayConfig) -> int | None:
+        return config.num_requests
+
+    @property
+    def deadline_us(self) -> float | None:
+        return None
+
+    def status(self) -> str | None:
+        return None
+
+    def finished(self, finished: FinishedPoint) -> None: ...
 
 
 def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]) -> RunSpec:
@@ -147,6 +210,7 @@ class _Run:
     points: list[Point]
     headers: list[tuple[str, str]]
     trace_sha256: str
+    plan: Plan
     target: Target | None = None
     scraper: Scraper | None = None
     tokenizer: ChunkCounter | None = None
@@ -158,7 +222,8 @@ class _Run:
         return self.config.metrics_url or metrics_url(self.target.url)
 
     def metadata(self) -> dict[str, Any]:
-        """The run's resolved configuration as stored in results files."""
+        """The run's resolved configuration as stored in results files (a
+        search's points: those run so far)."""
         out = self.config.to_metadata()
         if self.config.url is not None:
             out["url"] = redact_url(self.config.url)
@@ -181,7 +246,20 @@ def _prepare_run(config: ReplayConfig) -> _Run:
     trace = scan_trace(config.trace)
     headers = auth_headers(config, set(trace.apis))
     tokenizer = ChunkTokenizer(config.tokenizer) if config.tokenizer else None
-    return _Run(config, trace, config.points(trace.has_arrivals), headers, trace.sha256, tokenizer=tokenizer)
+    if config.find_max_rate:
+        from specreplay.capacity import SearchPlan
+
+        return _Run(config, trace, [], headers, trace.sha256, SearchPlan(config), tokenizer=tokenizer)
+    points = config.points(trace.has_arrivals)
+    return _Run(config, trace, points, headers, trace.sha256, Plan(points), tokenizer=tokenizer)
+
+
+def _runs_metadata(runs: list[_Run]) -> dict[str, str]:
+    return {
+        # The first run's configuration (the only one, unless a config file named several).
+        "specreplay.config": json.dumps(runs[0].metadata()),
+        "specreplay.runs": json.dumps([r.metadata() for r in runs]),
+    }
 
 
 def _session_note(run: _Run) -> str | None:
@@ -199,9 +277,7 @@ def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:
     return {
         "specreplay.version": _core.__version__,
         "specreplay.run_id": run_id,
-        # The first run's configuration (the only one, unless a config file named several).
-        "specreplay.config": json.dumps(first.metadata()),
-        "specreplay.runs": json.dumps([r.metadata() for r in runs]),
+        **_runs_metadata(runs),
         "specreplay.target": redact_url(target),
         "specreplay.model": (first.target.model if first.target is not None else None) or "",
         "specreplay.started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
@@ -257,25 +333,11 @@ def run_replay(
             path=output, run_id=run_id, points=[p for r in runs for p in r.points], target=redact_url(first_target.url),
             embedded=first_target.embedded is not None, model=first_target.model, metadata=metadata,
         )
+        total = None if any(r.plan.searching for r in runs) else len(result.points)
         try:
             index = 0
             for run in runs:
-                assert run.target is not None
-                model = run.target.model or run.config.model
-                for k, point in enumerate(run.points):
-                    streams = peak_streams(point.mode, point.value, run.config.max_concurrency, run.config.num_requests or run.trace.records)
-                    ensure_open_files(streams, run.target.embedded is not None)
-                    hooks.point_started(point, index, len(result.points), run.config.label)
-                    spec = _run_spec(run.config, point, run.headers)
-                    feeder = Feeder(run.trace, run.config, run.target.url, model)
-                    finished = _run_point(spec, feeder, writer, run_id, run.config.label, point, index, hooks, run.scraper, run.tokenizer)
-                    if k == 0:  # every point of a run replays the same turns: say it once
-                        for note in feeder.think.sources.notes():
-                            hooks.note(note)
-                    if not finished:
-                        result.interrupted = True
-                        break
-                    index += 1
+                index = _run_plan(run, writer, run_id, index, total, hooks, result)
                 if run.scraper is not None:
                     run.scraper.close()
                 if result.interrupted:
@@ -284,9 +346,12 @@ def run_replay(
             for run in runs:
                 if run.scraper is not None:
                     run.scraper.stop()
-            extra = {"specreplay.interrupted": json.dumps(result.interrupted)}
+            extra = {"specreplay.interrupted": json.dumps(result.interrupted), **_runs_metadata(runs)}
+            if result.capacity:
+                extra[CAPACITY_KEY] = json.dumps({label: found.to_dict() for label, found in result.capacity.items()})
             if len(samples):
                 extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
+            result.points = [p for r in runs for p in r.points]
             writer.close(extra, finalize)
             # Only once they are in the results file.
             samples.remove()
@@ -295,6 +360,43 @@ def run_replay(
         for run in runs:
             if run.target is not None:
                 run.target.close()
+
+
+def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: int | None, hooks: Hooks, result: RunResult) -> int:
+    """Runs the points of `run`'s plan from `index` on; returns the next index."""
+    assert run.target is not None
+    model = run.target.model or run.config.model
+    plan, label = run.plan, run.config.label
+    first = True
+    while (point := plan.next_point()) is not None:
+        num_requests = plan.num_requests(run.config)
+        config = run.config if num_requests == run.config.num_requests else replace(run.config, num_requests=num_requests)
+        streams = peak_streams(point.mode, point.value, config.max_concurrency, num_requests or run.trace.records)
+        ensure_open_files(streams, run.target.embedded is not None)
+        if plan.searching:
+            run.points.append(point)
+        hooks.point_started(point, index, total, label, num_requests or run.trace.records, plan.status())
+        spec = _run_spec(config, point, run.headers)
+        feeder = Feeder(run.trace, config, run.target.url, model)
+        finished = _run_point(spec, feeder, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us)
+        if first:  # every point of a run replays the same turns: say it once
+            for note in feeder.think.sources.notes():
+                hooks.note(note)
+            first = False
+        hooks.point_finished(finished)
+        plan.finished(finished)
+        index += 1
+        if finished.interrupted:
+            result.interrupted = True
+            break
+    if plan.searching:
+        from specreplay.capacity import SearchPlan
+
+        assert isinstance(plan, SearchPlan)
+        found = plan.result(interrupted=result.interrupted)
+        result.capacity[label] = found
+        hooks.search_finished(label, found, found.lines(plan.slo))
+    return index
 
 
 def _scraper(run: _Run, samples: metrics_store.SampleLog, hooks: Hooks, named: bool) -> Scraper | None:
@@ -318,20 +420,22 @@ def _run_point(
     hooks: Hooks,
     scraper: Scraper | None = None,
     tokenizer: ChunkCounter | None = None,
-) -> bool:
-    """Runs one point to the end, feeding it as it asks, bracketed by the
-    scraper's own scrapes of the server's metrics, then recounts its chunks
-    with `tokenizer` if any; False if the user interrupted it. A trace that
+    deadline_us: float | None = None,
+) -> FinishedPoint:
+    """Runs one point to the end, feeding it as it asks (or, past
+    `deadline_us`, cancels what is left of it: its rows are kept, and it is
+    marked cut), bracketed by the scraper's own scrapes of the server's
+    metrics, then recounts its chunks with `tokenizer` if any. A trace that
     turns out bad while it is fed (it changed since it was checked) cancels
     the point, keeps what finished, and raises once every row is written."""
     try:
         if scraper is not None:
             scraper.start_point(label, point.name)
     except KeyboardInterrupt:
-        return False
+        return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
     run = feeder.start(spec)
     started = _core.now_us()
-    interrupted = False
+    interrupted = cut = False
     failure: SpecreplayError | None = None
     first_row = writer.rows  # this point's rows follow in the file
     # For the tokenizer: the engine's chunk text columns, in the order written.
@@ -343,10 +447,15 @@ def _run_point(
         return Progress(point.name, p.scheduled, p.sent, p.finished, p.failed, p.output_tokens, elapsed_s)
 
     while True:
+        wait_s = POLL_S
+        if deadline_us is not None and not cut:
+            # A wait returns only when it ends: end it at the deadline, so that
+            # the cut comes when the budget runs out, not up to POLL_S later.
+            wait_s = min(POLL_S, max(0.0, (deadline_us - _core.now_us()) / 1e6))
         try:
-            if failure is None and not interrupted:
+            if failure is None and not interrupted and not cut:
                 feeder.top_up(run)
-            batch = run.next_batch(4096, POLL_S)
+            batch = run.next_batch(4096, wait_s)
         except SpecreplayError as e:
             failure = e
             run.cancel()
@@ -361,9 +470,14 @@ def _run_point(
             break
         engine_batch = pa.record_batch(batch)
         out = writer.write(engine_batch, run_id=run_id, label=label, point=point.name, point_index=index)
-        if out is not None and tokenizer is not None:
-            texts.append((engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
+        if out is not None:
+            hooks.rows(out)
+            if tokenizer is not None:
+                texts.append((engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
         hooks.progress(progress())
+        if deadline_us is not None and not cut and _core.now_us() > deadline_us:
+            cut = True
+            run.cancel()
     try:
         if scraper is not None:
             scraper.end_point()
@@ -393,8 +507,7 @@ def _run_point(
         rows = rows.replace_schema_metadata(metadata)
     if failure is not None:
         raise failure
-    hooks.point_finished(point, progress(), rows)
-    return not interrupted
+    return FinishedPoint(point, label, rows, progress(), interrupted, cut)
 
 
 def replay(trace: str, api_key: str | None = None, **options: Any) -> pa.Table:
