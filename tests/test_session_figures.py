@@ -154,7 +154,7 @@ def test_the_console_prints_the_sessions_line(make_results: MakeResults) -> None
 
     [run] = analyse(conversations(make_results, 12, turns=10, fail=frozenset({3})))
     console = Console(record=True, width=400)
-    print_summary(console, run.summary, run.findings, {p.point: p.ttft_by_turn for p in run.points})
+    print_summary(console, run.summary, run.findings, ttft_by_turn={p.point: p.ttft_by_turn for p in run.points})
     text = console.export_text()
     row = run.summary.iloc[0]
     assert "120 requests: 111 ok, 1 failed (http: 1), 8 skipped after their session failed" in text
