@@ -139,7 +139,9 @@ def simulated_run(path: Path, sim: dict[str, Any], seed: int = 1, label: str = "
     from specreplay.config import ReplayConfig
     from specreplay.replay import run_replay
 
-    config = ReplayConfig(trace=TRACE, concurrency=[SIM_CONCURRENCY], seed=seed, sim=sim, num_requests=SIM_REQUESTS + SIM_WARMUP, warmup=SIM_WARMUP, label=label, output=str(path))
+    # Requests on their own (the trace's session ids are labels): 8 always in flight.
+    config = ReplayConfig(trace=TRACE, concurrency=[SIM_CONCURRENCY], seed=seed, sim=sim, num_requests=SIM_REQUESTS + SIM_WARMUP, warmup=SIM_WARMUP,
+                          sessions="independent", label=label, output=str(path))
     run_replay(config)
     return path
 

@@ -115,8 +115,11 @@ def test_requests_cross_as_one_batch_with_the_schema_columns() -> None:
     assert "requests: body: missing column" in start_error(spec, requests().drop_columns(["body"]))
     as_text = requests().set_column(3, "body", pa.array(["{}"]))
     assert "requests: body: expected Binary, got Utf8" in start_error(spec, as_text)
-    session = requests().append_column("session_id", pa.array(["s"]))
-    assert "requests: session_id: unknown column" in start_error(spec, session)
+    unknown = requests().append_column("session", pa.array(["s"]))
+    assert "requests: session: unknown column" in start_error(spec, unknown)
+    batch = requests()
+    session = batch.set_column(batch.schema.get_field_index("session_id"), "session_id", pa.array(["s"]))
+    assert "request r0: turn_index: missing" in start_error(spec, session)
     assert "request r0: api" in start_error(spec, requests().set_column(1, "api", pa.array(["grpc"])))
 
 

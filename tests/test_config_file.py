@@ -147,6 +147,7 @@ def test_single_run_round_trip_keeps_every_field(tmp_path: Path) -> None:
         {"trace": REASONING, "rate": [2.0, 4.0], "arrival": "gamma", "burstiness": 0.5, "seed": 9, "max_tokens": 64,
          "ignore_eos": True, "extra_body": {"temperature": 0}, "headers": {"X-Team": "a"}, "label": "x",
          "sim": {"tpot_ms": 3}, "thresholds": {"max_error_rate": 0.05}, "warmup": 1, "timeout": 30.0,
+         "think_time": "exp:2", "think_time_scale": 0.5,
          "slo": {"ttft": 2000.0, "targets": ["p99 ttft < 2000"], "min_success_rate": 0.99, "ttft_token": "any"},
          "search_tolerance": 0.1, "search_budget": 60.0}
     )

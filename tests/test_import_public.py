@@ -17,7 +17,10 @@ from specreplay.cli import cli
 from specreplay.errors import TraceError
 from specreplay.importers import ImportReport, Options, import_trace
 from specreplay.shaping import body_with_prompt
+from specreplay.text import approx_tokens
 from specreplay.trace import TraceRecord, load_trace
+
+from session_walk import think_times
 
 PUBLIC = Path(__file__).resolve().parent.parent / "traces" / "public"
 MOONCAKE = PUBLIC / "mooncake-conversation-head.jsonl"
@@ -25,6 +28,7 @@ MOONCAKE_LONG = PUBLIC / "mooncake-synthetic-241-260.jsonl"
 AZURE = PUBLIC / "azure-conv-2023-head.csv"
 BURSTGPT = PUBLIC / "burstgpt-v2-sessions.csv"
 SHAREGPT = PUBLIC / "sharegpt-v3-filtered-500-head.json"
+SHAREGPT_MULTI = PUBLIC / "sharegpt-v3-multiturn.json"
 
 
 def run(fmt: str, src: Path, tmp_path: Path, **opts: object) -> tuple[list[TraceRecord], ImportReport, Path]:
@@ -189,6 +193,11 @@ def test_burstgpt_elapsed_time_is_kept_as_the_sources_response(tmp_path: Path) -
     assert first.response == {"status": 200, "end_us": 43_000_000, "prompt_tokens": 906, "completion_tokens": 446}
     assert [r.response["end_us"] for r in recs[:4] if r.response] == [43_000_000, 2_000_000, 8_000_000, 3_000_000]
     assert all(r.response is None for r in recs[4:])  # the excerpt has no Elapsed time there
+    # Replay's think time where the turn before has its end: the user's real pause.
+    got, times = think_times(recs)
+    by_id = dict(zip((r.id for r in recs), got))
+    assert (by_id["6"], by_id["8"]) == ((191 - 0 - 43) * 1_000_000, (419 - 144 - 3) * 1_000_000)
+    assert times.sources.measured == 2 and times.sources.unknown == 63
 
 
 def test_single_turn_sharegpt_is_accepted_with_its_source_ids(tmp_path: Path) -> None:
@@ -206,12 +215,29 @@ def test_single_turn_sharegpt_is_accepted_with_its_source_ids(tmp_path: Path) ->
     assert any("they ask for 128 tokens (--default-output-tokens)" in line for line in report.lines())
 
 
+def test_a_multi_turn_sharegpt_conversation_is_a_session(tmp_path: Path) -> None:
+    recs, report, _ = run("sharegpt", SHAREGPT_MULTI, tmp_path)
+    conv = json.loads(SHAREGPT_MULTI.read_text())[0]["conversations"]
+    assert [(r.id, r.session_id) for r in recs] == [
+        ("dsOTKpn_0", "dsOTKpn_0"), ("dsOTKpn_0/1", "dsOTKpn_0"), ("dsOTKpn_0/2", "dsOTKpn_0"),
+        ("aLzORDR_0", None), ("1CDVnea_0", None)]
+    roles = {"human": "user", "gpt": "assistant"}
+    for k in range(3):
+        # Turn k: the conversation up to its human message, the recorded answers as history,
+        # asking for as many tokens as the recorded answer to it.
+        assert recs[k].body["messages"] == [{"role": roles[t["from"]], "content": t["value"]} for t in conv[: 2 * k + 1]]
+        assert recs[k].expected_output_tokens == approx_tokens(conv[2 * k + 1]["value"])
+    assert report.sessions == {"dsOTKpn_0"} and report.session_requests == 3
+    first, _, _ = run("sharegpt", SHAREGPT_MULTI, tmp_path, first_turn_only=True)
+    assert [r.id for r in first] == ["dsOTKpn_0", "aLzORDR_0", "1CDVnea_0"] and not any(r.session_id for r in first)
+
+
 def test_sharegpt_is_read_a_chunk_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import specreplay.importers.rows as rows
 
-    whole, _, _ = run("sharegpt", SHAREGPT, tmp_path)
+    whole = [run("sharegpt", src, tmp_path)[0] for src in (SHAREGPT, SHAREGPT_MULTI)]
     monkeypatch.setattr(rows, "_CHUNK", 97)  # elements, strings and escapes cut at every place
-    chunked, _, _ = run("sharegpt", SHAREGPT, tmp_path)
+    chunked = [run("sharegpt", src, tmp_path)[0] for src in (SHAREGPT, SHAREGPT_MULTI)]
     assert chunked == whole
 
 

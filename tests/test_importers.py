@@ -11,11 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from specreplay.cli import cli
+from specreplay.config import ReplayConfig
 from specreplay.errors import TraceError
 from specreplay.importers import Options, import_trace, parse_timestamp_us
 from specreplay.shaping import body_with_prompt
 from specreplay.text import approx_tokens
 from specreplay.trace import TraceRecord, load_trace
+
+from session_walk import think_times
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -88,6 +91,10 @@ def test_bailian_defaults_sessions_and_block_size(tmp_path: Path) -> None:
     assert [len(x) for x in p] == [40, 16, 70, 80]
     assert p[2][:40] == p[0]  # blocks 1–3 (16 tokens each, last one partial in the first turn)
     assert p[3][:70] == p[2]
+    # Bailian records no end times: the think times are --think-time's, else 0 (said in a note).
+    assert think_times(recs)[0] == [None, None, 0, 0]
+    got, times = think_times(recs, ReplayConfig(think_time="1.5"))
+    assert got == [None, None, 1_500_000, 1_500_000] and times.sources.drawn == 2
 
 
 @pytest.mark.parametrize(
@@ -240,7 +247,7 @@ SHAREGPT = [
 
 def test_sharegpt_prompts_reference_lengths_and_source_ids(tmp_path: Path) -> None:
     src = write(tmp_path, "s.json", json.dumps(SHAREGPT, indent=2))
-    recs, report = run_import("sharegpt", src, tmp_path)
+    recs, report = run_import("sharegpt", src, tmp_path, first_turn_only=True)
     assert [r.arrival for r in recs] == [None, None, None]
     assert [r.id for r in recs] == ["QWJhYvA_0", "solo", "i6IyJda_0"]  # the source's ids
     assert [prompt_of(r) for r in recs] == ["Summarize the plot of Hamlet in three sentences.", "hello?", "Write a haiku."]
@@ -250,6 +257,61 @@ def test_sharegpt_prompts_reference_lengths_and_source_ids(tmp_path: Path) -> No
     # A conversation of one turn has no reply to take a length from: none is set.
     assert recs[1].expected_output_tokens is None and "max_tokens" not in recs[1].body
     assert report.no_output_length == 1  # type: ignore[attr-defined]
+    assert all(r.session_id is None for r in recs)
+
+
+def test_sharegpt_conversations_become_sessions_each_turn_carrying_the_conversation(tmp_path: Path) -> None:
+    src = write(tmp_path, "s.json", json.dumps(SHAREGPT, indent=2))
+    recs, report = run_import("sharegpt", src, tmp_path)
+    assert [(r.id, r.session_id) for r in recs] == [
+        ("QWJhYvA_0", "QWJhYvA_0"), ("QWJhYvA_0/1", "QWJhYvA_0"), ("solo", None), ("i6IyJda_0", None)]
+    first, second = recs[0].body["messages"], recs[1].body["messages"]
+    conv = SHAREGPT[0]["conversations"]  # type: ignore[index]
+    assert first == [{"role": "user", "content": conv[0]["value"]}]
+    # The later turn: the conversation so far, the recorded answer as history.
+    assert second == first + [{"role": "assistant", "content": conv[1]["value"]}, {"role": "user", "content": "Thanks"}]
+    assert recs[1].expected_output_tokens is None  # nothing answered "Thanks"
+    assert any("sessions: 2 requests are turns of 1 sessions" in line for line in report.lines())  # type: ignore[attr-defined]
+    # As completions, the conversation's texts joined.
+    recs, _ = run_import("sharegpt", src, tmp_path, api="completions")
+    assert recs[1].body["prompt"] == "\n\n".join(t["value"] for t in conv)
+
+
+def test_sharegpt_speakers_roles_and_broken_conversations(tmp_path: Path) -> None:
+    entries = [
+        {"id": "c", "conversations": [
+            {"from": "gpt", "value": "Hi! How can I help?"},          # nothing asked it: dropped
+            {"from": "system", "value": "Be brief."},
+            {"from": "human", "value": "One"}, {"from": "human", "value": "Two"},  # one speaker twice: joined
+            {"from": "chatgpt", "value": "A reply"},
+            {"from": "user", "value": "Three"}, {"from": "gpt", "value": "  "},   # an empty answer ends it
+            {"from": "human", "value": "Four"}, {"from": "gpt", "value": "x"},
+        ]},
+        {"id": "e", "conversations": [{"from": "human", "value": " "}, {"from": "gpt", "value": "y"}]},
+    ]
+    recs, report = run_import("sharegpt", write(tmp_path, "s.json", json.dumps(entries)), tmp_path)
+    assert [r.id for r in recs] == ["c"]  # "c/1" ended with its empty answer; "e" has an empty prompt
+    assert recs[0].body["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "One\n\nTwo"}]
+    assert recs[0].session_id == "c"  # it has two human turns, though the data kept one
+    assert report.skipped["empty prompt or reply"] == 1  # type: ignore[attr-defined]
+    bad = [{"id": "b", "conversations": [{"from": "robot", "value": "x"}]}]
+    with pytest.raises(TraceError) as err:
+        import_trace("sharegpt", write(tmp_path, "b.json", json.dumps(bad)), tmp_path / "o.jsonl")
+    assert err.value.field == "[0].conversations[0].from" and "got 'robot'" in err.value.message
+
+
+def test_sharegpt_over_limit_keeps_the_start_of_the_conversation(tmp_path: Path) -> None:
+    entry = {"id": "t", "conversations": [
+        {"from": "human", "value": "word " * 10}, {"from": "gpt", "value": "yes " * 10},
+        {"from": "human", "value": "more " * 10}, {"from": "gpt", "value": "ok"}]}
+    src = write(tmp_path, "s.json", json.dumps([entry]))
+    recs, report = run_import("sharegpt", src, tmp_path, max_prompt_tokens=25, over_limit="truncate")
+    assert [approx_tokens(" ".join(m["content"] for m in r.body["messages"])) for r in recs] == [10, 25]
+    later = recs[1].body["messages"]
+    assert later[:1] == recs[0].body["messages"] and later[1]["content"] == "yes " * 10
+    assert later[2] == {"role": "user", "content": ("more " * 5).strip()} and recs[1].approximate
+    recs, _ = run_import("sharegpt", src, tmp_path, max_prompt_tokens=25)
+    assert [r.id for r in recs] == ["t"]
 
 
 def test_sharegpt_malformed_entries_name_line_and_entry(tmp_path: Path) -> None:

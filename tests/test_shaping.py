@@ -74,8 +74,12 @@ def test_prompt_blocks_become_the_input_of_each_api() -> None:
     assert again["prompt"] == text
     seeded = PromptBlocks(tokens=600, block_size=512, hash_ids=[4, 9], seed=3)
     assert body_with_prompt(TraceRecord(id="z", api="completions", body={}, prompt_blocks=seeded))["prompt"] != text
-    sent = json.loads(prepare([TraceRecord(id="x", api="completions", body={}, prompt_blocks=pb)], ReplayConfig(trace="t"), "http://h:1", None)["body"][0].as_py())
-    assert sent["prompt"] == text
+    # Replay hands the blocks to the engine, which writes the same text where
+    # the request's body leaves its place.
+    row = prepare([TraceRecord(id="x", api="completions", body={}, prompt_blocks=pb)], ReplayConfig(trace="t"), "http://h:1", None).to_pylist()[0]
+    assert row["prompt_blocks"] == {"tokens": 600, "block_size": 512, "hash_ids": [4, 9], "seed": 0}
+    at = row["prompt_at"]
+    assert json.loads(row["body"][:at] + text.encode() + row["body"][at:])["prompt"] == text
 
 
 def test_only_the_requests_a_run_can_send_are_built() -> None:

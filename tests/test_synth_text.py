@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from specreplay.cli import cli
 from specreplay.errors import ConfigError
 from specreplay.importers import Options, import_trace
-from specreplay.synth import Dist, SynthConfig, synthesize
+from specreplay.distributions import Dist
+from specreplay.synth import SynthConfig, synthesize
 from specreplay.text import FILLER, PromptMaker, Redactor, Tokenizer, approx_tokens
 from specreplay.trace import load_trace
 
@@ -101,7 +102,7 @@ def test_synth_single_turn_rate_and_prefix_groups() -> None:
 
 
 def test_synth_multi_turn_sessions_carry_the_conversation() -> None:
-    recs = synthesize(SynthConfig(num_requests=30, rate=2.0, turns="3", think_time=1.0, input_len="20", output_len="10", seed=1))
+    recs = synthesize(SynthConfig(num_requests=30, rate=2.0, turns="3", think_time="exp:1", input_len="20", output_len="10", seed=1))
     by_session: dict[str, list[list[dict[str, str]]]] = {}
     for r in recs:
         assert r.session_id is not None

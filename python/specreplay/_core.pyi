@@ -17,7 +17,7 @@ from typing import ClassVar, Literal, Protocol, final, type_check_only
 
 from typing_extensions import NotRequired, Self, TypedDict, disjoint_base
 
-from specreplay.config import Arrival
+from specreplay.config import Arrival, SessionMode
 from specreplay.errors import ConfigError as ConfigError
 from specreplay.errors import EngineError as EngineError
 from specreplay.errors import SpecreplayError as SpecreplayError
@@ -73,6 +73,8 @@ class RunSpec(TypedDict):
     server_stamps: NotRequired[bool]
     chunk_text: NotRequired[bool]
     preconnect: NotRequired[bool | None]
+    sessions: NotRequired[SessionMode]
+    live_history: NotRequired[bool]
 
 @type_check_only
 class SimConfig(TypedDict, total=False):
@@ -117,6 +119,7 @@ class ProxyConfig(TypedDict):
     upstream: str
     drain_s: NotRequired[float]
     apis: NotRequired[dict[str, str]]
+    session_header: NotRequired[str | None]
 
 # --- rows ---------------------------------------------------------------------------
 
@@ -159,9 +162,20 @@ class EngineRun:
     def next_batch(self, max_rows: int = 4096, wait_s: float = 0.25) -> ArrowBatch | None: ...
     def progress(self) -> EngineProgress: ...
     def cancel(self) -> None: ...
+    def feed(self, requests: ArrowArrayExportable) -> None:
+        """More requests of a point started with `feed=True`, in order (a
+        session's turns together, in one batch)."""
+    def wants_more(self) -> bool:
+        """Whether the point wants more requests fed now (its look-ahead is not full)."""
+    def end_lap(self) -> None:
+        """The trace's next pass begins: what is fed from now on is its next lap."""
+    def end_feed(self) -> None:
+        """Nothing more will be fed."""
 
-def start_point(spec: RunSpec, requests: ArrowArrayExportable) -> EngineRun:
-    """Starts a point: `requests` has the columns of `schema.REQUEST_COLUMNS`."""
+def start_point(spec: RunSpec, requests: ArrowArrayExportable, feed: bool = False) -> EngineRun:
+    """Starts a point: `requests` has the columns of `schema.REQUEST_COLUMNS`:
+    all of its requests (looped over for more), or with `feed` the first ones
+    (more through `EngineRun.feed`)."""
 
 # --- prompts -------------------------------------------------------------------------
 
@@ -262,6 +276,9 @@ class CapturedRequest:
     def body(self) -> bytes: ...
     @property
     def error(self) -> str | None: ...
+    @property
+    def session(self) -> str | None:
+        """The value of the configured session header, when the request has it."""
 
 @final
 class CapturedResponse(ResponseCounts):
@@ -275,6 +292,9 @@ class CapturedResponse(ResponseCounts):
     def ttfb_us(self) -> int | None: ...
     @property
     def end_us(self) -> int: ...
+    @property
+    def answer(self) -> str | None:
+        """The answer's text (content, then tool-call arguments); never written."""
 
 @final
 class CaptureProxy(BackgroundServer):

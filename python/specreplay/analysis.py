@@ -13,6 +13,8 @@ derived parts made on first use, then kept):
 - `chunks`: the chunk frame of the successful requests (`metrics.chunks`),
   a burst's gaps NaN, and the ITL samples drawn from it, `itl_chunk_us`
   and `itl_token_us`;
+- `sessions` (one row per session) and `ttft_by_turn`: the point's sessions
+  (`session_figures`);
 - `summary`: the point's summary row (`summary.point_summary`);
 - `findings`: what the validity checks found (`validity.point_findings`),
   under the run's own thresholds and `max_tokens`;
@@ -35,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specreplay import metrics, summary, validity
+from specreplay import metrics, session_figures, summary, validity
 from specreplay.results import config_points, run_config_of
 from specreplay.slo import Slo, TargetVerdict, met, request_values, verdicts
 from specreplay.servermetrics import figures as server_figures
@@ -83,6 +85,19 @@ class PointAnalysis:
     @cached_property
     def itl_token_us(self) -> np.ndarray:
         return metrics.itl_per_token(self.chunks)
+
+    @cached_property
+    def sessions(self) -> pd.DataFrame:
+        return session_figures.per_session(self.rows, self.ok)
+
+    @cached_property
+    def ttft_by_turn(self) -> pd.DataFrame:
+        return session_figures.ttft_by_turn(self.rows, self.ok)
+
+    @cached_property
+    def skipped(self) -> np.ndarray:
+        """Per row of `rows`: a turn not sent because an earlier turn of its session failed."""
+        return session_figures.skipped_mask(self.rows)
 
     @cached_property
     def server(self) -> dict[str, Any]:

@@ -14,13 +14,15 @@ its body is read (`_core.CapturedRequest`: which API it is, by the paths of
 (`_core.CapturedResponse`: status, times, the server's usage and finish
 reason, decoded in the core from the bytes that went through, on this
 module's thread). This module turns them into trace records, appended and
-flushed. Records are therefore written in the order requests *end*; a clean
+flushed, each with the session it belongs to (`conversations`: the client's
+session header, or the conversation its messages continue). Records are therefore written in the order requests *end*; a clean
 stop rewrites the file in arrival order, as the trace format requires (a
 capture killed before that is sorted by `specreplay import capture FILE`).
 
 Never written (and never handed to Python by the proxy): request headers (so
-`Authorization`, `api-key`, `x-api-key` and cookies cannot leak), the query
-string. Never written: response text. With `redact`, message text becomes
+`Authorization`, `api-key`, `x-api-key` and cookies cannot leak) but the
+session header, the query string. Never written: response text (its answer
+is handed over to find the next turn, and kept only as a hash). With `redact`, message text becomes
 filler of the same approximate token length (`specreplay.text.Redactor`).
 """
 
@@ -38,6 +40,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specreplay import _core
+from specreplay.conversations import ConversationFinder
 from specreplay.errors import ConfigError
 from specreplay.shaping import redact_url
 from specreplay.text import Redactor
@@ -70,30 +73,44 @@ def parse_listen(value: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1"), n
 
 
+#: The request header whose value names a session, unless told otherwise.
+SESSION_HEADER = "x-session-id"
+
+
 @dataclass
 class CaptureStats:
     recorded: int = 0
     passed_through: int = 0
     errors: int = 0
     output: str = ""
+    #: Distinct sessions among the recorded requests, and the requests that
+    #: continued one (a later turn).
+    sessions: int = 0
+    later_turns: int = 0
+    #: Requests found to continue an earlier one by its answer, or (the
+    #: client changed the answer) by its messages alone (`conversations`).
+    by_answer: int = 0
+    by_messages: int = 0
 
     def summary(self) -> str:
         extra = f", {self.passed_through} other requests forwarded unrecorded" if self.passed_through else ""
         errs = f" ({self.errors} ended in an error)" if self.errors else ""
-        return f"captured {self.recorded} requests{errs} into {self.output}{extra}"
+        turns = f" in {self.sessions} sessions ({self.later_turns} later turns)" if self.later_turns else ""
+        return f"captured {self.recorded} requests{errs}{turns} into {self.output}{extra}"
 
 
 class _Pending:
     """What the recorder knows about one recorded request while it runs."""
 
-    __slots__ = ("seq", "api", "path", "body", "arrival_us")
+    __slots__ = ("seq", "api", "path", "body", "arrival_us", "session")
 
-    def __init__(self, seq: int, api: str, path: str, body: dict[str, Any], arrival_us: int) -> None:
+    def __init__(self, seq: int, api: str, path: str, body: dict[str, Any], arrival_us: int, session: str | None) -> None:
         self.seq = seq
         self.api = api
         self.path = path
         self.body = body
         self.arrival_us = arrival_us
+        self.session = session
 
 
 class CaptureProxy:
@@ -113,8 +130,10 @@ class CaptureProxy:
         redact: bool = False,
         max_requests: int | None = None,
         drain_s: float = 10.0,
+        session_header: str = SESSION_HEADER,
     ) -> None:
         self.origin, self.prefix = split_upstream(upstream)
+        self.session_header = session_header
         self.upstream = upstream
         self.output = Path(output)
         self.host = host
@@ -128,6 +147,8 @@ class CaptureProxy:
         self._file: Any = None
         self._proxy: _core.CaptureProxy | None = None
         self._pending: dict[int, _Pending] = {}
+        self._conversations = ConversationFinder()
+        self._sessions: set[str] = set()
         self._stopped = threading.Event()
 
     # --- life cycle ---------------------------------------------------------
@@ -135,7 +156,9 @@ class CaptureProxy:
     def start(self) -> None:
         apis = {api: path for api, (path, _) in APIS.items()}
         self._proxy = _core.CaptureProxy(
-            {"upstream": self.origin + self.prefix, "drain_s": self.drain_s, "apis": apis}, self.host, self.port
+            {"upstream": self.origin + self.prefix, "drain_s": self.drain_s, "apis": apis, "session_header": self.session_header},
+            self.host,
+            self.port,
         )
         self.port = self._proxy.port
         self._file = self.output.open("w", encoding="utf-8")
@@ -178,6 +201,7 @@ class CaptureProxy:
             self._file.close()
             self._file = None
             sort_trace_file(self.output)
+        self.stats.by_answer, self.stats.by_messages = self._conversations.by_answer, self._conversations.by_messages
         return self.stats
 
     # --- recording (off the forwarding path) ----------------------------------
@@ -213,13 +237,16 @@ class CaptureProxy:
         if self._t0_us is None:
             self._t0_us = ev.arrival_us
         self._seq += 1
-        return _Pending(self._seq, api, ev.path, parsed, ev.arrival_us)
+        session = self._conversations.admit(ev.seq, api, parsed, ev.session, new_id=f"c{self._seq}")
+        return _Pending(self._seq, api, ev.path, parsed, ev.arrival_us, session)
 
     def _finish(self, p: _Pending, ev: _core.CapturedResponse) -> None:
         fields = RESPONSE_INT_FIELDS + RESPONSE_STR_FIELDS
         response: dict[str, Any] = {k: v for k in fields if (v := getattr(ev, k)) is not None}
-        if ev.status >= 400 or ev.error is not None:
+        failed = ev.status >= 400 or ev.error is not None
+        if failed:
             self.stats.errors += 1
+        self._conversations.finish(ev.seq, not failed, ev.answer)
         body = self.redactor.body(p.body) if self.redactor is not None else p.body
         default_path = "/v1" + APIS[p.api][0]
         # A request admitted before an earlier arrival whose body was still
@@ -230,6 +257,7 @@ class CaptureProxy:
             api=p.api,
             body=body,
             arrival=round(since_t0 / 1e6, 6),
+            session_id=p.session,
             expected_output_tokens=ev.completion_tokens,
             path=None if p.path == default_path else p.path,
             approximate=self.redactor is not None,
@@ -239,6 +267,12 @@ class CaptureProxy:
             self._file.write(record.to_json() + "\n")
             self._file.flush()
         self.stats.recorded += 1
+        if p.session is not None:
+            if p.session in self._sessions:
+                self.stats.later_turns += 1
+            else:
+                self._sessions.add(p.session)
+                self.stats.sessions = len(self._sessions)
         if self.max_requests is not None and self.stats.recorded >= self.max_requests:
             self.stop()
 
@@ -274,11 +308,14 @@ def run_capture(
     redact: bool = False,
     duration: float | None = None,
     max_requests: int | None = None,
+    session_header: str = SESSION_HEADER,
     on_ready: Callable[[CaptureProxy], None] | None = None,
 ) -> CaptureStats:
     """Runs the proxy in the foreground until Ctrl-C/SIGTERM, `duration` or
     `max_requests`; returns the counts (the CLI's body)."""
-    proxy = CaptureProxy(upstream, output, host=host, port=port, redact=redact, max_requests=max_requests)
+    proxy = CaptureProxy(
+        upstream, output, host=host, port=port, redact=redact, max_requests=max_requests, session_header=session_header
+    )
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):

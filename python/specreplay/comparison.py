@@ -3,8 +3,11 @@ base run, a bootstrap confidence interval for it, and a plain verdict.
 
 What is compared, per sweep point present in both runs: TTFT, TTFC, TPOT,
 ITL (per token) and E2E at p50, p90 and p99, and output tokens/s (total and
-content). The figures are exactly those of `summary.summarize` (same
-requests, same percentile definition); `change` is `run / base - 1`.
+content); and when both had sessions, the session duration at p50 and p90
+(resampled by session, `_session_rows`; `base_requests` and `requests` are
+then the completed sessions). The figures are exactly those of
+`summary.summarize` (same requests, same percentile definition); `change`
+is `run / base - 1`.
 
 **Interval.** A percentile bootstrap of `run / base - 1` over the trace's
 records: each resample draws the point's records with replacement, takes
@@ -58,7 +61,7 @@ import pandas as pd
 from specreplay import metrics
 from specreplay.analysis import PointAnalysis, RunAnalysis, analyse, by_label
 from specreplay.errors import InvalidRunError
-from specreplay.quantiles import UnitQuantiles
+from specreplay.quantiles import UnitQuantiles, weighted_quantiles
 from specreplay.results import load, partial_path, run_config_of
 from specreplay.servermetrics.compare import server_rows
 from specreplay.validity import Finding, Thresholds
@@ -353,8 +356,59 @@ def compare_runs(
             }
             for metric, name, unit, base_value, value in server_rows(base_point.summary, other_point.summary)
         ]  # fmt: skip
+        sessions = _session_rows(base_point, other_point, same_trace, resamples, _rng(seed, point + " sessions"), alpha, min_change)
+        rows += [{"base": base.name, "run": other.name, **row} for row in sessions]
     frame: pd.DataFrame = pd.DataFrame(rows, columns=list(COLUMNS))
     return frame
+
+
+#: (summary column, display name, quantile) of the session figures compared.
+SESSION_METRICS: tuple[tuple[str, str, float], ...] = (
+    ("session_duration_p50_s", "session duration p50", 0.50),
+    ("session_duration_p90_s", "session duration p90", 0.90),
+)
+
+
+def _session_rows(
+    base: PointAnalysis, other: PointAnalysis, same_trace: bool, resamples: int, rng: np.random.Generator, alpha: float, min_change: float
+) -> list[dict[str, Any]]:
+    """The session figures of a point in both runs, when both had sessions.
+    The unit of resampling is the session (its turns move together); a
+    duration counts for a completed session only. Paired as the requests
+    are: when both replayed the same trace and share most sessions."""
+    b, o = base.sessions, other.sessions
+    if b.empty or o.empty:
+        return []
+    ids_b, ids_o = [record_id(str(i)) for i in b.index], [record_id(str(i)) for i in o.index]
+    paired = same_trace and _overlap(ids_b, ids_o) >= 0.5
+    keys = list(dict.fromkeys(ids_b + ids_o)) if paired else None
+    (unit_b, n_b), (unit_o, n_o) = _units(ids_b, keys), _units(ids_o, keys)
+    draws_b = _draw(rng, n_b, resamples)
+    draws_o = draws_b if paired else _draw(rng, n_o, resamples)
+    qs = [q for _, _, q in SESSION_METRICS]
+
+    def resampled(sessions: pd.DataFrame, unit: np.ndarray, draws: np.ndarray) -> np.ndarray:
+        done = sessions["completed"].to_numpy(dtype=bool)
+        values = sessions["duration_s"].to_numpy(dtype="float64")[done]
+        order = np.argsort(values, kind="stable")
+        return weighted_quantiles(values[order], draws[:, unit[done][order]], qs)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = resampled(o, unit_o, draws_o) / resampled(b, unit_b, draws_b)
+    done_b, done_o = int(b["completed"].sum()), int(o["completed"].sum())
+    out = []
+    for i, (metric, name, q) in enumerate(SESSION_METRICS):
+        base_value, value = float(base.summary[metric]), float(other.summary[metric])
+        change = value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan
+        r = ratios[i][np.isfinite(ratios[i])]
+        low = high = math.nan
+        if not math.isnan(change) and len(r) >= resamples / 2:
+            low, high = (float(x) - 1 for x in np.quantile(r, [alpha, 1 - alpha]))
+        enough = q < 0.9 or min(done_b, done_o) >= base.thresholds.min_sessions_p90
+        out.append({"point": base.point, "metric": metric, "name": name, "unit": "s", "base_value": base_value, "value": value,
+                    "change": change, "ci_low": low, "ci_high": high, "verdict": verdict(change, low, high, False, min_change, enough),
+                    "paired": paired, "base_requests": done_b, "requests": done_o})
+    return out
 
 
 def verdict(

@@ -17,12 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from specreplay._core import is_secret_header
+from specreplay.distributions import Dist
 from specreplay.errors import ConfigError
 from specreplay.slo import Slo
 
 #: Arrival processes of the open loop (the engine's `Arrival`).
 Arrival = Literal["poisson", "constant", "gamma"]
 ARRIVALS: tuple[Arrival, ...] = get_args(Arrival)
+#: How a session's turns are sent (the engine's `SessionMode`;
+#: docs/trace-format.md, "Sessions").
+SessionMode = Literal["dependent", "independent"]
+SESSION_MODES: tuple[SessionMode, ...] = get_args(SessionMode)
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,8 @@ class ReplayConfig:
     concurrency: list[int] = field(default_factory=list)
     arrival: Arrival = "poisson"
     burstiness: float = 1.0
+    sessions: SessionMode = "dependent"
+    live_history: bool = False
     seed: int = 0
     max_concurrency: int | None = None
     num_requests: int | None = None
@@ -86,6 +93,10 @@ class ReplayConfig:
     metrics_interval: float = 1.0
     sim: dict[str, Any] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=dict)
+    #: Think time of a session's later turn where the trace knows none:
+    #: fixed seconds or a distribution (`specreplay.sessions`).
+    think_time: str | None = None
+    think_time_scale: float = 1.0
     slo: dict[str, Any] = field(default_factory=dict)
     find_max_rate: bool = False
     search_tolerance: float = 0.05
@@ -145,6 +156,9 @@ class ReplayConfig:
             return [Point("speedup", 1.0)]
         raise ConfigError("this trace has no arrival times: give --rate R or --concurrency N")
 
+    def think_time_dist(self) -> Dist | None:
+        return None if self.think_time is None else Dist.parse(self.think_time, "think_time", allow_zero=True)
+
     def resolve_api_key(self, environ: Mapping[str, str] | None = None) -> None:
         """Reads the API key from the environment variable `api_key_env`."""
         env = os.environ if environ is None else environ
@@ -193,7 +207,7 @@ def _type_name(value: Any) -> str:
 
 @dataclass(frozen=True)
 class FieldSpec:
-    kind: str  # str | url | int | float | bool | list[float] | list[int] | table | str_table | slo
+    kind: str  # str | url | int | float | bool | list[float] | list[int] | table | str_table | dist | slo
     optional: bool = False
     minimum: float | None = None  # inclusive lower bound
     positive: bool = False
@@ -226,6 +240,10 @@ class FieldSpec:
                 raise ConfigError(f"{where}: expected a string, got {_type_name(value)} ({value!r})")
             self.check(where, value)
             return value
+        if kind == "dist":  # fixed seconds (a number) or a distribution (a string)
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise ConfigError(f"{where}: expected seconds or a distribution such as exp:2, got {_type_name(value)} ({value!r})")
+            return str(Dist.parse(str(value), where, allow_zero=True))
         if kind == "slo":
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: expected a table such as {{ targets = ['p99 ttft < 2000'] }}, got {_type_name(value)} ({value!r})")
@@ -258,6 +276,8 @@ class FieldSpec:
                 raise ConfigError(f"{where}: must be positive, got {value:g}")
             if self.minimum is not None and value < self.minimum:
                 raise ConfigError(f"{where}: must be at least {self.minimum:g}, got {value:g}")
+        if self.kind == "dist":
+            Dist.parse(str(value), where, allow_zero=True)
         if self.kind == "url" and not str(value).startswith(("http://", "https://")):
             raise ConfigError(f"{where}: expected an http:// or https:// URL, got {value!r}")
 
@@ -271,6 +291,8 @@ FIELDS: dict[str, FieldSpec] = {
     "concurrency": FieldSpec("list[int]", minimum=1),
     "arrival": FieldSpec("str", choices=ARRIVALS),
     "burstiness": FieldSpec("float", positive=True),
+    "sessions": FieldSpec("str", choices=SESSION_MODES),
+    "live_history": FieldSpec("bool"),
     "seed": FieldSpec("int", minimum=0),
     "max_concurrency": FieldSpec("int", optional=True, minimum=1),
     "num_requests": FieldSpec("int", optional=True, minimum=1),
@@ -295,6 +317,8 @@ FIELDS: dict[str, FieldSpec] = {
     "metrics_interval": FieldSpec("float", minimum=0.05),  # a scrape takes milliseconds of CPU: not a busy loop
     "sim": FieldSpec("table"),
     "thresholds": FieldSpec("table"),
+    "think_time": FieldSpec("dist", optional=True),
+    "think_time_scale": FieldSpec("float", minimum=0),
     "slo": FieldSpec("slo"),
     "find_max_rate": FieldSpec("bool"),
     "search_tolerance": FieldSpec("float", positive=True),

@@ -82,11 +82,14 @@ def fmt_ms(value: Any) -> str:
 
 
 def fmt_value(value: Any, unit: str) -> str:
-    """A compared figure in its unit: ms, a rate, a share (%), tokens per step, requests."""
+    """A compared figure in its unit (`comparison.COLUMNS`' `unit`): ms,
+    seconds, a rate, a share (%), tokens per step, requests."""
     if unit == "ms":
         return fmt_ms(value)
     if _missing(value):
         return MISSING
+    if unit == "s":
+        return f"{float(value):,.2f}"
     if unit == "%":
         return f"{float(value):.1%}"
     if unit in ("tok/step", "req"):
@@ -105,13 +108,18 @@ def print_summary(
     findings: Sequence[Finding] = (),
     slo: Slo | None = None,
     verdicts: Mapping[str, Sequence[TargetVerdict]] | None = None,
+    ttft_by_turn: Mapping[str, pd.DataFrame] | None = None,
 ) -> None:
     """Per sweep point of a `summary.summarize` frame: a heading line (counts,
     duration, rates), a table of latencies in ms, a throughput line, with
-    `slo` its goodput and the `verdicts` on its targets (by point), and the
+    `slo` its goodput and the `verdicts` on its targets (by point), a
+    sessions line when the point had sessions (with the point's TTFT by turn
+    index from `ttft_by_turn`, by point name, when given), and the
     `findings` on that point (those whose `point` is the row's), if any."""
     for _, row in summary.iterrows():
         console.print(Text(_point_heading(row), style="bold"))
+        if int(row.get("sessions", 0) or 0):
+            console.print(Text(_sessions_line(row, (ttft_by_turn or {}).get(str(row["point"])))))
         console.print(_latency_table(row))
         throughput = (
             f"  output {fmt_rate(row['output_tok_s'])} tok/s "
@@ -147,6 +155,28 @@ def _client_line(row: pd.Series) -> str:
         parts.append(
             f"{int(row['connected'])} requests connected: p50 {fmt_ms(row['connect_p50_ms'])} / p99 {fmt_ms(row['connect_p99_ms'])} ms"
         )
+    return "  ·  ".join(parts)
+
+
+#: Turn indices printed on the sessions line; the report charts them all.
+TURNS_SHOWN = 8
+
+
+def _sessions_line(row: pd.Series, by_turn: pd.DataFrame | None) -> str:
+    """`sessions 16: 16 completed · 3.5 turns each · duration p50 4.21 s, p90
+    6.02 s · TTFT p50 by turn: 0: 105 · 1: 98.1 · 2: 97.4 ms`."""
+    def seconds(value: Any) -> str:
+        return MISSING if _missing(value) else f"{float(value):.2f} s"
+
+    parts = [
+        f"  sessions {int(row['sessions'])}: {int(row['sessions_completed'])} completed",
+        f"{float(row['turns_per_session']):.1f} turns each",
+        f"duration p50 {seconds(row['session_duration_p50_s'])}, p90 {seconds(row['session_duration_p90_s'])}",
+    ]
+    if by_turn is not None and len(by_turn):
+        shown = [f"{turn}: {fmt_ms(ttft)}" for turn, ttft in by_turn["ttft_p50_ms"].head(TURNS_SHOWN).items()]
+        more = f" … ({len(by_turn) - TURNS_SHOWN} more)" if len(by_turn) > TURNS_SHOWN else ""
+        parts.append("TTFT p50 by turn: " + " · ".join(shown) + " ms" + more)
     return "  ·  ".join(parts)
 
 
@@ -271,10 +301,12 @@ def _point_heading(row: pd.Series) -> str:
     name = str(row["point"])
     if "label" in row.index and not _missing(row["label"]):
         name = f"{row['label']} · {name}"
+    skipped = int(row.get("skipped", 0) or 0)
     parts = [
         name,
         f"{int(row['requests'])} requests: {int(row['ok'])} ok, {int(row['failed'])} failed"
-        + (f" ({row['errors_by_kind']})" if row.get("errors_by_kind") else ""),
+        + (f" ({row['errors_by_kind']})" if row.get("errors_by_kind") else "")
+        + (f", {skipped} skipped after their session failed" if skipped else ""),
         MISSING if _missing(row["duration_s"]) else f"{float(row['duration_s']):.1f} s",
     ]
     if not _missing(row["target_rate_rps"]):
@@ -374,6 +406,11 @@ def _print_header(console: Console, findings: list[Finding]) -> None:
 VERDICT_STYLES: dict[str, str] = {"faster": "bold green", "slower": "bold red", "no significant difference": "dim", "n/a": "dim"}
 
 
+def figure_name(row: pd.Series) -> str:
+    """A compared figure's name, with its unit when it is a time: `TTFT p50 ms`."""
+    return f"{row['name']} {row['unit']}" if row["unit"] in ("ms", "s") else str(row["name"])
+
+
 def fmt_change(value: Any) -> str:
     """A relative change as a signed percentage: +12.3%, −4.0%."""
     return MISSING if _missing(value) else f"{float(value):+.1%}"
@@ -397,12 +434,11 @@ def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 
         table.add_column(f"{confidence:.0%} CI", justify="right")
         table.add_column("verdict")
         for _, row in rows.iterrows():
-            unit = str(row["unit"])
             interval = MISSING if _missing(row["ci_low"]) else f"[{fmt_change(row['ci_low'])}, {fmt_change(row['ci_high'])}]"
             table.add_row(
-                f"{row['name']} ms" if unit == "ms" else str(row["name"]),
-                fmt_value(row["base_value"], unit),
-                fmt_value(row["value"], unit),
+                figure_name(row),
+                fmt_value(row["base_value"], row["unit"]),
+                fmt_value(row["value"], row["unit"]),
                 fmt_change(row["change"]),
                 interval,
                 Text(str(row["verdict"]), style=VERDICT_STYLES.get(str(row["verdict"]), "")),

@@ -6,8 +6,9 @@ capacity search (`capacity.SearchPlan`) that chooses each next rate from how
 the points before it went.
 
 The engine runs on its own threads; this loop only drains finished requests
-(in columnar batches) every quarter second, so nothing here is on the
-measurement path.
+(in columnar batches) every quarter second, and feeds the engine the next
+requests of the trace as it asks for them (`feed.Feeder`), so nothing here is
+on the measurement path.
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ import pyarrow.compute as pc
 from specreplay import _core
 from specreplay.chunk_tokenizer import ChunkCounter, ChunkTokenizer, recount
 from specreplay.config import Point, ReplayConfig
-from specreplay.errors import ConfigError
+from specreplay.errors import ConfigError, SpecreplayError
+from specreplay.feed import Feeder
 from specreplay.limits import ensure_open_files, peak_streams
 from specreplay.results import ResultsWriter, read_table
 from specreplay.server_tokenize import ServerTokenizer
 from specreplay.servermetrics import store as metrics_store
 from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
-from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url
+from specreplay.shaping import auth_headers, base_url, body_with_prompt, redact_url
 from specreplay.target import Target, preflight, probe_usage, start_embedded
-from specreplay.trace import APIS, Trace, load_trace
+from specreplay.trace import APIS
+from specreplay.trace_index import TraceIndex, scan_trace
 
 if TYPE_CHECKING:
     from specreplay._core import ConcurrencyLoad, RateLoad, RunSpec, SpeedupLoad
@@ -165,19 +168,20 @@ def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]
         "retries": config.retries,
         "seed": config.seed,
         "preconnect": config.preconnect,
+        "sessions": config.sessions,
+        "live_history": config.live_history,
         "chunk_text": config.tokenizer is not None or config.server_tokenize,
     }
 
 
-def _resolve_target(config: ReplayConfig, trace: Trace, headers: list[tuple[str, str]]) -> Target:
+def _resolve_target(config: ReplayConfig, trace: TraceIndex, headers: list[tuple[str, str]]) -> Target:
     if config.url is None:
         return start_embedded(config.seed, config.sim)
-    trace_has_models = all("model" in r.body for r in trace.records)
-    return preflight(config.url, config.model, headers, trace_has_models)
+    return preflight(config.url, config.model, headers, trace.all_have_model)
 
 
-def _probe_continuous_usage(config: ReplayConfig, trace: Trace, target: Target, headers: list[tuple[str, str]], hooks: Hooks) -> None:
-    first = next((r for r in trace.records if r.api in ("chat", "completions")), None)
+def _probe_continuous_usage(config: ReplayConfig, trace: TraceIndex, target: Target, headers: list[tuple[str, str]], hooks: Hooks) -> None:
+    first = trace.probe
     if first is None:
         return
     url = base_url(target.url) + APIS[first.api][0]
@@ -202,7 +206,7 @@ class _Run:
     """One run of a benchmark (a config file may hold several), resolved."""
 
     config: ReplayConfig
-    trace: Trace
+    trace: TraceIndex
     points: list[Point]
     headers: list[tuple[str, str]]
     trace_sha256: str
@@ -239,8 +243,8 @@ class _Run:
 
 def _prepare_run(config: ReplayConfig) -> _Run:
     config.validate()
-    trace = load_trace(config.trace)
-    headers = auth_headers(config, {r.api for r in trace.records})
+    trace = scan_trace(config.trace)
+    headers = auth_headers(config, set(trace.apis))
     tokenizer = ChunkTokenizer(config.tokenizer) if config.tokenizer else None
     if config.find_max_rate:
         from specreplay.capacity import SearchPlan
@@ -256,6 +260,15 @@ def _runs_metadata(runs: list[_Run]) -> dict[str, str]:
         "specreplay.config": json.dumps(runs[0].metadata()),
         "specreplay.runs": json.dumps([r.metadata() for r in runs]),
     }
+
+
+def _session_note(run: _Run) -> str | None:
+    """What the user should know about how this run treats sessions."""
+    config, trace = run.config, run.trace
+    if config.live_history and (config.sessions == "independent" or not trace.has_sessions):
+        why = "--sessions independent" if trace.has_sessions else "the trace has no sessions"
+        return f"--live-history does nothing here: {why} (it replaces the answers in a dependent session's later turns)"
+    return None
 
 
 def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:
@@ -306,6 +319,9 @@ def run_replay(
                 run.tokenizer = ServerTokenizer(run.target.url, run.headers)
             if run.config.url is not None and run.config.continuous_usage:
                 _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
+            note = _session_note(run)
+            if note is not None:
+                hooks.note(note)
         metadata = _file_metadata(runs, run_id)
         writer = ResultsWriter(output, metadata)
         samples = metrics_store.SampleLog(output)
@@ -350,18 +366,23 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
     """Runs the points of `run`'s plan from `index` on; returns the next index."""
     assert run.target is not None
     model = run.target.model or run.config.model
-    requests = prepare(run.trace.records, run.config, run.target.url, model)
     plan, label = run.plan, run.config.label
+    first = True
     while (point := plan.next_point()) is not None:
         num_requests = plan.num_requests(run.config)
         config = run.config if num_requests == run.config.num_requests else replace(run.config, num_requests=num_requests)
-        streams = peak_streams(point.mode, point.value, config.max_concurrency, num_requests or requests.num_rows)
+        streams = peak_streams(point.mode, point.value, config.max_concurrency, num_requests or run.trace.records)
         ensure_open_files(streams, run.target.embedded is not None)
         if plan.searching:
             run.points.append(point)
-        hooks.point_started(point, index, total, label, num_requests or requests.num_rows, plan.status())
+        hooks.point_started(point, index, total, label, num_requests or run.trace.records, plan.status())
         spec = _run_spec(config, point, run.headers)
-        finished = _run_point(spec, requests, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us)
+        feeder = Feeder(run.trace, config, run.target.url, model)
+        finished = _run_point(spec, feeder, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us)
+        if first:  # every point of a run replays the same turns: say it once
+            for note in feeder.think.sources.notes():
+                hooks.note(note)
+            first = False
         hooks.point_finished(finished)
         plan.finished(finished)
         index += 1
@@ -390,7 +411,7 @@ def _scraper(run: _Run, samples: metrics_store.SampleLog, hooks: Hooks, named: b
 
 def _run_point(
     spec: RunSpec,
-    requests: pa.RecordBatch,
+    feeder: Feeder,
     writer: ResultsWriter,
     run_id: str,
     label: str,
@@ -401,20 +422,23 @@ def _run_point(
     tokenizer: ChunkCounter | None = None,
     deadline_us: float | None = None,
 ) -> FinishedPoint:
-    """Runs one point to the end (or, past `deadline_us`, cancels what is
-    left of it: its rows are kept, and it is marked cut), bracketed by the
-    scraper's own scrapes of the server's metrics, then recounts its chunks
-    with `tokenizer` if any."""
+    """Runs one point to the end, feeding it as it asks (or, past
+    `deadline_us`, cancels what is left of it: its rows are kept, and it is
+    marked cut), bracketed by the scraper's own scrapes of the server's
+    metrics, then recounts its chunks with `tokenizer` if any. A trace that
+    turns out bad while it is fed (it changed since it was checked) cancels
+    the point, keeps what finished, and raises once every row is written."""
     try:
         if scraper is not None:
             scraper.start_point(label, point.name)
     except KeyboardInterrupt:
         return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
-    run = _core.start_point(spec, requests)
+    run = feeder.start(spec)
     started = _core.now_us()
     interrupted = cut = False
-    written: list[pa.RecordBatch] = []  # this point's rows, as in the file
-    # For the tokenizer, per written batch: the engine's chunk text columns.
+    failure: SpecreplayError | None = None
+    first_row = writer.rows  # this point's rows follow in the file
+    # For the tokenizer: the engine's chunk text columns, in the order written.
     texts: list[tuple[pa.Array, pa.Array]] = []
 
     def progress() -> Progress:
@@ -429,7 +453,13 @@ def _run_point(
             # the cut comes when the budget runs out, not up to POLL_S later.
             wait_s = min(POLL_S, max(0.0, (deadline_us - _core.now_us()) / 1e6))
         try:
+            if failure is None and not interrupted and not cut:
+                feeder.top_up(run)
             batch = run.next_batch(4096, wait_s)
+        except SpecreplayError as e:
+            failure = e
+            run.cancel()
+            continue
         except KeyboardInterrupt:
             # Stop scheduling, cancel in-flight requests (they still report a
             # row), and keep draining so nothing that finished is lost.
@@ -441,7 +471,6 @@ def _run_point(
         engine_batch = pa.record_batch(batch)
         out = writer.write(engine_batch, run_id=run_id, label=label, point=point.name, point_index=index)
         if out is not None:
-            written.append(out)
             hooks.rows(out)
             if tokenizer is not None:
                 texts.append((engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
@@ -457,20 +486,27 @@ def _run_point(
     if tokenizer is not None:
         # Between points, off the measurement path. The partial file keeps
         # the engine's estimate; the final file gets the recount.
-        for i, (text, chars) in enumerate(texts):
-            recounted = recount(tokenizer, written[i], text, chars)
-            writer.replace(written[i], recounted)
-            written[i] = recounted
+        if texts:
+            # Batch by batch as the engine handed them over (the writer has
+            # compacted its copies: they are sliced back out of its rows).
+            mine, start, recounted = writer.table(first_row), 0, []
+            for text, chars in texts:
+                (rows,) = mine.slice(start, len(text)).combine_chunks().to_batches()
+                recounted.append(recount(tokenizer, rows, text, chars))
+                start += len(text)
+            writer.replace_from(first_row, pa.Table.from_batches(recounted, schema=writer.schema))
         texts.clear()
         if tokenizer.failure:
             hooks.note(f"the chunks could not be counted: {tokenizer.failure}; the rows keep the estimate from the chunks' text")
-    rows = pa.Table.from_batches(written, schema=writer.schema)
+    rows = writer.table(first_row)
     if scraper is not None and len(scraper.log):
         # The point's rows as the file will hold them: with its samples.
         taken = scraper.log.table()
         mine = taken.filter(pc.and_(pc.equal(taken["label"], label), pc.equal(taken["point"], point.name)))
         metadata = {**(rows.schema.metadata or {}), metrics_store.METADATA_KEY.encode(): metrics_store.encode(mine).encode()}
         rows = rows.replace_schema_metadata(metadata)
+    if failure is not None:
+        raise failure
     return FinishedPoint(point, label, rows, progress(), interrupted, cut)
 
 

@@ -28,6 +28,11 @@ def partial_path(path: str | Path) -> Path:
     return Path(f"{path}.partial")
 
 
+#: How many of the engine's batches `ResultsWriter` keeps as they came
+#: before it copies them into one.
+COMPACT_EVERY = 256
+
+
 class ResultsWriter:
     """Appends engine batches, tagged with their run and point, to a results file."""
 
@@ -38,9 +43,13 @@ class ResultsWriter:
         self.schema = results_schema(self.metadata)
         self._sink = pa.OSFile(str(self.partial), "wb")
         self._writer = ipc.new_stream(self._sink, self.schema)
-        # Kept in memory too (the buffers are shared with what was written):
-        # summaries and the final file need every row without re-reading.
+        # Kept in memory too: summaries and the final file need every row
+        # without re-reading. The engine hands rows over as they finish, a
+        # few at a time, in buffers sized for more: kept as they come they
+        # cost some 20 KB a row (a 12,000-request point: 240 MB), so every
+        # COMPACT_EVERY of them are copied into one batch (about 0.5 KB a row).
         self._batches: list[pa.RecordBatch] = []
+        self._fresh: list[pa.RecordBatch] = []
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch, *, run_id: str, label: str, point: str, point_index: int) -> pa.RecordBatch | None:
@@ -58,22 +67,25 @@ class ResultsWriter:
         out = pa.RecordBatch.from_arrays(run_columns + engine_columns, schema=self.schema)
         self._writer.write_batch(out)
         self._sink.flush()
-        self._batches.append(out)
+        self._fresh.append(out)
+        if len(self._fresh) >= COMPACT_EVERY:
+            self._batches += pa.Table.from_batches(self._fresh, schema=self.schema).combine_chunks().to_batches()
+            self._fresh = []
         self.rows += n
         return out
 
-    def replace(self, old: pa.RecordBatch, new: pa.RecordBatch) -> None:
-        """Puts `new` in place of `old` (a batch `write` returned) in the
-        final file; the partial stream keeps `old`, as written."""
-        for i, batch in enumerate(self._batches):
-            if batch is old:
-                self._batches[i] = new
-                return
-        raise ValueError("replace: not a batch of this writer")
+    def replace_from(self, first_row: int, rows: pa.Table) -> None:
+        """Puts `rows` in place of every row from `first_row` on (as many) in
+        the final file; the partial stream keeps them as written."""
+        kept = self.table().slice(0, first_row)
+        if kept.num_rows + rows.num_rows != self.rows:
+            raise ValueError(f"replace_from: {rows.num_rows} rows for the {self.rows - first_row} from row {first_row}")
+        self._batches = kept.to_batches() + rows.to_batches()
+        self._fresh = []
 
-    def table(self) -> pa.Table:
-        """Every row written so far."""
-        return pa.Table.from_batches(self._batches, schema=self.schema)
+    def table(self, first_row: int = 0) -> pa.Table:
+        """Every row written so far (from `first_row` on)."""
+        return pa.Table.from_batches(self._batches + self._fresh, schema=self.schema).slice(first_row)
 
     def close(
         self,

@@ -42,6 +42,7 @@ class Column:
     type: pa.DataType
     unit: str
     doc: str
+    nullable: bool = True
 
 
 _US = "µs since epoch"
@@ -69,7 +70,7 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("last_token_us", pa.int64(), _US, "last chunk carrying output text"),
     Column("end_us", pa.int64(), _US, "response complete, failed or cancelled"),
     Column("http_status", pa.int32(), "", "HTTP status code; null if no response headers arrived"),
-    Column("error_kind", pa.string(), "", "null for a successful request, else one of `connect`, `http`, `stream`, `stream_error`, `decode`, `truncated`, `timeout`, `stall`, `cancelled` (docs/reliability.md)"),
+    Column("error_kind", pa.string(), "", "null for a successful request, else one of `connect`, `http`, `stream`, `stream_error`, `decode`, `truncated`, `timeout`, `stall`, `cancelled`, `skipped_after_failure` (docs/reliability.md)"),
     Column("error_message", pa.string(), "", "human-readable error detail (never contains credentials)"),
     Column("finish_reason", pa.string(), "", "the server's finish reason (stop, length, max_tokens, end_turn, …)"),
     Column("prompt_tokens", pa.int64(), "tokens", "prompt tokens as reported by the server's usage"),
@@ -88,20 +89,38 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("chunk_delay_us", pa.list_(pa.int32()), "µs", "per text-carrying chunk: the engine's own delay, when it got the chunk's bytes minus the kernel's receive stamp (`chunk_ts_us`); null where the chunk has no kernel stamp"),
     Column("stamp_source", pa.string(), "", "where the chunk stamps came from: `kernel` (every chunk has the kernel's receive stamp), `user` (none has: not Linux, the option refused, or the frame lookup missed; the engine's stamps then), `mixed`; null without chunks"),
     Column("connect_us", pa.int64(), "µs", "TCP connect + TLS handshake of the connection(s) this request was the first to use, when it opened one during the run; null when it used an open one (kept alive, or opened before the clock by `--preconnect`)"),
+    Column("session_id", pa.string(), "", "the trace record's `session_id` (with `#k` appended on the k-th loop over the trace, as `trace_id`); null for a request on its own"),
+    Column("turn_index", pa.int32(), "", "position of the request in its session, from 0, in trace order; null without a session"),
+    Column("session_turns", pa.int32(), "", "dependent sessions: how many turns the session has in this point (its turns in the trace, fewer where `--num-requests` cut it); null in independent mode and without a session"),
+    Column("predecessor_end_us", pa.int64(), _US, "dependent sessions: `end_us` of the session's previous turn (on a skipped turn, of the failed one); null for a first turn and in independent mode"),
+    Column("think_time_us", pa.int64(), "µs", "dependent sessions: the think time waited after the previous turn ended, so `scheduled_us` = `predecessor_end_us` + `think_time_us`; null for a first turn, a skipped one and in independent mode"),
     Column("chunk_token_source", pa.string(), "", "how `chunk_tokens` was obtained: " + ", ".join(CHUNK_TOKEN_SOURCES) + "; null without chunks"),
 )
 
 COLUMNS: tuple[Column, ...] = RUN_COLUMNS + ENGINE_COLUMNS
 
 # The requests of a sweep point as they cross into the engine
-# (`_core.start_point`): one record batch, one row per request, built by
-# `shaping.prepare`. Not results columns; the engine reads them by name.
+# (`_core.start_point`, `EngineRun.feed`): record batches, one row per request,
+# built by `shaping.request_rows`. Not results columns; the engine reads them
+# by name. Nullable ones may be left out of a batch.
+PROMPT_BLOCKS_TYPE = pa.struct([
+    pa.field("tokens", pa.int64(), nullable=False),
+    pa.field("block_size", pa.int64(), nullable=False),
+    pa.field("hash_ids", pa.list_(pa.uint64()), nullable=False),
+    pa.field("seed", pa.uint64(), nullable=False),
+])
 REQUEST_COLUMNS: tuple[Column, ...] = (
-    Column("trace_id", pa.string(), "", "the trace record's `id`"),
-    Column("api", pa.string(), "", "request dialect: chat, completions, responses or anthropic"),
-    Column("url", pa.string(), "", "where it is sent: the target's base URL + the API's path"),
-    Column("body", pa.binary(), "", "the JSON body as sent (shaped: streaming, usage requested, overrides)"),
-    Column("arrival_s", pa.float64(), "s", "arrival offset in the trace (0 when it has none)"),
+    Column("trace_id", pa.string(), "", "the trace record's `id`", nullable=False),
+    Column("api", pa.string(), "", "request dialect: chat, completions, responses or anthropic", nullable=False),
+    Column("url", pa.string(), "", "where it is sent: the target's base URL + the API's path", nullable=False),
+    Column("body", pa.binary(), "", "the JSON body as sent (shaped: streaming, usage requested, overrides), but for the text the engine puts in (below)", nullable=False),
+    Column("arrival_s", pa.float64(), "s", "arrival offset in the trace (0 when it has none)", nullable=False),
+    Column("session_id", pa.string(), "", "the record's `session_id`; null: a request on its own"),
+    Column("turn_index", pa.int32(), "", "position in its session, from 0, in trace order (with a session)"),
+    Column("think_time_us", pa.int64(), "µs", "dependent turns: how long after the previous turn's end to send it (`think_time.ThinkTimes`); null: at once"),
+    Column("prompt_blocks", PROMPT_BLOCKS_TYPE, "", "the record's `prompt_blocks`: the engine synthesizes the prompt's text into the body"),
+    Column("prompt_at", pa.int64(), "bytes", "with prompt_blocks: where the text goes, a byte offset between the quotes of an empty JSON string in `body`"),
+    Column("history_at", pa.list_(pa.int64()), "bytes", "live history only: element j is where the answer generated for the session's turn j goes (as `prompt_at`; null: not in this body); the recorded answers are left out of `body`"),
 )
 
 
@@ -140,7 +159,7 @@ def results_schema(metadata: dict[str, str] | None = None) -> pa.Schema:
 
 def request_schema() -> pa.Schema:
     """The schema of the requests handed to the engine."""
-    return pa.schema([pa.field(c.name, c.type, nullable=False) for c in REQUEST_COLUMNS])
+    return pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in REQUEST_COLUMNS])
 
 
 def engine_schema() -> pa.Schema:

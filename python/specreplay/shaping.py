@@ -1,11 +1,18 @@
 """Turns trace records into the requests the engine sends: the target URL for
-each API, the body with its prompt (synthesized in Rust from the record's
-`prompt_blocks` when it has them), streaming with usage requested, and the
-user's overrides (model, output budget, ignore_eos, extra body fields)."""
+each API, the body with its prompt, streaming with usage requested, and the
+user's overrides (model, output budget, ignore_eos, extra body fields).
+
+Text the engine writes into a body is left out of it here, and its place
+given instead (an empty JSON string and its byte offset): a prompt given by
+its blocks (`prompt_blocks`; the engine synthesizes the text, faster than a
+round trip through a Python string and `json.dumps`), and with live history
+the answers to a session's earlier turns (the engine has them only once the
+server has answered)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -13,7 +20,7 @@ import pyarrow as pa
 
 from specreplay import _core
 from specreplay.config import ReplayConfig
-from specreplay.schema import REQUEST_COLUMNS, request_schema
+from specreplay.schema import request_schema
 from specreplay.trace import APIS, TraceRecord
 
 #: Which body field carries the output budget, per API. Chat keeps whichever
@@ -51,20 +58,28 @@ def body_with_prompt(record: TraceRecord) -> dict[str, Any]:
     its `prompt_blocks` as one user message (chat, anthropic), `prompt`
     (completions) or `input` (responses). A copy one level deep: nested
     values are shared with the record, and must not be changed."""
-    body = dict(record.body)
     blocks = record.prompt_blocks
-    if blocks is not None:
-        text = _FILLER.text(blocks.tokens, blocks.block_size, blocks.hash_ids, blocks.seed)
-        field = APIS[record.api][1]
-        body[field] = [{"role": "user", "content": text}] if field == "messages" else text
+    if blocks is None:
+        return dict(record.body)
+    return _with_prompt(record, _FILLER.text(blocks.tokens, blocks.block_size, blocks.hash_ids, blocks.seed))
+
+
+def _with_prompt(record: TraceRecord, text: str) -> dict[str, Any]:
+    body = dict(record.body)
+    field = APIS[record.api][1]
+    body[field] = [{"role": "user", "content": text}] if field == "messages" else text
     return body
 
 
 def shape_body(record: TraceRecord, config: ReplayConfig, model: str | None) -> dict[str, Any]:
-    """The body to send for `record`. Only top-level keys are set (nested
-    values are shared with the record, and never changed here)."""
-    body = body_with_prompt(record)
-    api = record.api
+    """The body to send for `record`, prompt included. Only top-level keys
+    are set (nested values are shared with the record, and never changed
+    here)."""
+    return _shaped(body_with_prompt(record), record.api, config, model)
+
+
+def _shaped(body: dict[str, Any], api: str, config: ReplayConfig, model: str | None) -> dict[str, Any]:
+    """`body` (a copy of a record's) with replay's changes."""
     if model is not None:
         body["model"] = model
     # Measurement needs the stream: per-chunk times exist only there.
@@ -109,23 +124,146 @@ def clamp_to_budget(body: dict[str, Any], budget: int) -> None:
             body[field] = budget
 
 
+#: Where text goes: a string no recorded body holds (it has NUL characters),
+#: found in the serialized body and removed, leaving `""` and its offset.
+_PROMPT_MARK = "\x00specreplay:prompt\x00"
+
+
+def _answer_mark(turn: int) -> str:
+    return f"\x00specreplay:answer {turn}\x00"
+
+
+def _encoded(mark: str) -> bytes:
+    """How a mark appears in `json.dumps` output: between quotes, escaped."""
+    return json.dumps(mark).encode()[1:-1]
+
+
+@dataclass
+class Conversation:
+    """A session's turns as live history sees them: where the answers to the
+    earlier turns sit in each turn's messages. Turn n's messages hold turn
+    n-1's answer when they extend turn n-1's messages by an assistant message
+    with text and then more; the places found for turn n-1 hold in turn n
+    then too. Chat and anthropic messages only (a prompt given by blocks, or
+    a completions prompt, has no answer to replace)."""
+
+    previous: list[Any] | None = None
+    #: (message index, turn whose answer it is).
+    answers: list[tuple[int, int]] = field(default_factory=list)
+
+    def places(self, record: TraceRecord, turn_index: int) -> list[tuple[int, int]]:
+        messages = record.body.get("messages") if record.api in ("chat", "anthropic") else None
+        if record.prompt_blocks is not None or not isinstance(messages, list):
+            self.previous, self.answers = None, []
+            return []
+        prev = self.previous
+        if (
+            prev is not None
+            and len(messages) > len(prev) + 1
+            and _is_answer(messages[len(prev)])
+            and messages[: len(prev)] == prev
+        ):
+            self.answers = self.answers + [(len(prev), turn_index - 1)]
+        else:
+            self.answers = []
+        self.previous = messages
+        return self.answers
+
+
+def _is_answer(message: Any) -> bool:
+    return isinstance(message, dict) and message.get("role") == "assistant" and isinstance(message.get("content"), str)
+
+
+@dataclass(frozen=True)
+class SessionTurn:
+    """A request's place in its session, as the engine takes it."""
+
+    session_id: str
+    index: int
+    think_time_us: int | None = None
+    #: Live history: (message index, turn) of each earlier answer in its messages.
+    answers: list[tuple[int, int]] = field(default_factory=list)
+
+
+def request_row(record: TraceRecord, config: ReplayConfig, base: str, model: str | None, turn: SessionTurn | None = None) -> dict[str, Any]:
+    """One request as the engine takes it: a row of `schema.REQUEST_COLUMNS`
+    (`base` is the target's base URL)."""
+    blocks = record.prompt_blocks
+    body = _with_prompt(record, _PROMPT_MARK) if blocks is not None else dict(record.body)
+    answers = turn.answers if turn is not None else []
+    if answers:
+        messages = list(body["messages"])
+        for at, j in answers:
+            messages[at] = {**messages[at], "content": _answer_mark(j)}
+        body["messages"] = messages
+    raw = json.dumps(_shaped(body, record.api, config, model), ensure_ascii=False).encode()
+    marks = ([_PROMPT_MARK] if blocks is not None else []) + [_answer_mark(j) for _, j in answers]
+    raw, places = _take_marks(raw, marks)
+    prompt_at: int | None = places.pop(0) if blocks is not None else None
+    if blocks is not None and prompt_at is None:
+        # The mark was not found once (it cannot be in a valid trace's text,
+        # but never guess): the prompt's text, built here.
+        raw = json.dumps(shape_body(record, config, model), ensure_ascii=False).encode()
+        places = [None] * len(places)
+    history: list[int | None] | None = None
+    if turn is not None and answers:
+        history = [None] * turn.index
+        for (_, j), place in zip(answers, places):
+            history[j] = place
+    return {
+        "trace_id": record.id,
+        "api": record.api,
+        "url": base + APIS[record.api][0],
+        "body": raw,
+        "arrival_s": record.arrival or 0.0,
+        "session_id": turn.session_id if turn is not None else None,
+        "turn_index": turn.index if turn is not None else None,
+        "think_time_us": turn.think_time_us if turn is not None else None,
+        "prompt_blocks": None if blocks is None or prompt_at is None else {
+            "tokens": blocks.tokens, "block_size": blocks.block_size, "hash_ids": blocks.hash_ids, "seed": blocks.seed,
+        },
+        "prompt_at": prompt_at,
+        "history_at": history,
+    }
+
+
+def _take_marks(raw: bytes, marks: list[str]) -> tuple[bytes, list[int | None]]:
+    """`raw` without the marks that occur in it exactly once, and the byte
+    offset each leaves (None for one not found once)."""
+    found: list[tuple[int, int, int]] = []  # (position, length, which)
+    for k, mark in enumerate(marks):
+        encoded = _encoded(mark)
+        at = raw.find(encoded)
+        if at >= 0 and raw.find(encoded, at + 1) < 0:
+            found.append((at, len(encoded), k))
+    places: list[int | None] = [None] * len(marks)
+    if not found:
+        return raw, places
+    parts: list[bytes] = []
+    start = removed = 0
+    for at, length, k in sorted(found):
+        parts.append(raw[start:at])
+        places[k] = at - removed
+        start = at + length
+        removed += length
+    parts.append(raw[start:])
+    return b"".join(parts), places
+
+
+def request_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    """Rows of `request_row` as one batch."""
+    return pa.RecordBatch.from_pylist(rows, schema=request_schema())
+
+
 def prepare(records: list[TraceRecord], config: ReplayConfig, url: str, model: str | None) -> pa.RecordBatch:
-    """The requests to send, as the engine takes them: one row per record,
-    the columns of `schema.REQUEST_COLUMNS`. With `--num-requests N` under
-    the trace's length only the first N can be sent (the engine takes them
-    in order, warm-up included), so only they are built: a synthesized
-    prompt costs its text in memory until the request is sent."""
+    """The requests of `records`, each on its own, as one batch the engine
+    takes whole (`_core.start_point`; it loops over them for more). With
+    `--num-requests N` under their number only the first N are built.
+    Replay itself streams the trace instead (`feed.Feeder`)."""
     base = base_url(url)
-    columns: dict[str, list[Any]] = {c.name: [] for c in REQUEST_COLUMNS}
     if config.num_requests is not None:
         records = records[: config.num_requests]
-    for rec in records:
-        columns["trace_id"].append(rec.id)
-        columns["api"].append(rec.api)
-        columns["url"].append(base + APIS[rec.api][0])
-        columns["body"].append(json.dumps(shape_body(rec, config, model), ensure_ascii=False).encode())
-        columns["arrival_s"].append(rec.arrival or 0.0)
-    return pa.record_batch(list(columns.values()), schema=request_schema())
+    return request_batch([request_row(rec, config, base, model) for rec in records])
 
 
 def auth_headers(config: ReplayConfig, apis: set[str]) -> list[tuple[str, str]]:

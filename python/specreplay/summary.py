@@ -138,9 +138,12 @@ def point_summary(point: PointAnalysis) -> dict[str, Any]:
         "target_rate_rps": point.value if point.mode == "rate" else math.nan,
         "requests": len(rows),
         "ok": len(ok),
-        "failed": len(rows) - len(ok),
+        # Turns skipped after their session failed are not failures: counted apart.
+        "failed": len(rows) - len(ok) - int(point.skipped.sum()),
         # e.g. "http: 3, stall: 1": failures counted by error_kind, most first.
-        "errors_by_kind": ", ".join(f"{kind}: {n}" for kind, n in rows["error_kind"].dropna().value_counts().items()),
+        "errors_by_kind": ", ".join(
+            f"{kind}: {n}" for kind, n in rows["error_kind"][~point.skipped].dropna().value_counts().items()
+        ),
         "duration_s": duration_s,
         "achieved_rate_rps": len(ok) / duration_s if duration_s > 0 else math.nan,
         "send_rate_rps": (len(sent) - 1) / send_span_s if send_span_s > 0 else math.nan,
@@ -161,6 +164,10 @@ def point_summary(point: PointAnalysis) -> dict[str, Any]:
     row["bursts"] = int(ok["burst"].sum()) if "burst" in ok.columns else 0
     row["multi_token_chunks"] = float((tokens > 1).mean()) if len(tokens) else math.nan
     row.update(client_figures(rows, point.chunks))
+    # Imported here: session_figures takes its percentiles from this module.
+    from specreplay.session_figures import summary_of
+
+    row.update(summary_of(rows, point.sessions))
     row.update(goodput(point, duration_s))
     row.update(point.server)
     # The client's side of the acceptance cross-check (docs/results.md, "Server metrics").

@@ -1,15 +1,18 @@
 """`specreplay synth`: a synthetic trace from a few distributions.
 
 Sessions start by an arrival process at `rate` per second; each session has
-a number of turns; turn k+1 arrives an exponential think time (mean
-`think_time`) after turn k and carries the whole conversation so far (the
+a number of turns; turn k+1 carries the whole conversation so far (the
 previous prompts and, in place of the answers, filler of the expected
 output length), so a server with prefix caching sees the growth of a real
-chat. A session may belong to one of `prefix_groups` groups whose members
-all start with the same `prefix_len`-token system prompt. Lengths are drawn
-from the distributions given as `N`, `uniform:A:B`, `normal:MEAN:STD`,
-`lognormal:MEDIAN:SIGMA` or `exp:MEAN` (at least 1 token). Everything is
-deterministic under the seed.
+chat. Each later turn records its think time (`think_time`, drawn from
+the `think_time` distribution): replay waits that long after the turn
+before has ended. Its `arrival` is the turn before's plus the think time,
+as if answers took no time (what `replay --sessions independent` sends).
+A session may belong to one of `prefix_groups` groups whose members all
+start with the same `prefix_len`-token system prompt. Lengths, turns and
+think times are drawn from the distributions of `specreplay.distributions`
+(at least 1 token, at least 0 s). Everything is deterministic under the
+seed.
 """
 
 from __future__ import annotations
@@ -20,48 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specreplay.distributions import Dist
 from specreplay.errors import ConfigError
 from specreplay.text import PromptMaker, Tokenizer
 from specreplay.trace import TraceRecord
 
 ARRIVALS = ("poisson", "constant", "gamma")
-
-
-@dataclass(frozen=True)
-class Dist:
-    kind: str
-    a: float
-    b: float = 0.0
-
-    @staticmethod
-    def parse(text: str, what: str) -> Dist:
-        parts = text.strip().split(":")
-        try:
-            nums = [float(p) for p in parts[1:]] if len(parts) > 1 else [float(parts[0])]
-        except ValueError:
-            raise ConfigError(f"{what}: not a distribution: {text!r} (N, uniform:A:B, normal:MEAN:STD, lognormal:MEDIAN:SIGMA, exp:MEAN)") from None
-        kind = parts[0].lower() if len(parts) > 1 else "const"
-        arity = {"const": 1, "uniform": 2, "normal": 2, "lognormal": 2, "exp": 1}
-        if kind not in arity or len(nums) != arity[kind]:
-            raise ConfigError(f"{what}: not a distribution: {text!r} (N, uniform:A:B, normal:MEAN:STD, lognormal:MEDIAN:SIGMA, exp:MEAN)")
-        if not all(math.isfinite(n) and n >= 0 for n in nums) or (kind in ("const", "exp", "lognormal") and nums[0] <= 0):
-            raise ConfigError(f"{what}: parameters must be positive numbers, got {text!r}")
-        if kind == "uniform" and nums[1] < nums[0]:
-            raise ConfigError(f"{what}: uniform:A:B needs A ≤ B, got {text!r}")
-        return Dist(kind, nums[0], nums[1] if len(nums) > 1 else 0.0)
-
-    def draw(self, rng: random.Random) -> int:
-        if self.kind == "const":
-            x = self.a
-        elif self.kind == "uniform":
-            x = rng.uniform(self.a, self.b)
-        elif self.kind == "normal":
-            x = rng.gauss(self.a, self.b)
-        elif self.kind == "lognormal":
-            x = rng.lognormvariate(math.log(self.a), self.b)
-        else:
-            x = rng.expovariate(1.0 / self.a)
-        return max(1, int(round(x)))
 
 
 @dataclass
@@ -75,7 +42,8 @@ class SynthConfig:
     prefix_groups: int = 0
     prefix_len: int = 0
     turns: str = "1"
-    think_time: float = 5.0
+    #: Seconds between an answer and the session's next turn: a distribution.
+    think_time: str = "exp:5"
     api: str = "chat"
     model: str | None = None
     seed: int = 0
@@ -93,8 +61,6 @@ class SynthConfig:
             raise ConfigError("--prefix-groups and --prefix-len must not be negative")
         if (self.prefix_groups > 0) != (self.prefix_len > 0):
             raise ConfigError("--prefix-groups and --prefix-len go together (both positive)")
-        if not (self.think_time >= 0 and math.isfinite(self.think_time)):
-            raise ConfigError(f"--think-time: must not be negative, got {self.think_time}")
         if self.api not in ("chat", "completions"):
             raise ConfigError(f"--api: expected chat or completions, got {self.api!r}")
 
@@ -112,10 +78,11 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
     inp = Dist.parse(config.input_len, "--input-len")
     out = Dist.parse(config.output_len, "--output-len")
     turns = Dist.parse(config.turns, "--turns")
+    think = Dist.parse(config.think_time, "--think-time", allow_zero=True)
     rng = random.Random(config.seed)
     maker = PromptMaker(tokenizer, seed=config.seed)
     prefixes: dict[int, str] = {}  # each group's shared system prompt
-    pending: list[tuple[float, int, int, dict[str, Any], int]] = []  # arrival, session, turn, body, output
+    pending: list[tuple[float, int, int, dict[str, Any], int, float | None]] = []  # arrival, session, turn, body, output, think
     start = 0.0
     session = 0
     while len(pending) < config.num_requests:
@@ -131,8 +98,8 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
         for turn in range(n_turns):
             if len(pending) >= config.num_requests:
                 break
-            if turn:
-                t += rng.expovariate(1.0 / config.think_time) if config.think_time > 0 else 0.0
+            pause = round(think.seconds(rng), 6) if turn else None
+            t += pause or 0.0
             n_in, n_out = inp.draw(rng), out.draw(rng)
             history.append({"role": "user", "content": maker.fresh(n_in)})
             body: dict[str, Any] = {"model": config.model} if config.model else {}
@@ -141,7 +108,7 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
             else:
                 body["prompt"] = "\n\n".join(m["content"] for m in history)
             body.update(max_tokens=n_out, min_tokens=n_out, ignore_eos=True)
-            pending.append((t, session, turn, body, n_out))
+            pending.append((t, session, turn, body, n_out, pause))
             history.append({"role": "assistant", "content": maker.fresh(n_out)})
         session += 1
     pending.sort(key=lambda p: (p[0], p[1], p[2]))
@@ -153,10 +120,11 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
             body=body,
             arrival=round(t, 6),
             session_id=f"s{s}" if multi else None,
+            think_time=pause,
             expected_output_tokens=n_out,
             approximate=tokenizer is None,
         )
-        for i, (t, s, _turn, body, n_out) in enumerate(pending)
+        for i, (t, s, _turn, body, n_out, pause) in enumerate(pending)
     ]
 
 

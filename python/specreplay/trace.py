@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +30,8 @@ APIS: dict[str, tuple[str, str]] = {
 MAX_LINE_BYTES = 64 << 20
 
 _KNOWN_FIELDS = {
-    "id", "arrival", "api", "path", "body", "prompt_blocks", "session_id", "expected_output_tokens", "approximate",
-    "response",
+    "id", "arrival", "api", "path", "body", "prompt_blocks", "session_id", "think_time", "expected_output_tokens",
+    "approximate", "response",
 }
 _PROMPT_BLOCKS_FIELDS = ("tokens", "block_size", "hash_ids", "seed")
 #: Block ids and seeds are unsigned 64-bit integers (the Rust synthesis's key).
@@ -74,6 +75,10 @@ class TraceRecord:
     body: dict[str, Any]
     arrival: float | None = None
     session_id: str | None = None
+    #: Seconds the user took between the answer to the session's previous
+    #: turn and this request, as recorded or synthesized (docs/trace-format.md,
+    #: "Sessions"); only on a later turn of a session.
+    think_time: float | None = None
     expected_output_tokens: int | None = None
     #: The request path as captured, only when it is not the API's default
     #: (`/v1` + `APIS[api][0]`). Informational: replay sends to `--url` + the API's path.
@@ -97,6 +102,8 @@ class TraceRecord:
             out["path"] = self.path
         if self.session_id is not None:
             out["session_id"] = self.session_id
+        if self.think_time is not None:
+            out["think_time"] = self.think_time
         if self.expected_output_tokens is not None:
             out["expected_output_tokens"] = self.expected_output_tokens
         if self.approximate:
@@ -163,6 +170,13 @@ def _parse_record(path: str, line_no: int, obj: Any) -> TraceRecord:
     if session is not None and not isinstance(session, (str, int)):
         raise fail("session_id", "must be a string")
 
+    think = obj.get("think_time")
+    if think is not None:
+        if not isinstance(think, (int, float)) or isinstance(think, bool) or not math.isfinite(think) or think < 0:
+            raise fail("think_time", f"must be a non-negative number of seconds, got {think!r}")
+        if session is None:
+            raise fail("think_time", "given without session_id (it is the pause before a session's next turn)")
+
     expected = obj.get("expected_output_tokens")
     if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool) or expected < 0):
         raise fail("expected_output_tokens", f"must be a non-negative integer, got {expected!r}")
@@ -185,6 +199,7 @@ def _parse_record(path: str, line_no: int, obj: Any) -> TraceRecord:
         body=body,
         arrival=float(arrival) if arrival is not None else None,
         session_id=str(session) if session is not None else None,
+        think_time=float(think) if think is not None else None,
         expected_output_tokens=expected,
         path=req_path,
         approximate=approximate,
@@ -246,8 +261,15 @@ def _check_response(response: Any, fail: Callable[[str | None, str], TraceError]
 
 def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """(line number, raw bytes) of each line, a line at a time."""
+    for line_no, _offset, raw in read_lines_at(path):
+        yield line_no, raw
+
+
+def read_lines_at(path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, byte offset, raw bytes) of each line, a line at a time."""
     with path.open("rb") as f:
         line_no = 0
+        offset = 0
         while True:
             # Bounded read: a multi-gigabyte "line" is refused, not loaded.
             raw = f.readline(MAX_LINE_BYTES + 1)
@@ -256,46 +278,106 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
             line_no += 1
             if len(raw) > MAX_LINE_BYTES:
                 raise TraceError(str(path), line_no, None, f"line longer than {MAX_LINE_BYTES} bytes")
-            yield line_no, raw
+            yield line_no, offset, raw
+            offset += len(raw)
+
+
+def parse_line(name: str, line_no: int, raw: bytes) -> TraceRecord | None:
+    """The record on one line (None for a blank or comment line), checked
+    on its own; `TraceReader` adds the checks across lines."""
+    text = raw.strip()
+    if not text or text.startswith(b"#"):
+        return None
+    try:
+        obj = json.loads(text)
+    except UnicodeDecodeError as e:
+        raise TraceError(name, line_no, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise TraceError(name, line_no, None, f"invalid JSON: {e.msg} (column {e.colno})") from None
+    return _parse_record(name, line_no, obj)
+
+
+class TraceReader:
+    """Reads a trace a record at a time, checking every line as it comes
+    (file, line and field in every error), with memory that does not grow
+    with the records' size: ids are checked for duplicates by a 64-bit hash
+    each (8 bytes a record), confirmed by a second look at the file only if
+    two hashes are equal; each session's id is kept (a `think_time` on a
+    session's first record is an error). Iterating yields (byte offset, record); after it,
+    `sha256` and `records` describe the whole file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.name = str(path)
+        self.sha256 = ""
+        self.records = 0
+
+    def __iter__(self) -> Iterator[tuple[int, TraceRecord]]:
+        if not self.path.is_file():
+            raise TraceError(self.name, None, None, "no such file")
+        digest = hashlib.sha256()
+        ids = array("q")
+        sessions: set[str] = set()
+        prev: TraceRecord | None = None
+        for line_no, offset, raw in read_lines_at(self.path):
+            digest.update(raw)
+            rec = parse_line(self.name, line_no, raw)
+            if rec is None:
+                continue
+            if prev is not None:
+                _check_order(self.name, prev, rec)
+            if rec.session_id is not None:
+                if rec.think_time is not None and rec.session_id not in sessions:
+                    raise TraceError(self.name, line_no, "think_time",
+                                     f"on the first turn of session {rec.session_id!r} (no turn before it to think after)")
+                sessions.add(rec.session_id)
+            ids.append(hash(rec.id))
+            prev = rec
+            yield offset, rec
+        if prev is None:
+            raise TraceError(self.name, None, None, "the trace is empty (no request lines)")
+        self._check_ids(ids)
+        self.sha256 = digest.hexdigest()
+        self.records = len(ids)
+
+    def _check_ids(self, hashes: array[int]) -> None:
+        import numpy as np
+
+        values = np.sort(np.frombuffer(hashes, dtype=np.int64))
+        repeated = set(values[1:][values[1:] == values[:-1]].tolist())
+        if not repeated:
+            return
+        # Look again, at the ids whose hashes repeat, for a real duplicate.
+        seen: dict[str, int] = {}
+        for line_no, _offset, raw in read_lines_at(self.path):
+            rec = parse_line(self.name, line_no, raw)
+            if rec is None or hash(rec.id) not in repeated:
+                continue
+            if rec.id in seen:
+                raise TraceError(self.name, line_no, "id", f"duplicate id {rec.id!r} (first on line {seen[rec.id]})")
+            seen[rec.id] = line_no
+
+
+def _check_order(name: str, prev: TraceRecord, rec: TraceRecord) -> None:
+    if (rec.arrival is None) != (prev.arrival is None):
+        raise TraceError(name, rec.line, "arrival", "either every record has an arrival time or none has")
+    if rec.arrival is not None and prev.arrival is not None and rec.arrival < prev.arrival:
+        raise TraceError(name, rec.line, "arrival", f"goes backwards: {rec.arrival} after {prev.arrival} on line {prev.line}")
+
+
+def iter_trace(path: str | Path) -> Iterator[TraceRecord]:
+    """The records of a trace, read and checked one at a time."""
+    for _offset, rec in TraceReader(path):
+        yield rec
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Reads and validates a trace file. Raises `TraceError` naming file, line
-    and field for the first problem found."""
-    p = Path(path)
-    name = str(path)
-    if not p.is_file():
-        raise TraceError(name, None, None, "no such file")
-    trace = Trace(path=name)
-    digest = hashlib.sha256()
-    seen: dict[str, int] = {}
-    for line_no, raw in read_lines(p):
-        digest.update(raw)
-        text = raw.strip()
-        if not text or text.startswith(b"#"):
-            continue
-        try:
-            obj = json.loads(text)
-        except UnicodeDecodeError as e:
-            raise TraceError(name, line_no, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
-        except json.JSONDecodeError as e:
-            raise TraceError(name, line_no, None, f"invalid JSON: {e.msg} (column {e.colno})") from None
-        rec = _parse_record(name, line_no, obj)
-        if rec.id in seen:
-            raise TraceError(name, line_no, "id", f"duplicate id {rec.id!r} (first on line {seen[rec.id]})")
-        seen[rec.id] = line_no
-        if trace.records:
-            prev = trace.records[-1]
-            if (rec.arrival is None) != (prev.arrival is None):
-                raise TraceError(name, line_no, "arrival", "either every record has an arrival time or none has")
-            if rec.arrival is not None and prev.arrival is not None and rec.arrival < prev.arrival:
-                raise TraceError(
-                    name, line_no, "arrival", f"goes backwards: {rec.arrival} after {prev.arrival} on line {prev.line}"
-                )
-        trace.records.append(rec)
-    if not trace.records:
-        raise TraceError(name, None, None, "the trace is empty (no request lines)")
-    trace.sha256 = digest.hexdigest()
+    """Reads and validates a whole trace into memory (replay streams it
+    instead: `trace_index`). Raises `TraceError` naming file, line and field
+    for the first problem found."""
+    reader = TraceReader(path)
+    trace = Trace(path=str(path), records=[rec for _offset, rec in reader])
+    trace.sha256 = reader.sha256
     return trace
 
 

@@ -8,7 +8,8 @@ how to read a figure (few samples, several tokens per chunk), which is not
 wrong and so never fails `--strict`. Warmup rows are left out of every check.
 
 The codes: reasoning_ate_budget, estimated_tokens, multi_token_chunks, burst_streams,
-client_saturated, engine_delay, queue_growing, error_rate, too_few_requests.
+client_saturated, engine_delay, queue_growing, error_rate, session_turns_skipped,
+acceptance_mismatch, too_few_requests, too_few_sessions.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class Thresholds:
     """too_few_requests: ok requests needed before p90 means anything."""
     min_requests_p99: int = 100
     """too_few_requests: ok requests needed before p99 means anything."""
+    min_sessions_p90: int = 10
+    """too_few_sessions: completed sessions needed before the session duration p90 means anything."""
     max_queue_growth: float = 0.05
     """queue_growing: TTFT growth per second of an open-loop point (s/s) above this."""
     max_acceptance_gap: float = 0.1
@@ -167,8 +170,11 @@ def _reasoning_ate_budget(point: PointAnalysis) -> Finding | None:
 
 def _error_rate(point: PointAnalysis) -> Finding | None:
     rows, thresholds = point.rows, point.thresholds
-    failed = rows[~point.ok]
-    if rows.empty or len(failed) / len(rows) <= thresholds.max_error_rate:
+    # A turn skipped after its session failed was never sent: not a request
+    # that failed (session_turns_skipped says how many there were).
+    sent = rows[~point.skipped]
+    failed = rows[~point.ok & ~point.skipped]
+    if sent.empty or len(failed) / len(sent) <= thresholds.max_error_rate:
         return None
     kinds = point.summary["errors_by_kind"]  # counted once, by the summary
     return Finding(
@@ -177,9 +183,29 @@ def _error_rate(point: PointAnalysis) -> Finding | None:
         point=point.point,
         count=len(failed),
         message=(
-            f"{len(failed)} of {len(rows)} requests failed ({_pct(len(failed), len(rows))}, "
+            f"{len(failed)} of {len(sent)} requests failed ({_pct(len(failed), len(sent))}, "
             f"limit {thresholds.max_error_rate:.0%}) — {kinds}. "
             "Latency figures cover the successful requests only."
+        ),
+    )
+
+
+def _session_turns_skipped(point: PointAnalysis) -> Finding | None:
+    skipped = int(point.skipped.sum())
+    if not skipped:
+        return None
+    sessions = point.sessions
+    cut = int((sessions["skipped"] > 0).sum())
+    return Finding(
+        code="session_turns_skipped",
+        level="warning",
+        point=point.point,
+        count=skipped,
+        message=(
+            f"{skipped} turns of {cut} of {len(sessions)} sessions were not sent: an earlier turn of their "
+            "session failed, and a session ends at its first failure (error_kind skipped_after_failure, "
+            "counted apart from the errors). This point offered fewer requests than its trace has, "
+            f"and its session figures cover the {int(sessions['completed'].sum())} completed sessions."
         ),
     )
 
@@ -187,7 +213,9 @@ def _error_rate(point: PointAnalysis) -> Finding | None:
 def _client_saturated(point: PointAnalysis) -> Finding | None:
     rows, summary_row, thresholds = point.rows, point.summary, point.thresholds
     if point.mode not in OPEN_LOOP_MODES:
-        return None  # closed loop: sends wait for the server by design
+        # Closed loop: sends wait for the server by design, but a session's
+        # later turn has a schedule (its predecessor's end plus its think time).
+        return _dependent_turns_late(point)
     problems: list[str] = []
     level: Level = "warning"
     lag_p99 = float(summary_row["send_lag_p99_ms"])
@@ -216,6 +244,24 @@ def _client_saturated(point: PointAnalysis) -> Finding | None:
         point=point.point,
         count=int(rows["sent_us"].notna().sum()),
         message="The client could not keep up: " + "; ".join(problems) + ". Lower the load per client host, or check that it is not a debug build or a busy machine.",
+    )
+
+
+def _dependent_turns_late(point: PointAnalysis) -> Finding | None:
+    lag_p99, limit = float(point.summary["turn_lag_p99_ms"]), point.thresholds.send_lag_p99_ms
+    if math.isnan(lag_p99) or lag_p99 <= limit:
+        return None
+    return Finding(
+        code="client_saturated",
+        level="warning",
+        point=point.point,
+        count=int(metrics.as_float(point.rows, "predecessor_end_us").notna().sum()),
+        message=(
+            f"The client could not keep up: the later turns of sessions (due when the turn before ended, plus "
+            f"the think time) left later than scheduled: their send lag p99 is {lag_p99:.3f} ms (limit {limit:g} ms), "
+            "so users waited longer between turns than the trace says. Lower the load per client host, "
+            "or check that it is not a debug build or a busy machine."
+        ),
     )
 
 
@@ -388,11 +434,31 @@ def _too_few_requests(point: PointAnalysis) -> Finding | None:
     )
 
 
+def _too_few_sessions(point: PointAnalysis) -> Finding | None:
+    sessions, thresholds = point.sessions, point.thresholds
+    if sessions.empty:
+        return None
+    completed = int(sessions["completed"].sum())
+    if completed >= thresholds.min_sessions_p90:
+        return None
+    return Finding(
+        code="too_few_sessions",
+        level="note",
+        point=point.point,
+        count=completed,
+        message=(
+            f"only {completed} of {len(sessions)} sessions completed (at least {thresholds.min_sessions_p90} "
+            "for a p90): the session duration p90 printed comes from the top one or two sessions, not a distribution."
+        ),
+    )
+
+
 #: Every check, in the order its findings are listed within a level. Each
 #: takes an analysed sweep point and returns at most one finding.
 CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
     _reasoning_ate_budget,
     _error_rate,
+    _session_turns_skipped,
     _client_saturated,
     _engine_delay,
     _queue_growing,
@@ -401,4 +467,5 @@ CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
     _burst_streams,
     _acceptance_mismatch,
     _too_few_requests,
+    _too_few_sessions,
 )

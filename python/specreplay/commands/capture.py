@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from specreplay.capture import CaptureProxy, parse_listen, run_capture
+from specreplay.capture import SESSION_HEADER, CaptureProxy, parse_listen, run_capture
 from specreplay.errors import ConfigError
 
 
@@ -17,16 +17,21 @@ from specreplay.errors import ConfigError
 @click.option("--redact", is_flag=True, help="Replace message text by filler of the same token length (lengths and shared prefixes kept, content dropped).")
 @click.option("--duration", type=float, help="Stop after this many seconds.")
 @click.option("--max-requests", type=click.IntRange(min=1), help="Stop after recording this many requests.")
-def capture(upstream: str, listen: str, output: str, redact: bool, duration: float | None, max_requests: int | None) -> None:
+@click.option("--session-header", default=SESSION_HEADER, show_default=True,
+              help="Request header whose value names the session (conversation) a request belongs to; without it, sessions are found from the messages.")
+def capture(upstream: str, listen: str, output: str, redact: bool, duration: float | None, max_requests: int | None,
+            session_header: str) -> None:
     """Record the requests applications send: a transparent proxy in front of UPSTREAM.
 
     Point applications at the printed URL instead of the server. Every request
     is forwarded and every response streamed back unchanged; each inference
     request (chat, completions, responses, Anthropic messages) becomes one
     trace record, with what came back (status, time to first byte, usage,
-    finish reason, end time), written as soon as it ends. Authorization,
-    api-key, x-api-key and cookie headers are never written. Stop with Ctrl-C.
-    Replay the result with `specreplay replay TRACE --speedup 1`.
+    finish reason, end time), written as soon as it ends, with its session:
+    the --session-header the client sent, else the conversation its messages
+    continue. Authorization, api-key, x-api-key and cookie headers are never
+    written. Stop with Ctrl-C. Replay the result with `specreplay replay TRACE
+    --speedup 1`.
     """
     if duration is not None and not duration > 0:
         raise click.BadParameter("must be positive", param_hint="--duration")
@@ -39,7 +44,8 @@ def capture(upstream: str, listen: str, output: str, redact: bool, duration: flo
         click.echo(f"specreplay capture: forwarding {proxy.url} -> {upstream}; recording into {output} (Ctrl-C to stop)", err=True)
 
     try:
-        stats = run_capture(upstream, output, host=host, port=port, redact=redact, duration=duration, max_requests=max_requests, on_ready=ready)
+        stats = run_capture(upstream, output, host=host, port=port, redact=redact, duration=duration, max_requests=max_requests,
+                            session_header=session_header, on_ready=ready)
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:

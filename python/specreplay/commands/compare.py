@@ -148,7 +148,8 @@ def compare(runs: tuple[str, ...], as_json: bool, as_csv: bool, force: bool, **o
         out.print(
             Text(
                 f"change = run / base − 1; {options['confidence']:.0%} bootstrap interval over requests "
-                f"({options['resamples']} resamples, seed {options['seed']}); faster/slower when the interval "
+                + ("(over sessions for the session durations; " if (frame["unit"] == "s").any() else "(")
+                + f"{options['resamples']} resamples, seed {options['seed']}); faster/slower when the interval "
                 f"excludes 0 and the change is at least {options['min_change']:.0%}.",
                 style="dim",
             )

@@ -42,13 +42,15 @@ lengths. Formats:
 @click.option("--max-prompt-tokens", type=click.IntRange(min=1), help="Cap on prompt length (tokens): longer prompts are dropped or truncated (--over-limit).")
 @click.option("--over-limit", type=click.Choice(["drop", "truncate"]), default="drop", show_default=True,
               help="What --max-prompt-tokens does to a longer prompt: drop the request, or cut the prompt to the cap.")
+@click.option("--first-turn-only", is_flag=True, help="ShareGPT: only the first human turn of each conversation (no sessions).")
 def import_cmd(format: str, file: str, output: str, block_size: int | None, time_unit: str | None, tokenizer: str | None,
                api: str, model: str | None, limit: int | None, skip_invalid: bool, seed: int,
-               default_output_tokens: int | None, max_prompt_tokens: int | None, over_limit: str) -> None:
+               default_output_tokens: int | None, max_prompt_tokens: int | None, over_limit: str, first_turn_only: bool) -> None:
     if Path(output).resolve() == Path(file).resolve():
         raise click.BadParameter("must not be the input file", param_hint="-o")
     opts = Options(block_size=block_size, time_unit=time_unit, api=api, model=model, limit=limit, skip_invalid=skip_invalid,
-                   seed=seed, default_output_tokens=default_output_tokens, max_prompt_tokens=max_prompt_tokens, over_limit=over_limit)
+                   seed=seed, default_output_tokens=default_output_tokens, max_prompt_tokens=max_prompt_tokens, over_limit=over_limit,
+                   first_turn_only=first_turn_only)
     try:
         tok = Tokenizer(tokenizer) if tokenizer else None
         report = import_trace(format, file, output, opts, tok)

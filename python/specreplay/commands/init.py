@@ -28,6 +28,12 @@ concurrency = [1, 8]
 # arrival = "poisson"            # poisson | constant | gamma (with burstiness)
 seed = 0
 
+# Sessions (records sharing a session_id): each turn is sent when the one
+# before it has ended, plus the user's think time (docs/sessions.md).
+# sessions = "dependent"         # or "independent": every request on its own
+# think_time = "exp:2"           # seconds, where the trace records none
+# think_time_scale = 1.0         # 0: no think time at all
+
 # A reasoning model spends its budget on reasoning first: set it generously,
 # or every answer comes back empty (the run says so, loudly).
 max_tokens = 4096

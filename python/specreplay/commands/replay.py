@@ -16,7 +16,7 @@ from rich.text import Text
 
 from specreplay import validity
 from specreplay.analysis import analyse, findings_of
-from specreplay.config import ARRIVALS, Point, ReplayConfig
+from specreplay.config import ARRIVALS, SESSION_MODES, Point, ReplayConfig
 from specreplay.config_file import apply_overrides, env_overrides, load_config_file
 from specreplay.capacity import Answer
 from specreplay.console import cli_console, is_tty, print_capacity, print_per_request, print_summary, print_verdict
@@ -113,7 +113,8 @@ class ConsoleHooks(Hooks):
         for run in finished.runs:
             if self.per_request:
                 print_per_request(self.out, request_lines(run.rows))
-            print_summary(self.out, run.summary, run.findings, run.slo, {p.point: p.slo_verdicts for p in run.points})
+            print_summary(self.out, run.summary, run.findings, run.slo, {p.point: p.slo_verdicts for p in run.points},
+                          {p.point: p.ttft_by_turn for p in run.points})
             self.found.append((run.label, run.findings))
         self.analysed_rows += finished.rows.num_rows
 
@@ -245,6 +246,9 @@ class ListOptionsCommand(click.Command):
 @click.option("--concurrency", multiple=True, callback=_split_lists, help="Closed loop with N requests in flight. Several values make a sweep.")
 @click.option("--arrival", type=click.Choice(ARRIVALS), default="poisson", show_default=True, help="Arrival process for --rate.")
 @click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape for --arrival gamma (1 = Poisson, <1 burstier).")
+@click.option("--sessions", type=click.Choice(SESSION_MODES), default="dependent", show_default=True,
+              help="dependent: a session's turn is sent when the turn before it has ended, plus its think time (the load mode starts sessions); independent: every request at its own place in the schedule.")
+@click.option("--live-history", is_flag=True, default=None, help="Dependent sessions: each turn carries the answer the server gave to the turn before it, in place of the recorded one.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the arrivals and the embedded simulator.")
 @click.option("--max-concurrency", type=int, help="Cap on requests in flight in the open-loop modes.")
 @click.option("--num-requests", type=int, help="Requests per point (loops over the trace if it is shorter).")
@@ -254,6 +258,8 @@ class ListOptionsCommand(click.Command):
 @click.option("--stall-timeout", type=float, help="Fail a request when no bytes arrive for this many seconds.")
 @click.option("--retries", type=int, default=0, show_default=True, help="Retry connection failures, 429 and 5xx this many times, with backoff (a retry changes the load).")
 @click.option("--preconnect/--no-preconnect", default=None, help="Open the connections before the clock starts, so no request's TTFT holds a handshake. Default: on for --concurrency (one per request in flight), off for open loop (there it opens --max-concurrency connections).")
+@click.option("--think-time", help="Sessions: seconds between an answer and the session's next turn where the trace records none: fixed (0.5) or a distribution (exp:2, uniform:1:3, ...).")
+@click.option("--think-time-scale", type=float, default=1.0, show_default=True, help="Sessions: multiply every think time (recorded or drawn) by this; 0 = none.")
 @click.option("--max-tokens", type=int, help="Output budget, set in the field each API uses.")
 @click.option("--ignore-eos", is_flag=True, default=None, help="Ask the server to generate up to the budget (vLLM, SGLang).")
 @click.option("--extra-body", help="JSON object merged into every request body.")

@@ -20,7 +20,7 @@ from specreplay.text import Tokenizer
 @click.option("--prefix-groups", type=int, default=0, show_default=True, help="Sessions fall into this many groups sharing a system prompt.")
 @click.option("--prefix-len", type=int, default=0, show_default=True, help="Tokens of each group's shared system prompt.")
 @click.option("--turns", default="1", show_default=True, help="Turns per session (distribution, as --input-len); later turns carry the conversation so far.")
-@click.option("--think-time", type=float, default=5.0, show_default=True, help="Mean seconds between a session's turns (exponential).")
+@click.option("--think-time", default="exp:5", show_default=True, help="Seconds between an answer and the session's next turn: fixed (0.2) or a distribution, as --input-len (exp:5 = exponential, mean 5 s).")
 @click.option("--api", type=click.Choice(["chat", "completions"]), default="chat", show_default=True)
 @click.option("--model", help="Model name to put in every body.")
 @click.option("--tokenizer", type=click.Path(dir_okay=False, exists=True), help="HF tokenizer.json: exact lengths (pip install 'specreplay[tokenizer]').")

@@ -46,6 +46,8 @@ class Options:
     #: Prompts longer than this are dropped or truncated (`over_limit`).
     max_prompt_tokens: int | None = None
     over_limit: str = "drop"
+    #: ShareGPT: only the first human turn of each conversation.
+    first_turn_only: bool = False
 
 
 Reader = Callable[[Path, Options, "Tokenizer | None"], Iterator[Item]]
@@ -163,14 +165,30 @@ def _burstgpt_row(line: int, row: dict[str, str]) -> Row | Skip:
 
 
 def read_sharegpt(path: Path, opts: Options, tokenizer: Tokenizer | None = None) -> Iterator[Item]:
-    """ShareGPT: [{"id", "conversations": [{"from", "value"}, …]}]: prompt =
-    first turn, output length = tokens of the second; a conversation of one
-    turn (the single-turn benchmark derivatives) has no output length."""
+    """ShareGPT: [{"id", "conversations": [{"from", "value"}, …]}]. Each
+    human turn is a request whose prompt is the conversation so far (the
+    recorded answers as its history), its output length the tokens of the
+    answer that follows; a conversation of two or more human turns is a
+    session. `first_turn_only`: the first human turn of each conversation
+    (what vLLM's benchmark takes). A one-turn conversation (the single-turn
+    benchmark derivatives) has no output length."""
     for index, line, obj in json_array(path):
-        yield guard(_sharegpt_row, line, index, obj, tokenizer)
+        try:
+            yield from _sharegpt_turns(line, index, obj, tokenizer, opts.first_turn_only)
+        except RowError as e:
+            yield e
 
 
-def _sharegpt_row(line: int, index: int, obj: Any, tokenizer: Tokenizer | None) -> Row | Skip:
+#: ShareGPT speakers → chat roles (derivatives name them differently).
+SHAREGPT_ROLES = {
+    "human": "user", "user": "user",
+    "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant", "bard": "assistant", "bing": "assistant",
+    "model": "assistant",
+    "system": "system",
+}
+
+
+def _sharegpt_turns(line: int, index: int, obj: Any, tokenizer: Tokenizer | None, first_only: bool) -> list[Item]:
     where = f"[{index}]"
     if not isinstance(obj, dict):
         raise RowError(line, where, f"expected an object, got {type(obj).__name__}")
@@ -179,30 +197,57 @@ def _sharegpt_row(line: int, index: int, obj: Any, tokenizer: Tokenizer | None) 
         raise RowError(line, f"{where}.conversations", "missing")
     if not isinstance(conv, list):
         raise RowError(line, f"{where}.conversations", f"must be a list of turns, got {type(conv).__name__}")
-    if not conv:
-        return Skip(line, "conversations with no turns")
-    values = []
-    for t in range(min(len(conv), 2)):
-        turn = conv[t]
-        value = turn.get("value") if isinstance(turn, dict) else None
-        if value is None:
-            raise RowError(line, f"{where}.conversations[{t}].value", "missing")
-        if not isinstance(value, str):
-            raise RowError(line, f"{where}.conversations[{t}].value", f"must be a string, got {type(value).__name__}")
-        values.append(value)
-    prompt = values[0]
+    messages = _sharegpt_messages(line, where, conv)
+    if not messages:
+        return [Skip(line, "conversations with no turns")]
     source_id = obj.get("id")
     rid = source_id if isinstance(source_id, str) and source_id else str(index)
-    if len(values) == 1:
-        # Single-turn derivative: no reply to take the output length from.
-        if not prompt.strip():
-            return Skip(line, "empty prompt or reply")
-        return Row(line=line, id=rid, prompt=prompt)
-    answer = values[1]
-    out = tokenizer.count(answer) if tokenizer is not None else approx_tokens(answer)
-    if not prompt.strip() or out == 0:
-        return Skip(line, "empty prompt or reply")
-    return Row(line=line, id=rid, prompt=prompt, output_tokens=out, output_approximate=tokenizer is None)
+    users = [i for i, (role, _) in enumerate(messages) if role == "user"]
+    if not users:
+        return [Skip(line, "conversations with no human turn")]
+    if first_only:
+        users = users[:1]
+    multi = len(users) > 1
+    rows: list[Item] = []
+    for k, i in enumerate(users):
+        prompt = messages[i][1]
+        answer = messages[i + 1][1] if i + 1 < len(messages) and messages[i + 1][0] == "assistant" else None
+        if not prompt.strip() or (answer is not None and not answer.strip()):
+            if k == 0:
+                return [Skip(line, "empty prompt or reply")]
+            break  # the conversation ends where its data does
+        out = None
+        if answer is not None:
+            out = tokenizer.count(answer) if tokenizer is not None else approx_tokens(answer)
+        rows.append(Row(
+            line=line, id=rid if k == 0 else f"{rid}/{k}", prompt=prompt, history=messages[:i] or None,
+            output_tokens=out, output_approximate=out is not None and tokenizer is None,
+            session_id=rid if multi else None,
+        ))
+    return rows
+
+
+def _sharegpt_messages(line: int, where: str, conv: list[Any]) -> list[tuple[str, str]]:
+    """The turns as (role, text), consecutive turns of one speaker joined (a
+    chat template wants the roles to alternate), leading answers dropped
+    (nothing asked them)."""
+    out: list[tuple[str, str]] = []
+    for t, turn in enumerate(conv):
+        at = f"{where}.conversations[{t}]"
+        value = turn.get("value") if isinstance(turn, dict) else None
+        if value is None:
+            raise RowError(line, f"{at}.value", "missing")
+        if not isinstance(value, str):
+            raise RowError(line, f"{at}.value", f"must be a string, got {type(value).__name__}")
+        speaker = turn.get("from")
+        role = SHAREGPT_ROLES.get(speaker.lower()) if isinstance(speaker, str) else None
+        if role is None:
+            raise RowError(line, f"{at}.from", f"expected one of {', '.join(SHAREGPT_ROLES)}, got {speaker!r}")
+        if out and out[-1][0] == role:
+            out[-1] = (role, out[-1][1] + "\n\n" + value)
+        elif role != "assistant" or out:
+            out.append((role, value))
+    return out
 
 
 def read_vllm(path: Path, opts: Options, tokenizer: Tokenizer | None = None) -> Iterator[Item]:
@@ -247,7 +292,7 @@ FORMATS: dict[str, tuple[str, Reader]] = {
     "bailian": ("Qwen Bailian JSONL: Mooncake fields + chat_id, parent_chat_id, turn, type; timestamp (s), 16-token blocks", read_mooncake),
     "azure": ("Azure LLM inference CSV (2023, 2024): TIMESTAMP, ContextTokens, GeneratedTokens", read_azure),
     "burstgpt": ("BurstGPT CSV: Timestamp (s), Request tokens, Response tokens; Session ID, Elapsed time when present", read_burstgpt),
-    "sharegpt": ("ShareGPT JSON: [{id, conversations: [{from, value}, …]}], single-turn sets too (no timestamps)", read_sharegpt),
+    "sharegpt": ("ShareGPT JSON: [{id, conversations: [{from, value}, …]}]: each human turn a request, a conversation a session; single-turn sets too (no timestamps)", read_sharegpt),
     "vllm": ("vLLM custom dataset JSONL: {prompt, output_tokens?} (no timestamps)", read_vllm),
     "capture": ("a specreplay capture left unsorted (killed before it stopped): sorts it", read_capture),
 }

@@ -73,6 +73,9 @@ def import_trace(
                     seen.add(rec.id)
                 f.write(rec.to_json() + "\n")
                 report.written += 1
+                if rec.session_id is not None:
+                    report.session_requests += 1
+                    report.sessions.add(rec.session_id)
                 report.approximate += rec.approximate
         if not report.written:
             skips = "; ".join(report.skip_lines())
@@ -215,7 +218,7 @@ class RecordBuilder:
             self.report.truncated += 1
         return True
 
-    def _token_prompt(self, row: Row) -> tuple[str | None, PromptBlocks | None, bool] | None:
+    def _token_prompt(self, row: Row) -> tuple[str | list[dict[str, str]] | None, PromptBlocks | None, bool] | None:
         tokens = row.input_tokens or 0
         if tokens > Filler.MAX_TOKENS:
             self.report.skipped[f"prompts longer than {Filler.MAX_TOKENS} tokens (the most specreplay synthesizes)"] += 1
@@ -237,17 +240,43 @@ class RecordBuilder:
             return text, None, self.maker.is_approximate(text, tokens)
         return None, PromptBlocks(tokens=tokens, block_size=block_size, hash_ids=list(ids), seed=self.opts.seed), True
 
-    def _text_prompt(self, row: Row) -> tuple[str | None, PromptBlocks | None, bool] | None:
-        text = row.prompt or ""
-        tokens = self.tokenizer.count(text) if self.tokenizer is not None else approx_tokens(text)
+    def _text_prompt(self, row: Row) -> tuple[str | list[dict[str, str]] | None, PromptBlocks | None, bool] | None:
+        messages = [*(row.history or []), ("user", row.prompt or "")]
+        count = self.tokenizer.count if self.tokenizer is not None else approx_tokens
+        tokens = sum(count(text) for _, text in messages)
         if not self._over_limit(tokens):
-            return text, None, row.output_approximate
+            return _prompt_of(messages), None, row.output_approximate
         if self.opts.over_limit == "drop":
             return None
-        return _truncate(text, self.opts.max_prompt_tokens or tokens), None, True
+        return _prompt_of(_truncate_messages(messages, self.opts.max_prompt_tokens or tokens)), None, True
 
 
 _WORD = re.compile(r"\S+")
+
+
+def _prompt_of(messages: list[tuple[str, str]]) -> str | list[dict[str, str]]:
+    """A lone user message as its text, a conversation as chat messages."""
+    if len(messages) == 1 and messages[0][0] == "user":
+        return messages[0][1]
+    return [{"role": role, "content": text} for role, text in messages]
+
+
+def _truncate_messages(messages: list[tuple[str, str]], tokens: int) -> list[tuple[str, str]]:
+    """The leading messages that fit in `tokens` tokens by the
+    approximation, the one that crosses cut at a word's end (so what
+    conversations share at their start stays shared)."""
+    out: list[tuple[str, str]] = []
+    left = tokens
+    for role, text in messages:
+        need = approx_tokens(text)
+        if need > left:
+            cut = _truncate(text, left)
+            if cut:
+                out.append((role, cut))
+            break
+        out.append((role, text))
+        left -= need
+    return out
 
 
 def _truncate(text: str, tokens: int) -> str:
@@ -263,12 +292,18 @@ def _truncate(text: str, tokens: int) -> str:
     return text[:end]
 
 
-def _body(api: str, prompt: str | None, output: int | None, model: str | None) -> dict[str, Any]:
-    """The request body; without `prompt` its input comes from prompt_blocks."""
+def _body(api: str, prompt: str | list[dict[str, str]] | None, output: int | None, model: str | None) -> dict[str, Any]:
+    """The request body; without `prompt` its input comes from prompt_blocks.
+    A conversation is chat messages, or for completions its texts joined."""
     body: dict[str, Any] = {}
     if model is not None:
         body["model"] = model
-    if prompt is not None:
+    if isinstance(prompt, list):
+        if api == "chat":
+            body["messages"] = prompt
+        else:
+            body["prompt"] = "\n\n".join(m["content"] for m in prompt)
+    elif prompt is not None:
         if api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:

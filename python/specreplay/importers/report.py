@@ -32,6 +32,9 @@ class ImportReport:
     #: (sessions.BlockIds): extending the turn before, or starting over.
     continued: int = 0
     restarted: int = 0
+    #: Requests that are a turn of a session, and the sessions they make.
+    session_requests: int = 0
+    sessions: set[str] = field(default_factory=set)
 
     def skip_lines(self) -> list[str]:
         out = []
@@ -59,6 +62,9 @@ class ImportReport:
             else:
                 out.append(f"{n} requests have no output length in the source: none is set, so the model ends them "
                            "(or replay's --max-tokens caps them); --default-output-tokens N asks for N tokens")
+        if self.sessions:
+            out.append(f"sessions: {self.session_requests} requests are turns of {len(self.sessions)} sessions "
+                       "(replay sends each turn after the one before it has ended, plus a think time: docs/sessions.md)")
         if self.continued or self.restarted:
             out.append(f"sessions: {self.continued} requests extend the prompt of their session's turn before "
                        f"(shared prefix), {self.restarted} start over (their prompt is shorter than the turn before)")

@@ -36,6 +36,9 @@ class Row:
     hash_ids: list[int] | None = None
     session_id: str | None = None
     prompt: str | None = None  # real prompt text (ShareGPT, vLLM)
+    #: The conversation before `prompt` (ShareGPT's later turns): (role, text),
+    #: roles as the chat API names them.
+    history: list[tuple[str, str]] | None = None
     output_approximate: bool = False
     #: Seconds the source system took to answer (BurstGPT's `Elapsed time`).
     elapsed_s: float | None = None

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
 import pandas as pd
 
 from specreplay import __version__, capacity
-from specreplay.console import fmt_change, fmt_ms, fmt_rate, fmt_value
+from specreplay.console import figure_name, fmt_change, fmt_ms, fmt_rate, fmt_value
 from specreplay.report import capacity as report_capacity
 from specreplay.report import data, plots
 from specreplay.validity import Finding
@@ -179,13 +180,46 @@ def _finding(f: Finding) -> str:
 
 
 def _summary_table(runs: list[data.RunData], columns: tuple[tuple[str, str, str], ...] = SUMMARY_COLUMNS, note: str = "Latencies in ms") -> str:
-    head = '<tr><th class="l">run</th><th class="l">point</th>' + "".join(f"<th>{escape(h)}</th>" for _, h, _ in columns) + "</tr>"
+    table = _point_rows(runs, columns, lambda row: True)
+    return f'<div class="scroll">{table}</div><p class="sub">{escape(note)}; definitions in docs/results.md.</p>'
+
+
+#: (summary column, header, format) of the sessions table, shown when a run had sessions.
+SESSION_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("sessions", "sessions", "int"),
+    ("sessions_completed", "completed", "int"),
+    ("turns_per_session", "turns each", "rate"),
+    ("session_duration_p50_s", "duration p50 s", "rate2"),
+    ("session_duration_p90_s", "duration p90 s", "rate2"),
+    ("skipped", "turns skipped", "int"),
+    ("turn_lag_p99_ms", "later-turn send lag p99", "ms"),
+)
+
+
+def _sessions_table(runs: list[data.RunData]) -> str:
+    """The session figures of the points that had sessions ("" when none had)."""
+    table = _point_rows(runs, SESSION_COLUMNS, lambda row: bool(int(row.get("sessions", 0) or 0)))
+    if not table:
+        return ""
+    return (
+        f'<h3>Sessions</h3><div class="scroll">{table}</div>'
+        '<p class="sub">Each session\'s turns sent one after the other (docs/sessions.md); durations of completed sessions; '
+        "TTFT by turn is charted under Plots.</p>"
+    )
+
+
+def _point_rows(runs: list[data.RunData], columns: tuple[tuple[str, str, str], ...], keep: Callable[[pd.Series], bool]) -> str:
+    """A table of `columns` of the summary rows `keep` keeps, one per run and point ("" when none)."""
     rows = []
     for r in runs:
         for _, row in r.summary.iterrows():
-            cells = "".join(f"<td>{_fmt(row.get(c), kind)}</td>" for c, _, kind in columns)
-            rows.append(f'<tr><td class="l">{escape(r.name)}</td><td class="l">{escape(str(row["point"]))}</td>{cells}</tr>')
-    return f'<div class="scroll"><table>{head}{"".join(rows)}</table></div><p class="sub">{escape(note)}; definitions in docs/results.md.</p>'
+            if keep(row):
+                cells = "".join(f"<td>{_fmt(row.get(c), kind)}</td>" for c, _, kind in columns)
+                rows.append(f'<tr><td class="l">{escape(r.name)}</td><td class="l">{escape(str(row["point"]))}</td>{cells}</tr>')
+    if not rows:
+        return ""
+    head = '<tr><th class="l">run</th><th class="l">point</th>' + "".join(f"<th>{escape(h)}</th>" for _, h, _ in columns) + "</tr>"
+    return f"<table>{head}{''.join(rows)}</table>"
 
 
 def _comparison_table(frame: pd.DataFrame, confidence: float) -> str:
@@ -200,13 +234,12 @@ def _comparison_table(frame: pd.DataFrame, confidence: float) -> str:
         head = f'<tr><th class="l">metric</th><th>{escape(str(base))}</th><th>{escape(str(run))}</th><th>change</th><th>{confidence:.0%} CI</th><th class="l">verdict</th></tr>'
         body = []
         for _, row in rows.iterrows():
-            unit = str(row["unit"])
-            name = f"{row['name']} ms" if unit == "ms" else str(row["name"])
+            name = figure_name(row)
             interval = "—" if pd.isna(row["ci_low"]) else f"[{fmt_change(row['ci_low'])}, {fmt_change(row['ci_high'])}]"
             verdict = str(row["verdict"])
             css = verdict if verdict in ("faster", "slower") else "same"
             body.append(
-                f'<tr><td class="l">{escape(name)}</td><td>{fmt_value(row["base_value"], unit)}</td><td>{fmt_value(row["value"], unit)}</td>'
+                f'<tr><td class="l">{escape(name)}</td><td>{fmt_value(row["base_value"], row["unit"])}</td><td>{fmt_value(row["value"], row["unit"])}</td>'
                 f'<td>{fmt_change(row["change"])}</td><td>{interval}</td><td class="l {css}">{escape(verdict)}</td></tr>'
             )
         out.append(f"<table>{head}{''.join(body)}</table></div>")
@@ -249,6 +282,7 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
         facts,
         "<h2>Summary</h2>",
         _summary_table(runs),
+        _sessions_table(runs),
     ]
     if data.has_server_metrics(runs):
         note = "From the server's own /metrics, scraped during each point (counters over the point, gauges over its scrapes)"
@@ -267,8 +301,9 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
     if comparison is not None and not comparison.empty:
         sections += [
             "<h2>Comparison</h2>",
-            f'<p class="sub">change = run / base − 1, with a {confidence:.0%} bootstrap interval over requests; '
-            "faster/slower only when the interval excludes 0 and the change is large enough (docs/compare.md).</p>",
+            f'<p class="sub">change = run / base − 1, with a {confidence:.0%} bootstrap interval over requests'
+            + (" (over sessions for the session durations)" if (comparison["unit"] == "s").any() else "")
+            + "; faster/slower only when the interval excludes 0 and the change is large enough (docs/compare.md).</p>",
             _comparison_table(comparison, confidence),
         ]
     sections += [

@@ -126,8 +126,28 @@ def send_lag_over_time(runs: list[data.RunData]) -> str:
     )
 
 
+def ttft_by_turn(runs: list[data.RunData]) -> str:
+    """TTFT against the turn index of sessions: p50 joined, p90 as dots."""
+    series = []
+    for p, color, dash in _styles(runs):
+        by_turn = p.analysis.ttft_by_turn
+        if by_turn.empty:
+            continue
+        turns = by_turn.index.to_numpy(dtype="float64")
+        series.append(Series(f"{p.name} p50", turns, by_turn["ttft_p50_ms"].to_numpy(), color, dash, "line"))
+        series.append(Series(f"{p.name} p90", turns, by_turn["ttft_p90_ms"].to_numpy(), color, dash, "points"))
+    return xy(
+        series,
+        title="TTFT by turn of session (p50 joined, p90 dots)",
+        xlabel="turn index (0: a session's first request)",
+        ylabel="TTFT ms",
+        x_from_zero=True,
+    )
+
+
 def all_plots(runs: list[data.RunData]) -> list[tuple[str, str]]:
-    """(section id, SVG) of every chart, in page order."""
+    """(section id, SVG) of every chart, in page order (TTFT by turn only
+    when a run had sessions)."""
     out = [(f"cdf-{metric}", latency_cdf(runs, metric, title)) for metric, title in CDFS]
     out += [
         ("tpot-time", tpot_over_time(runs)),
@@ -143,5 +163,7 @@ def all_plots(runs: list[data.RunData]) -> list[tuple[str, str]]:
         ("ttft-prompt", ttft_vs_prompt(runs)),
         ("send-lag", send_lag_over_time(runs)),
     ]
+    if any(not p.analysis.ttft_by_turn.empty for r in runs for p in r.points):
+        out.append(("ttft-turn", ttft_by_turn(runs)))
     return out
 

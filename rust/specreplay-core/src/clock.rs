@@ -29,13 +29,32 @@ pub fn now_us() -> i64 {
     instant_to_us(Instant::now())
 }
 
-/// Converts an `Instant` taken in this process into anchored epoch µs.
+/// Converts an `Instant` taken in this process into anchored epoch µs,
+/// rounding down on both sides of the anchor, so that a whole number of µs
+/// between two instants stays exactly that (the anchor is taken lazily, and
+/// a schedule's first deadline may come before it).
 #[inline]
 pub fn instant_to_us(at: Instant) -> i64 {
     let anchor = &*ANCHOR;
-    match at.checked_duration_since(anchor.instant) {
-        Some(d) => anchor.epoch_us + d.as_micros() as i64,
-        None => anchor.epoch_us - anchor.instant.duration_since(at).as_micros() as i64,
+    let ns = match at.checked_duration_since(anchor.instant) {
+        Some(d) => d.as_nanos() as i128,
+        None => -(anchor.instant.duration_since(at).as_nanos() as i128),
+    };
+    anchor.epoch_us + ns.div_euclid(1000) as i64
+}
+
+/// The `Instant` of anchored epoch µs: the inverse of `instant_to_us`
+/// (for a moment computed from stored timestamps, such as a turn's due time).
+pub fn us_to_instant(us: i64) -> Instant {
+    let anchor = &*ANCHOR;
+    let delta = us - anchor.epoch_us;
+    if delta >= 0 {
+        anchor.instant + std::time::Duration::from_micros(delta as u64)
+    } else {
+        anchor
+            .instant
+            .checked_sub(std::time::Duration::from_micros(delta.unsigned_abs()))
+            .unwrap_or(anchor.instant)
     }
 }
 
@@ -64,9 +83,22 @@ mod tests {
         let us = instant_to_us(at);
         assert!(before <= us && us <= after, "{before} <= {us} <= {after}");
         // An instant 1 s earlier (before the anchor, in a fresh test
-        // process) maps 1 s lower; each side truncates to whole µs.
+        // process) maps exactly 1 s lower: both sides round down.
         let earlier = at - std::time::Duration::from_secs(1);
-        let gap = us - instant_to_us(earlier);
-        assert!((999_999..=1_000_001).contains(&gap), "{gap}");
+        assert_eq!(us - instant_to_us(earlier), 1_000_000);
+        let odd = std::time::Duration::from_nanos(1_234_567_891);
+        assert_eq!(
+            instant_to_us(at + odd) - instant_to_us(at + odd - std::time::Duration::from_secs(3)),
+            3_000_000
+        );
+    }
+
+    #[test]
+    fn us_map_back_to_instants() {
+        let at = Instant::now() + std::time::Duration::from_millis(1500);
+        let back = us_to_instant(instant_to_us(at));
+        // Within the µs truncation.
+        let diff = if back > at { back - at } else { at - back };
+        assert!(diff < std::time::Duration::from_micros(2), "{diff:?}");
     }
 }

@@ -156,14 +156,16 @@ impl Filler {
         &self.words
     }
 
-    /// Appends the prompt's text to `out` (words joined by single spaces).
+    /// Appends the prompt's text to `out` (words joined by single spaces,
+    /// none before the first: `out` may already hold what comes before it).
     pub fn write(&self, out: &mut String, prompt: &PromptBlocks<'_>) -> Result<(), CoreError> {
         prompt.check()?;
         out.reserve(prompt.tokens as usize * 5);
         let mut left = prompt.tokens;
+        let mut first = true;
         for &id in prompt.hash_ids {
             let take = left.min(prompt.block_size);
-            self.write_block(out, prompt.seed, id, take);
+            self.write_block(out, prompt.seed, id, take, &mut first);
             left -= take;
         }
         Ok(())
@@ -177,8 +179,8 @@ impl Filler {
     }
 
     /// The first `words` words of block `id`, each preceded by a space
-    /// unless it starts `out`.
-    fn write_block(&self, out: &mut String, seed: u64, id: u64, words: u64) {
+    /// unless it is the prompt's `first`.
+    fn write_block(&self, out: &mut String, seed: u64, id: u64, words: u64, first: &mut bool) {
         let mut key = [0u8; 32];
         key[..8].copy_from_slice(&seed.to_le_bytes());
         key[8..16].copy_from_slice(&id.to_le_bytes());
@@ -195,7 +197,11 @@ impl Filler {
                 // division, and the same word for the same draw everywhere.
                 let word = &self.spaced[((u64::from(draw) * n) >> 32) as usize];
                 // One copy per word, its separating space included.
-                out.push_str(if out.is_empty() { &word[1..] } else { word });
+                out.push_str(if std::mem::take(first) {
+                    &word[1..]
+                } else {
+                    word
+                });
             }
             left -= batch as u64;
         }

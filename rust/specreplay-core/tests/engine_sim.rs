@@ -60,6 +60,8 @@ fn spec(load: LoadMode, num_requests: Option<u64>) -> RunSpec {
         server_stamps: false,
         chunk_text: false,
         preconnect: None,
+        sessions: engine::SessionMode::Dependent,
+        live_history: false,
     }
 }
 

@@ -39,6 +39,8 @@ pub struct CapturedRequest {
     body: Py<PyBytes>,
     /// Why the body could not be read (the proxy answered the request itself).
     error: Option<String>,
+    /// The value of the configured session header, when the request has it.
+    session: Option<String>,
 }
 
 /// A request's response once it has ended: with its `ResponseCounts`, the
@@ -52,6 +54,9 @@ pub struct CapturedResponse {
     ttfb_us: Option<i64>,
     /// Last byte, break or abandonment, µs after arrival.
     end_us: i64,
+    /// The answer's text (content, then tool-call arguments), for finding the
+    /// conversation's next turn; None when the body was not decoded. Never written.
+    answer: Option<String>,
 }
 
 fn to_python(py: Python<'_>, captured: Captured) -> PyResult<Py<PyAny>> {
@@ -66,6 +71,7 @@ fn to_python(py: Python<'_>, captured: Captured) -> PyResult<Py<PyAny>> {
                 api: r.api.map(|d| d.as_str()),
                 body: PyBytes::new(py, &r.body).unbind(),
                 error: r.error,
+                session: r.session,
             },
         )?
         .into_any(),
@@ -78,6 +84,7 @@ fn to_python(py: Python<'_>, captured: Captured) -> PyResult<Py<PyAny>> {
                     status: r.status,
                     ttfb_us: r.ttfb_us,
                     end_us: r.end_us,
+                    answer: r.answer,
                 }),
             )?
             .into_any()

@@ -1,5 +1,6 @@
 //! `start_point` and `EngineRun`: one sweep point running on the engine's
-//! runtime. Python polls it for finished requests in batches; the engine
+//! runtime. Python polls it for finished requests in batches and, when the
+//! point is streamed, feeds it requests as it asks for them; the engine
 //! never waits for Python.
 
 use std::sync::{Arc, Mutex};
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use specreplay_core::engine::batch::{to_record_batch_with, Extras};
+use specreplay_core::engine::feed::Feed;
 use specreplay_core::engine::request_columns::requests_from_batch;
 use specreplay_core::engine::{self, Progress, RunSpec};
 use tokio_util::sync::CancellationToken;
@@ -22,6 +24,7 @@ pub struct EngineRun {
     // Outside the mutex: `next_batch` holds it while it waits.
     progress: Arc<Progress>,
     cancel: CancellationToken,
+    feed: Arc<Feed>,
     /// `RunSpec::server_stamps` and `chunk_text`: the columns batches carry
     /// beyond the results file's.
     extras: Extras,
@@ -43,21 +46,36 @@ pub struct EngineProgress {
 }
 
 /// Starts a point: `spec` is the `RunSpec` mapping, `requests` a record
-/// batch with the columns of `schema.REQUEST_SCHEMA`, one row per request.
+/// batch with the columns of `schema.REQUEST_COLUMNS`, one row per request:
+/// all of them, or with `feed` the first (more through `EngineRun.feed`).
 #[pyfunction]
-pub fn start_point(spec: &Bound<'_, PyAny>, requests: &Bound<'_, PyAny>) -> PyResult<EngineRun> {
+#[pyo3(signature = (spec, requests, feed = false))]
+pub fn start_point(
+    py: Python<'_>,
+    spec: &Bound<'_, PyAny>,
+    requests: &Bound<'_, PyAny>,
+    feed: bool,
+) -> PyResult<EngineRun> {
     let spec: RunSpec = from_mapping("run spec", spec, RunSpec::validate)?;
     let batch = import_batch(requests, "requests")?;
-    let prepared = requests_from_batch(&batch).map_err(Error::from)?;
     let extras = Extras {
         server_stamps: spec.server_stamps,
         chunk_text: spec.chunk_text,
     };
-    let run = engine::start(spec, prepared, RUNTIME.handle()).map_err(Error::from)?;
+    let run = py.detach(|| {
+        let prepared = requests_from_batch(&batch)?;
+        if feed {
+            engine::start_streamed(spec, prepared, RUNTIME.handle())
+        } else {
+            engine::start(spec, prepared, RUNTIME.handle())
+        }
+    });
+    let run = run.map_err(Error::from)?;
     Ok(EngineRun {
         extras,
         progress: run.progress_handle(),
         cancel: run.cancel_token(),
+        feed: run.feed_handle(),
         inner: Mutex::new(Some(run)),
     })
 }
@@ -106,5 +124,33 @@ impl EngineRun {
     /// Stops scheduling and cancels requests in flight; they still report rows.
     fn cancel(&self) {
         self.cancel.cancel();
+        self.feed.stop();
+    }
+
+    /// More requests for a point started with `feed`, in order (a session's
+    /// turns together, in one batch). Their prompts are synthesized here,
+    /// with the GIL released.
+    fn feed(&self, py: Python<'_>, requests: &Bound<'_, PyAny>) -> PyResult<()> {
+        let batch = import_batch(requests, "requests")?;
+        let feed = &self.feed;
+        py.detach(|| feed.push(requests_from_batch(&batch)?))
+            .map_err(Error::from)?;
+        Ok(())
+    }
+
+    /// Whether the point wants more requests fed now (its look-ahead is not
+    /// full, and it has not ended).
+    fn wants_more(&self) -> bool {
+        self.feed.wants_more()
+    }
+
+    /// The trace's next pass begins: what is fed from now on is its next lap.
+    fn end_lap(&self) {
+        self.feed.end_lap();
+    }
+
+    /// Nothing more will be fed.
+    fn end_feed(&self) {
+        self.feed.end();
     }
 }

@@ -1,10 +1,11 @@
 //! What one whole response said, from its bytes: the server's usage (merged
 //! over every report), the last finish reason and error, whether a stream
-//! ended with its end marker, and llama.cpp's own token count. One function
+//! ended with its end marker, llama.cpp's own token count, and the answer's
+//! text (the capture proxy finds conversations by it; it is never written). One function
 //! for the capture proxy's records and the target probe (through the
 //! binding's `decode_response`), so neither parses a response by hand.
 
-use super::{decode_all, decode_body, Dialect, Record, Usage};
+use super::{decode_all, decode_body, Channel, Dialect, Record, Usage};
 use crate::error::CoreError;
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -20,6 +21,10 @@ pub struct ResponseSummary {
     /// llama.cpp's cumulative `timings.predicted_n`, as last reported (None:
     /// the server sent no `timings`, so it is not llama.cpp).
     pub predicted_tokens: Option<u64>,
+    /// The answer as a client puts it back into the conversation: the
+    /// content text, then the tool calls' argument text, each in stream
+    /// order (reasoning left out, as clients leave it out of the history).
+    pub answer: String,
 }
 
 /// Whether a `Content-Type` is an SSE stream (else the body is one JSON document).
@@ -47,6 +52,7 @@ pub fn summarize(
         complete: !streamed,
         ..ResponseSummary::default()
     };
+    let mut tool_text = String::new();
     for record in records {
         match record {
             Record::Usage(u) => out.usage.merge(&u),
@@ -58,9 +64,18 @@ pub fn summarize(
                     out.predicted_tokens = t.predicted_n;
                 }
             }
+            Record::Text {
+                channel: Channel::Content,
+                text,
+            } => out.answer.push_str(&text),
+            Record::Text {
+                channel: Channel::Tool,
+                text,
+            } => tool_text.push_str(&text),
             Record::Text { .. } => {}
         }
     }
+    out.answer.push_str(&tool_text);
     Ok(out)
 }
 
@@ -82,6 +97,19 @@ data: [DONE]\n\n";
         assert_eq!(got.finish_reason.as_deref(), Some("stop"));
         assert_eq!(got.predicted_tokens, Some(1));
         assert!(got.complete && got.error.is_none());
+        assert_eq!(got.answer, "hi");
+    }
+
+    #[test]
+    fn the_answer_is_the_content_then_the_tool_arguments_without_reasoning() {
+        let stream = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hmm\"}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":\"}}]}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Let me\"}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"1}\"}}]}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" check.\"}}]}\n\n\
+data: [DONE]\n\n";
+        let got = summarize(Dialect::Chat, stream, "text/event-stream").unwrap();
+        assert_eq!(got.answer, "Let me check.{\"a\":1}");
     }
 
     #[test]

@@ -62,6 +62,8 @@ pub fn to_record_batch_with(
     let mut chunk_count = Int32Builder::with_capacity(n);
     let mut predicted_ms = Float64Builder::with_capacity(n);
     let mut attempts = Int32Builder::with_capacity(n);
+    let mut turn_index = Int32Builder::with_capacity(n);
+    let mut session_turns = Int32Builder::with_capacity(n);
     for r in records {
         for c in &r.chunks {
             chunk_ts.values().append_value(c.ts_us);
@@ -78,6 +80,8 @@ pub fn to_record_batch_with(
         chunk_count.append_value(r.chunks.len() as i32);
         predicted_ms.append_option(r.server_predicted_ms);
         attempts.append_value(r.attempts);
+        turn_index.append_option(r.turn_index);
+        session_turns.append_option(r.session_turns);
     }
     let mut columns: Vec<(&str, ArrayRef)> = vec![
         ("request_index", i64_col(&|r| Some(r.request_index))),
@@ -124,6 +128,11 @@ pub fn to_record_batch_with(
             str_col(&|r| StampSource::of(&r.chunks).map(StampSource::as_str)),
         ),
         ("connect_us", i64_col(&|r| r.connect_us)),
+        ("session_id", str_col(&|r| r.session_id.as_deref())),
+        ("turn_index", Arc::new(turn_index.finish())),
+        ("session_turns", Arc::new(session_turns.finish())),
+        ("predecessor_end_us", i64_col(&|r| r.predecessor_end_us)),
+        ("think_time_us", i64_col(&|r| r.think_time_us)),
         (
             "chunk_token_source",
             str_col(&|r| r.chunk_token_source.map(|s| s.as_str())),
@@ -206,7 +215,7 @@ mod tests {
         };
         let batch = to_record_batch(&[ok, failed]).unwrap();
         assert_eq!(batch.num_rows(), 2);
-        assert_eq!(batch.num_columns(), 33);
+        assert_eq!(batch.num_columns(), 38);
         let ts = batch.column_by_name("chunk_ts_us").unwrap();
         let list = ts
             .as_any()
@@ -297,10 +306,10 @@ mod tests {
             ..Extras::default()
         };
         let batch = to_record_batch_with(&[stamped, unstamped], extras).unwrap();
-        assert_eq!(batch.num_columns(), 34);
-        assert_eq!(batch.schema().field(33).name(), "chunk_server_ts_us");
+        assert_eq!(batch.num_columns(), 39);
+        assert_eq!(batch.schema().field(38).name(), "chunk_server_ts_us");
         let list = batch
-            .column(33)
+            .column(38)
             .as_any()
             .downcast_ref::<arrow_array::ListArray>()
             .unwrap();

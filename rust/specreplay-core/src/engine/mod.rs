@@ -1,12 +1,18 @@
-//! The replay engine: schedules requests (open or closed loop), sends them,
-//! times every streamed read, and hands finished requests out in batches.
+//! The replay engine: takes requests (given whole, or fed as the trace is
+//! read: `feed`), schedules them (open or closed loop; a session's turns
+//! after each other: `session`), sends them, times every streamed read, and
+//! hands finished requests out in batches.
 //!
 //! Nothing on the measurement path waits for the consumer: finished requests
-//! go into an unbounded channel that the Python layer drains at its own pace.
+//! go into an unbounded channel that the Python layer drains at its own pace,
+//! and a feed that falls behind shows as send lag, never as a blocked thread.
 
 mod accounting;
 pub mod apportion;
 pub mod batch;
+pub mod body;
+mod dispatch;
+pub mod feed;
 pub(crate) mod http;
 mod interrupt;
 pub(crate) mod net;
@@ -15,6 +21,7 @@ pub mod record;
 mod request;
 pub mod request_columns;
 pub mod schedule;
+mod session;
 pub mod spec;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,13 +33,15 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{instant_to_us, now_us};
+use crate::clock::now_us;
 use crate::error::CoreError;
 
+use dispatch::Releases;
+use feed::Feed;
 pub use record::RequestRecord;
-use request::{execute, RequestContext};
-use schedule::{slot_template, Schedule, Slot};
-pub use spec::{Arrival, LoadMode, PreparedRequest, RunSpec};
+use request::RequestContext;
+use schedule::Schedule;
+pub use spec::{Arrival, LoadMode, PreparedRequest, RunSpec, SessionMode};
 
 /// Delay between `start` and the first scheduled send, so the first deadline
 /// is not already late when the dispatcher thread comes up.
@@ -72,10 +81,14 @@ pub struct ProgressSnapshot {
 
 struct Shared {
     ctx: RequestContext,
-    requests: Vec<PreparedRequest>,
+    feed: Arc<Feed>,
+    /// Dependent turns waiting for their moment (the pacing thread's).
+    releases: Releases,
     warmup: u64,
     permits: Option<Semaphore>,
     progress: Arc<Progress>,
+    /// The point's start plus its duration: nothing is sent from then on.
+    end_at: Option<Instant>,
     // Each task holds the sender through its `Arc<Shared>`: the channel closes
     // exactly when the last request has reported.
     results: mpsc::UnboundedSender<RequestRecord>,
@@ -86,6 +99,7 @@ pub struct EngineRun {
     results: mpsc::UnboundedReceiver<RequestRecord>,
     progress: Arc<Progress>,
     cancel: CancellationToken,
+    feed: Arc<Feed>,
 }
 
 impl Drop for EngineRun {
@@ -109,6 +123,12 @@ impl EngineRun {
     /// row (error kind `cancelled`).
     pub fn cancel(&self) {
         self.cancel.cancel();
+        self.feed.stop();
+    }
+
+    /// The point's requests, for feeding it ([`start_streamed`]).
+    pub fn feed_handle(&self) -> Arc<Feed> {
+        self.feed.clone()
     }
 
     /// Collects the requests that finish within `wait`, up to `max` of them
@@ -192,26 +212,65 @@ pub fn is_secret_header_name(name: &str) -> bool {
     SECRET_HEADERS.iter().any(|s| s.eq_ignore_ascii_case(name))
 }
 
-/// Starts one point on `runtime`. Returns at once; drain the results with
+/// Starts one point on `runtime` with all its requests (looped over when
+/// `num_requests` asks for more). Returns at once; drain the results with
 /// [`EngineRun::next_records`].
 pub fn start(
     spec: RunSpec,
     requests: Vec<PreparedRequest>,
     runtime: &Handle,
 ) -> Result<EngineRun, CoreError> {
+    let (schedule, duration, uri) = checked(&spec, &requests)?;
+    let feed = Feed::whole(
+        requests,
+        spec.sessions,
+        spec.num_requests,
+        schedule,
+        duration,
+    )?;
+    launch(spec, feed, uri, runtime)
+}
+
+/// Starts one point whose requests are fed as the trace is read: `first`
+/// now, more through [`EngineRun::feed_handle`] while it
+/// [wants more](Feed::wants_more), then [`Feed::end`]. Sends `num_requests`
+/// at most.
+pub fn start_streamed(
+    spec: RunSpec,
+    first: Vec<PreparedRequest>,
+    runtime: &Handle,
+) -> Result<EngineRun, CoreError> {
+    let (schedule, duration, uri) = checked(&spec, &first)?;
+    let feed = Feed::streamed(spec.sessions, spec.num_requests, schedule, duration);
+    feed.push(first)?;
+    launch(spec, feed, uri, runtime)
+}
+
+/// The spec checked, with its schedule, its duration and where its (first)
+/// requests go.
+fn checked(
+    spec: &RunSpec,
+    requests: &[PreparedRequest],
+) -> Result<(Option<Schedule>, Option<Duration>, ::http::Uri), CoreError> {
     spec.validate()?;
-    if requests.is_empty() {
-        return Err(CoreError::config("trace", "no requests to send"));
-    }
+    let first = requests
+        .first()
+        .ok_or_else(|| CoreError::config("trace", "no requests to send"))?;
+    Ok((
+        Schedule::open_loop(spec.load, spec.seed),
+        spec.duration_s.map(Duration::from_secs_f64),
+        first.uri.clone(),
+    ))
+}
+
+fn launch(
+    spec: RunSpec,
+    feed: Feed,
+    uri: ::http::Uri,
+    runtime: &Handle,
+) -> Result<EngineRun, CoreError> {
     let headers = header_map(&spec.headers)?;
     let preconnections = spec.preconnections()?;
-    let arrivals: Vec<f64> = requests.iter().map(|r| r.arrival_s).collect();
-    let first_uri = requests[0].uri.clone();
-    let limit = spec.num_requests.or(if spec.duration_s.is_some() {
-        None
-    } else {
-        Some(requests.len() as u64)
-    });
     let cancel = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let (tx, rx) = mpsc::unbounded_channel();
@@ -219,10 +278,13 @@ pub fn start(
         LoadMode::Concurrency { concurrency } => (concurrency, false),
         _ => (spec.max_concurrency.unwrap_or(1024), true),
     };
+    let dependent = spec.sessions == SessionMode::Dependent;
+    let feed = Arc::new(feed);
+    let duration = spec.duration_s.map(Duration::from_secs_f64);
     let secrets = secret_values(&headers);
     let make_shared = {
-        let (cancel, progress) = (cancel.clone(), progress.clone());
-        move |client: http::HttpClient| Shared {
+        let (cancel, progress, feed) = (cancel.clone(), progress.clone(), feed.clone());
+        move |client: http::HttpClient, start_at: Instant| Shared {
             ctx: RequestContext {
                 client,
                 secrets,
@@ -232,9 +294,11 @@ pub fn start(
                 retries: spec.retries,
                 cancel,
                 server_stamps: spec.server_stamps,
+                keep_answer: spec.live_history && dependent,
                 chunk_text: spec.chunk_text,
             },
-            requests,
+            releases: Releases::new(feed.bell.clone()),
+            feed,
             warmup: spec.warmup,
             permits: if open_loop {
                 spec.max_concurrency.map(Semaphore::new)
@@ -242,77 +306,77 @@ pub fn start(
                 None
             },
             progress,
+            end_at: duration.map(|d| start_at + d),
             results: tx,
         }
     };
-    let duration = spec.duration_s.map(Duration::from_secs_f64);
-    let mode = match Schedule::open_loop(spec.load, &arrivals, limit, spec.seed) {
-        Some(schedule) => {
-            // The dispatcher thread starts now (so a failure to start it is
-            // `start`'s error) and waits for the connections to be open.
-            let (go, ready) = std::sync::mpsc::sync_channel::<(Arc<Shared>, Instant)>(1);
-            let runtime = runtime.clone();
-            std::thread::Builder::new()
-                .name("specreplay-dispatch".into())
-                .spawn(move || {
-                    if let Ok((shared, start_at)) = ready.recv() {
-                        dispatch_open_loop(shared, schedule, start_at, duration, runtime);
-                    }
-                })
-                .map_err(|e| CoreError::io("could not start the dispatcher thread", e))?;
-            Mode::Open(go)
-        }
-        None => Mode::Closed { concurrency, limit },
+    // The pacing thread starts open-loop units and releases dependent turns.
+    // It starts now (so a failure to start it is `start`'s error) and waits
+    // for the connections to be open.
+    let pacer = if open_loop || dependent {
+        let (go, ready) = std::sync::mpsc::sync_channel::<(Arc<Shared>, Instant)>(1);
+        let runtime = runtime.clone();
+        std::thread::Builder::new()
+            .name("specreplay-dispatch".into())
+            .spawn(move || {
+                if let Ok((shared, start_at)) = ready.recv() {
+                    dispatch::pace(shared, open_loop, start_at, runtime);
+                }
+            })
+            .map_err(|e| CoreError::io("could not start the dispatcher thread", e))?;
+        Some(go)
+    } else {
+        None
     };
     let plan = Launch {
-        uri: first_uri,
+        uri,
         preconnections,
         cancel: cancel.clone(),
         max_idle: concurrency,
-        mode,
+        pacer,
+        workers: (!open_loop).then_some(concurrency),
         duration,
         runtime: runtime.clone(),
     };
-    runtime.spawn(launch(make_shared, plan));
+    runtime.spawn(connect_then_start(make_shared, plan));
     Ok(EngineRun {
         results: rx,
         progress,
         cancel,
+        feed,
     })
 }
 
-/// How the requests are started once the clock runs.
-enum Mode {
-    /// Hand the run to the waiting dispatcher thread.
-    Open(std::sync::mpsc::SyncSender<(Arc<Shared>, Instant)>),
-    Closed {
-        concurrency: usize,
-        limit: Option<u64>,
-    },
-}
-
-/// What `launch` needs besides the shared state.
+/// What `connect_then_start` needs besides the shared state.
 struct Launch {
     /// The origin to preconnect to (every request of a point goes there).
     uri: ::http::Uri,
     preconnections: usize,
     cancel: CancellationToken,
     max_idle: usize,
-    mode: Mode,
+    /// The waiting pacing thread, if the point has one.
+    pacer: Option<std::sync::mpsc::SyncSender<(Arc<Shared>, Instant)>>,
+    /// Closed loop: how many workers (users).
+    workers: Option<usize>,
     duration: Option<Duration>,
     runtime: Handle,
 }
 
-/// Opens the connections (when asked), then starts the clock and the
-/// requests. The connector hands the opened connections out before it opens
-/// any new one, so the first requests are the ones that use them.
-async fn launch(make_shared: impl FnOnce(http::HttpClient) -> Shared, plan: Launch) {
+/// Opens the connections (when asked), then starts the clock, the pacing
+/// thread and the workers. The connector hands the opened connections out
+/// before it opens any new one, so the first requests are the ones that use
+/// them.
+async fn connect_then_start(
+    make_shared: impl FnOnce(http::HttpClient, Instant) -> Shared,
+    plan: Launch,
+) {
     let Launch {
         uri,
         preconnections,
         cancel,
         max_idle,
-        mode,
+        pacer,
+        workers,
         duration,
         runtime,
     } = plan;
@@ -326,118 +390,39 @@ async fn launch(make_shared: impl FnOnce(http::HttpClient) -> Shared, plan: Laun
             _ = cancel.cancelled() => {}
         }
     }
-    let shared = Arc::new(make_shared(http::client_over(connector, max_idle, h2)));
     let start_at = Instant::now() + START_LEAD;
-    match mode {
-        // The thread is waiting; if it is gone there is nobody to send.
-        Mode::Open(go) => drop(go.send((shared, start_at))),
-        Mode::Closed { concurrency, limit } => {
-            let next = Arc::new(AtomicU64::new(0));
-            for _ in 0..concurrency {
-                let (shared, next) = (shared.clone(), next.clone());
-                runtime.spawn(closed_loop_worker(shared, next, limit, start_at, duration));
-            }
-        }
+    let shared = Arc::new(make_shared(
+        http::client_over(connector, max_idle, h2),
+        start_at,
+    ));
+    shared.feed.set_start(start_at);
+    if let Some(go) = pacer {
+        // The thread is waiting; if it is gone there is nobody to pace.
+        let _ = go.send((shared.clone(), start_at));
+    }
+    for _ in 0..workers.unwrap_or(0) {
+        runtime.spawn(closed_loop_worker(shared.clone(), start_at, duration));
     }
 }
 
-/// Open loop: every request goes out at its scheduled time, whatever is in
-/// flight (no coordinated omission). Runs on its own OS thread for timing.
-fn dispatch_open_loop(
-    shared: Arc<Shared>,
-    schedule: Schedule,
-    start_at: Instant,
-    duration: Option<Duration>,
-    runtime: Handle,
-) {
-    pacing::tighten_timer_slack();
-    let cancel = shared.ctx.cancel.clone();
-    for slot in schedule {
-        let offset = Duration::from_micros(slot.offset_us.max(0) as u64);
-        if duration.is_some_and(|d| offset >= d) {
-            break;
-        }
-        let deadline = start_at + offset;
-        if !pacing::wait_until(deadline, || cancel.is_cancelled()) {
-            break;
-        }
-        shared.progress.scheduled.fetch_add(1, Ordering::Relaxed);
-        runtime.spawn(run_slot(shared.clone(), slot, instant_to_us(deadline)));
-    }
-}
-
-/// Closed loop: a worker sends its next request as soon as the previous ends.
-async fn closed_loop_worker(
-    shared: Arc<Shared>,
-    next: Arc<AtomicU64>,
-    limit: Option<u64>,
-    start_at: Instant,
-    duration: Option<Duration>,
-) {
+/// Closed loop: a worker (a user) starts its next unit as soon as the
+/// previous one is over; a session's turns run in turn within it.
+async fn closed_loop_worker(shared: Arc<Shared>, start_at: Instant, duration: Option<Duration>) {
     tokio::time::sleep_until(start_at.into()).await;
-    let templates = shared.requests.len();
     loop {
         if shared.ctx.cancel.is_cancelled() || duration.is_some_and(|d| start_at.elapsed() >= d) {
+            shared.feed.stop();
             break;
         }
-        let index = next.fetch_add(1, Ordering::Relaxed);
-        if limit.is_some_and(|l| index >= l) {
-            break;
-        }
-        let (template, lap) = slot_template(index, templates);
-        shared.progress.scheduled.fetch_add(1, Ordering::Relaxed);
-        let slot = Slot {
-            index,
-            template,
-            lap,
-            offset_us: 0,
-        };
-        run_slot(shared.clone(), slot, now_us()).await;
-    }
-}
-
-async fn run_slot(shared: Arc<Shared>, slot: Slot, scheduled_us: i64) {
-    let req = &shared.requests[slot.template];
-    let mut rec = RequestRecord {
-        request_index: slot.index as i64,
-        trace_id: if slot.lap == 0 {
-            req.trace_id.clone()
-        } else {
-            format!("{}#{}", req.trace_id, slot.lap)
-        },
-        api: req.dialect.as_str(),
-        warmup: slot.index < shared.warmup,
-        scheduled_us,
-        ..Default::default()
-    };
-    let _permit = match &shared.permits {
-        Some(permits) => tokio::select! {
-            p = permits.acquire() => p.ok(),
+        let unit = tokio::select! {
+            unit = shared.feed.next() => unit,
             _ = shared.ctx.cancel.cancelled() => None,
-        },
-        None => None,
-    };
-    if shared.ctx.cancel.is_cancelled() {
-        rec.end_us = Some(now_us());
-        rec.error = Some((
-            record::ErrorKind::Cancelled,
-            "run cancelled before the request was sent".into(),
-        ));
-    } else {
-        shared.progress.sent.fetch_add(1, Ordering::Relaxed);
-        execute(&shared.ctx, req, &mut rec).await;
+        };
+        let Some(unit) = unit else {
+            break;
+        };
+        session::run_unit(shared.clone(), unit, now_us()).await;
     }
-    let progress = &shared.progress;
-    progress.finished.fetch_add(1, Ordering::Relaxed);
-    if rec.error.is_some() {
-        progress.failed.fetch_add(1, Ordering::Relaxed);
-    }
-    progress.output_tokens.fetch_add(
-        rec.output_tokens.unwrap_or(0).max(0) as u64,
-        Ordering::Relaxed,
-    );
-    // The receiver only goes away when the run is dropped; nothing to report to then.
-    let _ = shared.results.send(rec);
 }
 
 #[cfg(test)]

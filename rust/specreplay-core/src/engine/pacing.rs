@@ -1,10 +1,12 @@
-//! Precise waits for the open-loop dispatcher thread.
+//! Precise waits for the pacing thread.
 //!
 //! tokio's timer wheel has 1 ms granularity, which alone would put up to a
-//! millisecond of lag on every send. The dispatcher therefore runs on its own
-//! OS thread: it sleeps (with the kernel's timer slack lowered to 1 µs) until
-//! shortly before the deadline and spins the rest of the way.
+//! millisecond of lag on every send. The pacing thread therefore is an OS
+//! thread of its own: it sleeps (with the kernel's timer slack lowered to
+//! 1 µs) until shortly before the deadline and spins the rest of the way. It
+//! can be woken early (`Doorbell`) when an earlier deadline comes up.
 
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long before a deadline to stop sleeping and start spinning. Covers the
@@ -21,25 +23,69 @@ pub fn tighten_timer_slack() {
     }
 }
 
-/// Blocks the current OS thread until `deadline`, returning early if
-/// `stop()` becomes true (checked at least every 50 ms).
-pub fn wait_until(deadline: Instant, stop: impl Fn() -> bool) -> bool {
+/// Longest sleep between two looks at `stop()`.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// Rung by other threads when what the pacing thread waits for may have
+/// changed (a unit was fed, a turn became due).
+#[derive(Debug, Default)]
+pub struct Doorbell {
+    rung: Mutex<bool>,
+    bell: Condvar,
+}
+
+impl Doorbell {
+    pub fn ring(&self) {
+        *self.rung.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.bell.notify_one();
+    }
+
+    /// Sleeps up to `timeout` or until rung (a ring before the call counts);
+    /// returns whether it was rung, and clears it.
+    fn wait(&self, timeout: Duration) -> bool {
+        let rung = self.rung.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut rung, _) = self
+            .bell
+            .wait_timeout_while(rung, timeout, |rung| !*rung)
+            .unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *rung)
+    }
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    /// The deadline has passed.
+    Due,
+    /// The doorbell rang first.
+    Rung,
+    /// `stop()` turned true.
+    Stopped,
+}
+
+/// Blocks the current OS thread until `deadline` (None: until rung or
+/// stopped), returning early when `bell` rings or `stop()` becomes true
+/// (checked at least every 50 ms).
+pub fn wait_until(deadline: Option<Instant>, bell: &Doorbell, stop: impl Fn() -> bool) -> Waited {
     loop {
         if stop() {
-            return false;
+            return Waited::Stopped;
         }
         let now = Instant::now();
-        if now >= deadline {
-            return true;
-        }
-        let left = deadline - now;
+        let left = match deadline {
+            Some(d) if now >= d => return Waited::Due,
+            Some(d) => d - now,
+            None => STOP_POLL + SPIN_WINDOW,
+        };
         if left > SPIN_WINDOW {
-            std::thread::sleep((left - SPIN_WINDOW).min(Duration::from_millis(50)));
-        } else {
-            while Instant::now() < deadline {
+            if bell.wait((left - SPIN_WINDOW).min(STOP_POLL)) {
+                return Waited::Rung;
+            }
+        } else if let Some(d) = deadline {
+            while Instant::now() < d {
                 std::hint::spin_loop();
             }
-            return true;
+            return Waited::Due;
         }
     }
 }
@@ -51,9 +97,10 @@ mod tests {
     #[test]
     fn never_returns_before_the_deadline() {
         tighten_timer_slack();
+        let bell = Doorbell::default();
         for _ in 0..20 {
             let deadline = Instant::now() + Duration::from_micros(700);
-            assert!(wait_until(deadline, || false));
+            assert_eq!(wait_until(Some(deadline), &bell, || false), Waited::Due);
             assert!(Instant::now() >= deadline);
         }
     }
@@ -61,6 +108,27 @@ mod tests {
     #[test]
     fn stops_when_asked() {
         let deadline = Instant::now() + Duration::from_secs(3600);
-        assert!(!wait_until(deadline, || true));
+        let bell = Doorbell::default();
+        assert_eq!(wait_until(Some(deadline), &bell, || true), Waited::Stopped);
+        assert_eq!(wait_until(None, &bell, || true), Waited::Stopped);
+    }
+
+    #[test]
+    fn a_ring_wakes_the_wait_once() {
+        let bell = std::sync::Arc::new(Doorbell::default());
+        let ringer = bell.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            ringer.ring();
+        });
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        assert_eq!(wait_until(Some(deadline), &bell, || false), Waited::Rung);
+        t.join().unwrap();
+        // Cleared: the next wait runs to its deadline.
+        let soon = Instant::now() + Duration::from_millis(2);
+        assert_eq!(wait_until(Some(soon), &bell, || false), Waited::Due);
+        // A ring before the wait counts.
+        bell.ring();
+        assert_eq!(wait_until(None, &bell, || false), Waited::Rung);
     }
 }

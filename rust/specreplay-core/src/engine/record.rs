@@ -24,6 +24,9 @@ pub enum ErrorKind {
     Stall,
     /// The run was cancelled (Ctrl-C) while the request was in flight.
     Cancelled,
+    /// Never sent: an earlier turn of its session failed, and a user does not
+    /// go on with a conversation whose answer never came.
+    SkippedAfterFailure,
 }
 
 impl ErrorKind {
@@ -38,6 +41,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::Stall => "stall",
             ErrorKind::Cancelled => "cancelled",
+            ErrorKind::SkippedAfterFailure => "skipped_after_failure",
         }
     }
 }
@@ -201,4 +205,16 @@ pub struct RequestRecord {
     /// TCP connect + TLS handshake, µs, when this request was the first on a
     /// connection opened during the run.
     pub connect_us: Option<i64>,
+    /// The request's session (`PreparedRequest::session`), its place in it,
+    /// and (dependent sessions) how many turns it has in this point.
+    pub session_id: Option<std::sync::Arc<str>>,
+    pub turn_index: Option<i32>,
+    pub session_turns: Option<i32>,
+    /// Dependent turns: the previous turn's `end_us`, and the think time
+    /// waited after it (`scheduled_us` is their sum).
+    pub predecessor_end_us: Option<i64>,
+    pub think_time_us: Option<i64>,
+    /// The answer's text (content channel), kept only for live history; not
+    /// a results column.
+    pub answer: Option<String>,
 }

@@ -45,6 +45,8 @@ pub struct RequestContext {
     pub cancel: CancellationToken,
     /// Keep each chunk's `sim_sent_us` (`RunSpec::server_stamps`).
     pub server_stamps: bool,
+    /// Keep the answer's text in the record (`RunSpec::live_history`).
+    pub keep_answer: bool,
     /// Keep each chunk's text (`RunSpec::chunk_text`).
     pub chunk_text: bool,
 }
@@ -92,7 +94,10 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
     let mut attempts = 0;
     let (outcome, attempt) = loop {
         attempts += 1;
-        let mut attempt = Attempt::default();
+        let mut attempt = Attempt {
+            account: StreamAccount::new(ctx.keep_answer),
+            ..Attempt::default()
+        };
         let outcome = unless(exchange(ctx, req, rec, &mut attempt), interrupted())
             .await
             .unwrap_or_else(Err);

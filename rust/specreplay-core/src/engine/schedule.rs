@@ -1,6 +1,8 @@
-//! When each request is due. Open-loop arrivals come from a seeded arrival
-//! process (or the trace's own offsets); the schedule is generated lazily, so a
-//! `--duration` run with no request limit needs no up-front list.
+//! When each unit (a request, or a session's first turn) is due in an
+//! open-loop point. Arrivals come from a seeded arrival process, or from the
+//! trace's own offsets; the schedule is computed one unit at a time as units
+//! are fed, so neither a `--duration` run nor a streamed trace needs a list
+//! up front.
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -8,57 +10,56 @@ use rand_distr::{Distribution, Exp, Gamma};
 
 use super::spec::{Arrival, LoadMode};
 
-/// One scheduled request.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Slot {
-    /// Position in the point's schedule, from 0.
-    pub index: u64,
-    /// Which prepared request it sends.
-    pub template: usize,
-    /// How many times the trace has been looped before this request (0 = first pass).
-    pub lap: u64,
-    /// Due time in µs after the point's start (open loop only; 0 in closed loop).
-    pub offset_us: i64,
-}
-
-/// Maps a schedule index onto a prepared request and its lap over the trace.
-pub fn slot_template(index: u64, templates: usize) -> (usize, u64) {
-    let t = templates as u64;
-    ((index % t) as usize, index / t)
-}
-
 enum Gaps {
     Constant(f64),
     Exp(Exp<f64>),
     Gamma(Gamma<f64>),
-    /// Trace offsets (seconds) scaled by 1/speedup; loops repeat the trace
-    /// shifted by its span plus one mean gap, so laps do not overlap.
-    Trace {
-        offsets_s: Vec<f64>,
-        speedup: f64,
-        lap_span_s: f64,
-    },
+    /// The trace's offsets scaled by 1/speedup.
+    Trace(TraceClock),
 }
 
-/// Lazily yields the open-loop schedule of a point.
+/// Speedup mode: a unit is due at its arrival minus time zero (the first
+/// arrival), divided by the speedup. Each loop over the trace is shifted by
+/// the first loop's span plus one mean gap, so loops do not overlap.
+struct TraceClock {
+    speedup: f64,
+    /// Time zero: the earliest arrival (given), else the first one seen.
+    zero_s: Option<f64>,
+    /// Of the first loop: the largest offset and how many units it had.
+    lap0_span_s: f64,
+    lap0_units: u64,
+}
+
+impl TraceClock {
+    fn offset_s(&mut self, arrival_s: f64, lap: u64) -> f64 {
+        let zero = *self.zero_s.get_or_insert(arrival_s);
+        let offset = arrival_s - zero;
+        if lap == 0 {
+            self.lap0_span_s = self.lap0_span_s.max(offset);
+            self.lap0_units += 1;
+            return offset / self.speedup;
+        }
+        // Units of a later loop come after the whole first loop was fed.
+        let mean_gap = if self.lap0_units > 1 {
+            self.lap0_span_s / (self.lap0_units - 1) as f64
+        } else {
+            1.0
+        };
+        (offset + lap as f64 * (self.lap0_span_s + mean_gap)) / self.speedup
+    }
+}
+
+/// The open-loop schedule of a point.
 pub struct Schedule {
     gaps: Gaps,
     rng: ChaCha8Rng,
-    templates: usize,
     next_index: u64,
-    limit: Option<u64>,
     clock_s: f64,
 }
 
 impl Schedule {
-    /// `arrivals_s` are the trace's arrival offsets (used by speedup mode).
     /// Returns `None` for closed-loop modes, which have no schedule.
-    pub fn open_loop(
-        load: LoadMode,
-        arrivals_s: &[f64],
-        limit: Option<u64>,
-        seed: u64,
-    ) -> Option<Schedule> {
+    pub fn open_loop(load: LoadMode, seed: u64) -> Option<Schedule> {
         let gaps = match load {
             LoadMode::Rate {
                 rate,
@@ -78,63 +79,47 @@ impl Schedule {
                 // Shape = burstiness, mean = 1/rate (as vLLM's benchmark does).
                 Gaps::Gamma(Gamma::new(burstiness, 1.0 / (rate * burstiness)).ok()?)
             }
-            LoadMode::Speedup { speedup } => {
-                let first = arrivals_s.iter().copied().fold(f64::INFINITY, f64::min);
-                let offsets_s: Vec<f64> = arrivals_s.iter().map(|a| a - first).collect();
-                let span = offsets_s.iter().copied().fold(0.0, f64::max);
-                let mean_gap = if offsets_s.len() > 1 {
-                    span / (offsets_s.len() - 1) as f64
-                } else {
-                    1.0
-                };
-                Gaps::Trace {
-                    offsets_s,
-                    speedup,
-                    lap_span_s: span + mean_gap,
-                }
-            }
+            LoadMode::Speedup { speedup } => Gaps::Trace(TraceClock {
+                speedup,
+                zero_s: None,
+                lap0_span_s: 0.0,
+                lap0_units: 0,
+            }),
             LoadMode::Concurrency { .. } => return None,
         };
         Some(Schedule {
             gaps,
             rng: ChaCha8Rng::seed_from_u64(seed),
-            templates: arrivals_s.len().max(1),
             next_index: 0,
-            limit,
             clock_s: 0.0,
         })
     }
-}
 
-impl Iterator for Schedule {
-    type Item = Slot;
-
-    fn next(&mut self) -> Option<Slot> {
-        let index = self.next_index;
-        if self.limit.is_some_and(|l| index >= l) {
-            return None;
+    /// Speedup mode with every arrival known up front: time zero is the
+    /// earliest of them, wherever it is in the trace.
+    pub fn with_time_zero(mut self, zero_s: f64) -> Self {
+        if let Gaps::Trace(clock) = &mut self.gaps {
+            clock.zero_s = Some(zero_s);
         }
-        let (template, lap) = slot_template(index, self.templates);
-        let at_s = match &self.gaps {
-            Gaps::Trace {
-                offsets_s,
-                speedup,
-                lap_span_s,
-            } => (offsets_s[template] + lap as f64 * lap_span_s) / speedup,
-            // The first request goes at 0; every later one one gap after the previous.
+        self
+    }
+
+    /// When the next unit is due, µs after the point's start: the unit's
+    /// trace arrival and loop (lap) count in speedup mode; rate modes ignore
+    /// both.
+    pub fn next_offset_us(&mut self, arrival_s: f64, lap: u64) -> i64 {
+        let index = self.next_index;
+        let at_s = match &mut self.gaps {
+            Gaps::Trace(clock) => clock.offset_s(arrival_s, lap),
+            // The first unit goes at 0; every later one one gap after the previous.
             _ if index == 0 => 0.0,
-            Gaps::Constant(gap) => self.clock_s + gap,
+            Gaps::Constant(gap) => self.clock_s + *gap,
             Gaps::Exp(d) => self.clock_s + d.sample(&mut self.rng),
             Gaps::Gamma(d) => self.clock_s + d.sample(&mut self.rng),
         };
         self.clock_s = at_s;
         self.next_index += 1;
-        Some(Slot {
-            index,
-            template,
-            lap,
-            offset_us: (at_s * 1e6).round() as i64,
-        })
+        (at_s * 1e6).round() as i64
     }
 }
 
@@ -151,10 +136,8 @@ mod tests {
     }
 
     fn offsets(load: LoadMode, n: u64, seed: u64) -> Vec<i64> {
-        Schedule::open_loop(load, &[0.0; 4], Some(n), seed)
-            .unwrap()
-            .map(|s| s.offset_us)
-            .collect()
+        let mut s = Schedule::open_loop(load, seed).unwrap();
+        (0..n).map(|_| s.next_offset_us(0.0, 0)).collect()
     }
 
     #[test]
@@ -195,30 +178,39 @@ mod tests {
         assert!((cv_smooth - 0.5).abs() < 0.05, "{cv_smooth}");
     }
 
+    /// The offsets of `n` units looping over `arrivals`, as the feed asks for them.
+    fn looped(arrivals: &[f64], speedup: f64, n: usize, zero: Option<f64>) -> Vec<i64> {
+        let mut s = Schedule::open_loop(LoadMode::Speedup { speedup }, 0).unwrap();
+        if let Some(z) = zero {
+            s = s.with_time_zero(z);
+        }
+        (0..n)
+            .map(|i| s.next_offset_us(arrivals[i % arrivals.len()], (i / arrivals.len()) as u64))
+            .collect()
+    }
+
     #[test]
     fn speedup_scales_trace_offsets_and_loops() {
-        let arrivals = [10.0, 11.0, 13.0];
-        let s =
-            Schedule::open_loop(LoadMode::Speedup { speedup: 2.0 }, &arrivals, Some(5), 0).unwrap();
-        let got: Vec<(usize, u64, i64)> = s.map(|s| (s.template, s.lap, s.offset_us)).collect();
         // Span 3 s + mean gap 1.5 s = 4.5 s per lap, halved by the speedup.
+        let want = vec![0, 500_000, 1_500_000, 2_250_000, 2_750_000];
+        assert_eq!(looped(&[10.0, 11.0, 13.0], 2.0, 5, None), want);
+        assert_eq!(looped(&[10.0, 11.0, 13.0], 2.0, 5, Some(10.0)), want);
+        // One unit: a lap is its span (0) plus a mean gap of 1 s.
+        assert_eq!(looped(&[5.0], 1.0, 3, None), vec![0, 1_000_000, 2_000_000]);
+    }
+
+    #[test]
+    fn time_zero_is_the_earliest_arrival_when_known() {
+        // Arrivals out of order (a trace given whole may be): zero is the
+        // earliest, and the span the largest offset from it.
         assert_eq!(
-            got,
-            vec![
-                (0, 0, 0),
-                (1, 0, 500_000),
-                (2, 0, 1_500_000),
-                (0, 1, 2_250_000),
-                (1, 1, 2_750_000)
-            ]
+            looped(&[11.0, 10.0, 13.0], 1.0, 4, Some(10.0)),
+            vec![1_000_000, 0, 3_000_000, 5_500_000]
         );
     }
 
     #[test]
     fn closed_loop_has_no_schedule() {
-        assert!(
-            Schedule::open_loop(LoadMode::Concurrency { concurrency: 2 }, &[0.0], Some(3), 0)
-                .is_none()
-        );
+        assert!(Schedule::open_loop(LoadMode::Concurrency { concurrency: 2 }, 0).is_none());
     }
 }

@@ -62,6 +62,29 @@ pub struct RunSpec {
     /// closed loop, off for open loop (`RunSpec::preconnections`).
     #[serde(default)]
     pub preconnect: Option<bool>,
+    /// How the turns of a session are sent (requests without a session are
+    /// on their own either way).
+    #[serde(default)]
+    pub sessions: SessionMode,
+    /// Dependent sessions only: each turn carries the answers the server
+    /// generated for the session's earlier turns, in place of the recorded
+    /// ones (at the places its `Turn::history_at` gives). The engine keeps
+    /// answer text only then.
+    #[serde(default)]
+    pub live_history: bool,
+}
+
+/// Whether a session's turns wait for each other.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionMode {
+    /// A turn is sent when the turn before it in its session has ended, plus
+    /// its think time; the load mode schedules sessions (their first turns).
+    #[default]
+    Dependent,
+    /// Every request on its own, at its own place in the schedule, as if the
+    /// trace had no sessions.
+    Independent,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
@@ -104,6 +127,23 @@ pub struct PreparedRequest {
     pub body: Bytes,
     /// Arrival offset in the trace, seconds from its start.
     pub arrival_s: f64,
+    /// The session it belongs to, and its place there; None on its own.
+    pub session: Option<Turn>,
+}
+
+/// A request's place in its session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    pub session_id: std::sync::Arc<str>,
+    /// From 0, in trace order.
+    pub index: i32,
+    /// How long after the previous turn's end to send this one (None: at once).
+    pub think_time_us: Option<i64>,
+    /// With `live_history`: where in the body the answers the server
+    /// generated for the session's earlier turns go, element j for turn j (a
+    /// byte offset between the quotes of an empty JSON string: the recorded
+    /// answer is not in the body then; None: that answer is not in it).
+    pub history_at: Vec<Option<usize>>,
 }
 
 impl PreparedRequest {
@@ -135,7 +175,19 @@ impl PreparedRequest {
             uri,
             body: Bytes::from(body),
             arrival_s,
+            session: None,
         })
+    }
+
+    /// The same request as turn `index` of `session_id`.
+    pub fn in_session(mut self, session_id: &str, index: i32, think_time_us: Option<i64>) -> Self {
+        self.session = Some(Turn {
+            session_id: session_id.into(),
+            index,
+            think_time_us,
+            history_at: Vec::new(),
+        });
+        self
     }
 }
 

@@ -268,6 +268,13 @@ pub(crate) async fn handle(
         api,
         body: body.clone(),
         error: body_error.as_ref().map(|(_, m)| m.clone()),
+        session: shared
+            .session_header
+            .as_ref()
+            .and_then(|name| parts.headers.get(name))
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty()),
     }));
     let mut rec = Recording {
         shared: shared.clone(),

@@ -10,8 +10,8 @@
 //! The response is decoded (inflated, parsed as SSE or JSON, its usage and
 //! finish reason taken) by the reader, [`Captures::next`], on the recorder's
 //! thread: never on the proxy's threads, so decoding delays no forwarding.
-//! Request headers are never reported (they carry the secrets), nor is the
-//! query string.
+//! Request headers are never reported (they carry the secrets), but for the
+//! configured session header; nor is the query string.
 //!
 //! `forward` holds the per-request path, `record` the decoding; this module
 //! the server's life (bind, accept, graceful stop with a drain limit).
@@ -26,6 +26,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use bytes::Bytes;
+use hyper::header::HeaderName;
 use hyper::service::service_fn;
 use hyper::{Method, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -36,6 +37,7 @@ use tokio::sync::watch;
 
 use crate::decode::Dialect;
 use crate::engine::http::{build_client, HttpClient};
+use crate::engine::is_secret_header_name;
 use crate::error::CoreError;
 use crate::serve::{accept_until, bind, until_stopped, Background};
 
@@ -64,6 +66,8 @@ pub struct RequestEvent {
     pub body: Bytes,
     /// Why the body could not be read (the request was answered by the proxy).
     pub error: Option<String>,
+    /// The value of the [`ProxyConfig::session_header`], when the request has it.
+    pub session: Option<String>,
 }
 
 /// A request's response has ended (or broken, or the client left), as the
@@ -112,6 +116,11 @@ pub struct ProxyConfig {
     /// `/completions`); its response is kept and decoded.
     #[serde(default)]
     pub apis: BTreeMap<Dialect, String>,
+    /// The request header whose value names the conversation a request
+    /// belongs to (e.g. `x-session-id`): the one request header reported to
+    /// the recorder. Must not be a header that carries a secret.
+    #[serde(default)]
+    pub session_header: Option<String>,
 }
 
 fn default_drain_s() -> f64 {
@@ -127,6 +136,20 @@ impl ProxyConfig {
                 "drain_s",
                 format!("must be a non-negative number, got {}", self.drain_s),
             ));
+        }
+        if let Some(name) = &self.session_header {
+            let valid = HeaderName::from_bytes(name.trim().as_bytes()).is_ok();
+            if !valid || is_secret_header_name(name) {
+                let why = if valid {
+                    "carries a secret, which is never recorded"
+                } else {
+                    "is not a header name"
+                };
+                return Err(CoreError::config(
+                    "session_header",
+                    format!("{name:?} {why}"),
+                ));
+            }
         }
         for (api, path) in &self.apis {
             if !path.starts_with('/') || path.len() < 2 {
@@ -154,6 +177,8 @@ impl ProxyConfig {
 /// What every connection shares.
 pub(crate) struct Shared {
     pub base: String,
+    /// `ProxyConfig::session_header`, parsed.
+    pub session_header: Option<HeaderName>,
     /// `ProxyConfig::apis`, longest path first.
     pub routes: Vec<(String, Dialect)>,
     pub client: HttpClient,
@@ -210,8 +235,15 @@ impl ProxyServer {
         let base = check_upstream(&config.upstream)?;
         let (listener, addr) = bind(addr).await?;
         let (events, rx) = mpsc::channel();
+        let session_header = config
+            .session_header
+            .as_deref()
+            .map(|name| HeaderName::from_bytes(name.trim().as_bytes()))
+            .transpose()
+            .map_err(|e| CoreError::config("session_header", e.to_string()))?;
         let shared = Arc::new(Shared {
             base,
+            session_header,
             routes: config.routes(),
             // Every stream keeps its own upstream connection; idle ones are reused.
             client: build_client(usize::MAX),

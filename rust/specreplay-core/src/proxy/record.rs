@@ -38,6 +38,12 @@ pub struct CapturedResponse {
     /// gone, ...), else the error the response carried, else a stream that
     /// ended without its end marker.
     pub error: Option<String>,
+    /// The answer's text ([`ResponseSummary::answer`]), by which the recorder
+    /// finds the request that continues this conversation; never written.
+    /// None when the body was not decoded.
+    ///
+    /// [`ResponseSummary::answer`]: crate::decode::summary::ResponseSummary::answer
+    pub answer: Option<String>,
 }
 
 /// One report, in the order the proxy made them (a request's before its response's).
@@ -111,6 +117,7 @@ fn decode(r: ResponseEvent) -> CapturedResponse {
     };
     out.usage = summary.usage;
     out.finish_reason = summary.finish_reason;
+    out.answer = Some(summary.answer);
     if out.error.is_none() {
         out.error = summary.error.or_else(|| {
             (is_event_stream(&r.content_type) && !summary.complete)
@@ -186,6 +193,7 @@ data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n
         );
         assert_eq!(got.usage.completion_tokens, Some(1));
         assert_eq!(got.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(got.answer.as_deref(), Some(""));
         assert_eq!(
             got.error.as_deref(),
             Some("stream ended without its end marker")
@@ -218,8 +226,8 @@ data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n
         ] {
             let got = decode(event(body, encoding, None));
             assert_eq!(
-                (got.status, got.usage.clone(), got.error),
-                (200, Usage::default(), None)
+                (got.status, got.usage.clone(), got.error, got.answer),
+                (200, Usage::default(), None, None)
             );
         }
         let mut unknown = event(SSE, "", None);

@@ -10,12 +10,23 @@ use crate::sim::{SimConfig, SimServer};
 const CHAT: &str = r#"{"model": "m", "stream": true, "stream_options": {"include_usage": true}, "messages": [{"role": "user", "content": "hi"}]}"#;
 
 async fn post(base: &str, path: &str, body: &str) -> (StatusCode, Bytes) {
+    post_with(base, path, body, &[]).await
+}
+
+async fn post_with(
+    base: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, Bytes) {
     let client = build_client(4);
-    let req = Request::post(format!("{base}{path}"))
+    let mut req = Request::post(format!("{base}{path}"))
         .header("content-type", "application/json")
-        .header("authorization", "Bearer sk-SECRET")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
+        .header("authorization", "Bearer sk-SECRET");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req.body(Full::new(Bytes::from(body.to_string()))).unwrap();
     let resp = client.request(req).await.unwrap();
     let status = resp.status();
     (status, resp.into_body().collect().await.unwrap().to_bytes())
@@ -39,6 +50,7 @@ fn config(upstream: String) -> ProxyConfig {
             (Dialect::Completions, "/completions".into()),
         ]
         .into(),
+        session_header: Some("X-Session-Id".into()),
     }
 }
 
@@ -59,11 +71,25 @@ async fn forwards_streams_and_reports_both_ends() {
     let (status, body) = post(&base, "/v1/chat/completions?x=1", CHAT).await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.ends_with(b"data: [DONE]\n\n"));
+    let (status, _) = post_with(
+        &base,
+        "/v1/chat/completions",
+        CHAT,
+        &[("x-session-id", " conv-7 ")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
     proxy.shutdown().await;
     sim.shutdown().await;
 
-    let events = drain(&rx);
-    assert_eq!(events.len(), 2, "{events:?}");
+    let mut events = drain(&rx);
+    assert_eq!(events.len(), 4, "{events:?}");
+    // The one request header reported: the session's (any case, trimmed).
+    let Captured::Request(second) = &events[2] else {
+        panic!("{events:?}")
+    };
+    assert_eq!(second.session.as_deref(), Some("conv-7"));
+    events.truncate(2);
     let Captured::Request(req) = &events[0] else {
         panic!("{events:?}")
     };
@@ -75,6 +101,7 @@ async fn forwards_streams_and_reports_both_ends() {
         ("POST", "/v1/chat/completions", Some(Dialect::Chat))
     );
     assert_eq!(req.body, CHAT.as_bytes());
+    assert_eq!(req.session, None);
     assert_eq!(
         (resp.seq, resp.status, resp.error.as_deref()),
         (req.seq, 200, None)
@@ -87,6 +114,12 @@ async fn forwards_streams_and_reports_both_ends() {
     assert_eq!(resp.usage, direct.usage);
     assert_eq!(resp.usage.completion_tokens, Some(8));
     assert_eq!(resp.finish_reason.as_deref(), Some("stop"));
+    // The answer the client got (reasoning left out), for finding the next turn.
+    assert_eq!(resp.answer.as_deref(), Some(direct.answer.as_str()));
+    assert_eq!(
+        resp.answer.as_deref().unwrap().split_whitespace().count(),
+        5
+    );
     // The reader ends once the proxy has stopped.
     assert!(rx.next(1, Duration::from_millis(100)).is_none());
 }
@@ -116,6 +149,7 @@ async fn unreachable_upstream_is_a_502_and_reported() {
 fn a_request_is_an_api_by_method_and_the_longest_path_end() {
     let shared = Shared {
         base: String::new(),
+        session_header: None,
         routes: config(String::new()).routes(),
         client: build_client(1),
         events: mpsc::channel().0,
@@ -151,6 +185,19 @@ fn config_errors_name_the_field() {
         .unwrap_err()
         .to_string()
         .contains("apis.anthropic"));
+    for (name, why) in [
+        ("Authorization", "carries a secret"),
+        ("x-api-key", "carries a secret"),
+        ("bad header", "is not a header name"),
+    ] {
+        let mut bad = config("http://h".into());
+        bad.session_header = Some(name.into());
+        let message = bad.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("session_header") && message.contains(why),
+            "{message}"
+        );
+    }
 }
 
 #[test]

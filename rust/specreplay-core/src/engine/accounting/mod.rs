@@ -44,9 +44,19 @@ pub struct StreamAccount {
     pub finish_reason: Option<String>,
     pub stream_error: Option<String>,
     pub done: bool,
+    /// The answer's text (content channel), only when asked for (live history).
+    answer: Option<String>,
 }
 
 impl StreamAccount {
+    /// An account that also keeps the answer's text when `keep_answer`.
+    pub fn new(keep_answer: bool) -> Self {
+        StreamAccount {
+            answer: keep_answer.then(String::new),
+            ..Default::default()
+        }
+    }
+
     /// Accounts for the records decoded from one SSE event, all of which
     /// arrived with the socket read stamped `stamp`.
     pub fn on_event(&mut self, stamp: impl Into<Stamp>, records: &[Record]) {
@@ -59,6 +69,9 @@ impl StreamAccount {
         for record in records {
             match record {
                 Record::Text { channel, text } if !text.is_empty() => {
+                    if let (Channel::Content, Some(answer)) = (channel, &mut self.answer) {
+                        answer.push_str(text);
+                    }
                     let chars = text.chars().count() as u32;
                     match channels[..n_channels]
                         .iter_mut()
@@ -273,6 +286,7 @@ impl StreamAccount {
         rec.server_stamps = self.server_stamps;
         rec.chunk_text = self.text;
         rec.chunk_text_chars = self.text_chars;
+        rec.answer = self.answer;
     }
 }
 

@@ -1,0 +1,208 @@
+//! The pacing thread: everything that must go out at a given moment goes
+//! out from here, on an OS thread of its own (`pacing`), so every timed send
+//! is equally punctual. Two kinds of moments:
+//!
+//! * open loop: each unit's due time from the schedule (`feed::Unit::offset_us`);
+//! * dependent sessions (any load mode): a turn's predecessor end plus its
+//!   think time. The turn's task registers that moment (`Releases::wait`)
+//!   and the thread releases it then.
+//!
+//! The thread never waits for the Python layer: a unit that has not been
+//! fed by its due time is started when it arrives, and its send lag says so.
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::BinaryHeap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use super::feed::{Feed, Popped, Unit};
+use super::pacing::{self, Doorbell, Waited};
+use super::session::run_unit;
+use super::Shared;
+use crate::clock::instant_to_us;
+
+/// A registered moment and whom to wake then.
+struct Pending {
+    at: Instant,
+    seq: u64,
+    go: oneshot::Sender<()>,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Pending {
+    /// Reversed: `BinaryHeap` is a max-heap, the earliest moment comes first.
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// Moments tasks wait for, released by the pacing thread.
+pub struct Releases {
+    pending: Mutex<(BinaryHeap<Pending>, u64)>,
+    bell: Arc<Doorbell>,
+}
+
+impl Releases {
+    pub fn new(bell: Arc<Doorbell>) -> Releases {
+        Releases {
+            pending: Mutex::new((BinaryHeap::new(), 0)),
+            bell,
+        }
+    }
+
+    /// Resolves at `at`, released by the pacing thread (an `Err` when the
+    /// thread is gone: the run was cancelled).
+    pub async fn wait(&self, at: Instant) -> Result<(), oneshot::error::RecvError> {
+        let (go, released) = oneshot::channel();
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let seq = pending.1;
+            pending.1 += 1;
+            pending.0.push(Pending { at, seq, go });
+        }
+        self.bell.ring();
+        released.await
+    }
+
+    fn next(&self) -> Option<Instant> {
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.0.peek().map(|p| p.at)
+    }
+
+    /// Releases every moment that has come, earliest first.
+    fn release_due(&self, now: Instant) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        while pending.0.peek().is_some_and(|p| p.at <= now) {
+            if let Some(p) = pending.0.pop() {
+                // The task may be gone (cancelled): nobody to wake.
+                let _ = p.go.send(());
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .is_empty()
+    }
+
+    /// Drops every pending moment: their tasks see the thread gone.
+    fn clear(&self) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clear();
+    }
+}
+
+/// The pacing thread's loop: starts open-loop units at their due times
+/// (`starts_units`), releases dependent turns, and ends when the feed is
+/// over and nothing is pending, or when the run is cancelled.
+pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime: Handle) {
+    pacing::tighten_timer_slack();
+    let feed: &Feed = &shared.feed;
+    let releases = &shared.releases;
+    let cancel = shared.ctx.cancel.clone();
+    let mut next: Option<Unit> = None;
+    loop {
+        if starts_units && next.is_none() {
+            match feed.pop() {
+                Popped::Unit(unit) => next = Some(unit),
+                Popped::Empty | Popped::Ended => {}
+            }
+        }
+        if next.is_none() && releases.is_empty() && feed.is_over() {
+            break;
+        }
+        let unit_at = next
+            .as_ref()
+            .map(|u| start_at + Duration::from_micros(u.offset_us.max(0) as u64));
+        let deadline = match (unit_at, releases.next()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match pacing::wait_until(deadline, &feed.bell, || cancel.is_cancelled()) {
+            Waited::Stopped => break,
+            Waited::Rung => continue,
+            Waited::Due => {}
+        }
+        releases.release_due(Instant::now());
+        if let (Some(at), Some(_)) = (unit_at, &next) {
+            if at <= Instant::now() {
+                let unit = next.take().expect("checked");
+                runtime.spawn(run_unit(shared.clone(), unit, instant_to_us(at)));
+            }
+        }
+    }
+    // Cancelled: units not yet due are not sent (no row), and turns waiting
+    // for their moment see the thread gone.
+    if let Some(_unit) = next.take() {
+        feed.finished();
+    }
+    feed.stop();
+    releases.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn releases_come_in_order_and_never_early() {
+        let bell = Arc::new(Doorbell::default());
+        let releases = Arc::new(Releases::new(bell.clone()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let (releases, stop) = (releases.clone(), stop.clone());
+            std::thread::spawn(move || loop {
+                let waited = pacing::wait_until(releases.next(), &bell, || {
+                    stop.load(std::sync::atomic::Ordering::SeqCst)
+                });
+                if waited == Waited::Stopped {
+                    break;
+                }
+                releases.release_due(Instant::now());
+            })
+        };
+        let base = Instant::now() + Duration::from_millis(20);
+        let waits: Vec<_> = [30u64, 0, 10, 20]
+            .into_iter()
+            .map(|ms| {
+                let releases = releases.clone();
+                let at = base + Duration::from_millis(ms);
+                tokio::spawn(async move {
+                    releases.wait(at).await.unwrap();
+                    (Instant::now(), at)
+                })
+            })
+            .collect();
+        let mut woke = Vec::new();
+        for w in waits {
+            let (now, at) = w.await.unwrap();
+            assert!(now >= at, "released {:?} early", at - now);
+            woke.push(now);
+        }
+        // Registered out of order, released in order of their moments.
+        let mut order: Vec<usize> = (0..4).collect();
+        order.sort_by_key(|&i| woke[i]);
+        assert_eq!(order, vec![1, 2, 3, 0]);
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        thread.join().unwrap();
+    }
+}

@@ -1,0 +1,613 @@
+//! The requests of a point as the engine takes them: a queue of units (a
+//! request on its own, or the turns of a session) in the order they start.
+//!
+//! Two sources fill it. A streamed trace is fed by the Python layer as it
+//! reads the file (`EngineRun::feed`), a little ahead of the schedule: the
+//! queue says when it wants more (`wants_more`), so memory is bounded by
+//! what is in flight and the look-ahead, not by the trace. A point given
+//! whole at the start (`engine::start`: tests, benchmarks, the capacity
+//! search's probes) is kept, and looped over when the point asks for more
+//! requests than it has.
+//!
+//! Whoever starts units takes them from here: the pacing thread in open
+//! loop (each unit has its due time, computed when it was queued), the
+//! closed-loop workers otherwise. Nothing here waits for Python: an empty
+//! queue is a late unit (send lag), never a blocked thread.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::pacing::Doorbell;
+use super::schedule::Schedule;
+use super::spec::{PreparedRequest, SessionMode};
+use crate::error::CoreError;
+
+/// The look-ahead a streamed feed keeps queued: this much of the schedule
+/// (open loop), or this long at the rate units have been taken so far
+/// (closed loop)...
+const LOOKAHEAD: Duration = Duration::from_secs(2);
+/// ...and at least this many requests, whatever the rate...
+const MIN_QUEUED: usize = 64;
+/// ...but never more than this many requests or body bytes.
+const MAX_QUEUED: usize = 100_000;
+const MAX_QUEUED_BYTES: usize = 256 << 20;
+
+/// What starts together: one request, or a session's turns (dependent mode).
+#[derive(Debug)]
+pub struct Unit {
+    pub turns: Vec<PreparedRequest>,
+    /// How many times the trace was looped before this unit (0: first pass).
+    pub lap: u64,
+    /// `request_index` of its first turn; the others follow.
+    pub first_index: u64,
+    /// Open loop: when it is due, µs after the point's start.
+    pub offset_us: i64,
+    /// Its turns wait for each other (a session, in dependent mode).
+    pub dependent: bool,
+}
+
+/// Splits requests, in feed order, into units. In dependent mode a
+/// session's turns come together and in order (turn 0, 1, …): a turn must
+/// directly follow the one before it, in the same batch.
+pub fn group(
+    requests: Vec<PreparedRequest>,
+    mode: SessionMode,
+) -> Result<Vec<Vec<PreparedRequest>>, CoreError> {
+    let mut units: Vec<Vec<PreparedRequest>> = Vec::new();
+    for request in requests {
+        let turn = match (&request.session, mode) {
+            (Some(turn), SessionMode::Dependent) => turn,
+            _ => {
+                units.push(vec![request]);
+                continue;
+            }
+        };
+        if turn.index == 0 {
+            units.push(vec![request]);
+            continue;
+        }
+        let previous = units.last_mut().filter(|u| {
+            u.last()
+                .and_then(|r| r.session.as_ref())
+                .is_some_and(|t| t.session_id == turn.session_id && t.index + 1 == turn.index)
+        });
+        match previous {
+            Some(unit) => unit.push(request),
+            None => {
+                return Err(CoreError::config(
+                    format!("request {}: turn_index", request.trace_id),
+                    format!(
+                        "turn {} of session {:?} does not follow its turn {} (a session's turns are fed together, in order)",
+                        turn.index,
+                        &*turn.session_id,
+                        turn.index - 1
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(units)
+}
+
+/// What `Feed::pop` found.
+pub enum Popped {
+    Unit(Unit),
+    /// Nothing queued yet; more is coming.
+    Empty,
+    /// Nothing queued, and nothing more will come.
+    Ended,
+}
+
+/// A point given whole: its units, looped over.
+struct Whole {
+    units: Vec<Vec<PreparedRequest>>,
+    next: usize,
+}
+
+struct State {
+    queue: VecDeque<Unit>,
+    queued_requests: usize,
+    queued_bytes: usize,
+    /// Requests queued so far: the next unit's first index.
+    queued_total: u64,
+    /// Requests taken so far (closed loop: the rate of the look-ahead).
+    taken_total: u64,
+    /// The lap new units belong to.
+    lap: u64,
+    /// No unit will be queued any more (the feed ended, the request limit or
+    /// the duration was reached, the run stopped).
+    ended: bool,
+    whole: Option<Whole>,
+    schedule: Option<Schedule>,
+    last_offset_us: i64,
+}
+
+pub struct Feed {
+    state: Mutex<State>,
+    mode: SessionMode,
+    /// The most requests the point sends.
+    limit: Option<u64>,
+    /// Open loop: units due at or after this many µs are not sent.
+    duration_us: Option<i64>,
+    start: OnceLock<Instant>,
+    /// Units taken and not finished (see `pop`).
+    live: AtomicUsize,
+    /// Rung when a unit is queued or finishes: the pacing thread waits on it.
+    pub bell: Arc<Doorbell>,
+    /// Closed-loop workers waiting for a unit.
+    queued: Notify,
+}
+
+impl Feed {
+    fn new(
+        mode: SessionMode,
+        limit: Option<u64>,
+        schedule: Option<Schedule>,
+        duration: Option<Duration>,
+        whole: Option<Whole>,
+    ) -> Feed {
+        Feed {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                queued_requests: 0,
+                queued_bytes: 0,
+                queued_total: 0,
+                taken_total: 0,
+                lap: 0,
+                ended: false,
+                whole,
+                schedule,
+                last_offset_us: 0,
+            }),
+            mode,
+            limit,
+            duration_us: duration.map(|d| d.as_micros() as i64),
+            start: OnceLock::new(),
+            live: AtomicUsize::new(0),
+            bell: Arc::new(Doorbell::default()),
+            queued: Notify::new(),
+        }
+    }
+
+    /// A point whose requests are all here: looped over up to `limit`
+    /// requests (default: once through; with a duration and no limit,
+    /// until the duration is over).
+    pub fn whole(
+        requests: Vec<PreparedRequest>,
+        mode: SessionMode,
+        limit: Option<u64>,
+        schedule: Option<Schedule>,
+        duration: Option<Duration>,
+    ) -> Result<Feed, CoreError> {
+        let limit = limit.or(if duration.is_some() {
+            None
+        } else {
+            Some(requests.len() as u64)
+        });
+        let units = group(requests, mode)?;
+        // Time zero of speedup mode: the earliest arrival, wherever it is.
+        let zero = units
+            .iter()
+            .map(|u| u[0].arrival_s)
+            .fold(f64::INFINITY, f64::min);
+        let schedule = schedule.map(|s| s.with_time_zero(zero));
+        Ok(Feed::new(
+            mode,
+            limit,
+            schedule,
+            duration,
+            Some(Whole { units, next: 0 }),
+        ))
+    }
+
+    /// A point fed as the trace is read: `push` more, `end_lap` after each
+    /// pass over the trace, `end` after the last.
+    pub fn streamed(
+        mode: SessionMode,
+        limit: Option<u64>,
+        schedule: Option<Schedule>,
+        duration: Option<Duration>,
+    ) -> Feed {
+        Feed::new(mode, limit, schedule, duration, None)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The clock starts: due times and the look-ahead count from here.
+    pub fn set_start(&self, at: Instant) {
+        let _ = self.start.set(at);
+    }
+
+    fn elapsed_us(&self) -> i64 {
+        self.start
+            .get()
+            .map_or(0, |s| s.elapsed().as_micros() as i64)
+    }
+
+    /// Queues more of a streamed point (in order; a session's turns together).
+    pub fn push(&self, requests: Vec<PreparedRequest>) -> Result<(), CoreError> {
+        let units = group(requests, self.mode)?;
+        let mut state = self.lock();
+        if state.whole.is_some() {
+            return Err(CoreError::config(
+                "feed",
+                "this point was given whole at its start",
+            ));
+        }
+        for turns in units {
+            if state.ended {
+                break;
+            }
+            self.enqueue(&mut state, turns);
+        }
+        drop(state);
+        self.wake();
+        Ok(())
+    }
+
+    /// The trace's next pass begins: units fed from now on are of the next lap.
+    pub fn end_lap(&self) {
+        self.lock().lap += 1;
+    }
+
+    /// Nothing more will be fed.
+    pub fn end(&self) {
+        self.lock().ended = true;
+        self.wake();
+    }
+
+    /// The run stops taking units (its duration is over, or it was
+    /// cancelled): what is queued is dropped, and nothing more is wanted.
+    pub fn stop(&self) {
+        let mut state = self.lock();
+        state.ended = true;
+        state.queue.clear();
+        state.queued_requests = 0;
+        state.queued_bytes = 0;
+        drop(state);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        self.bell.ring();
+        self.queued.notify_waiters();
+    }
+
+    /// Whether a streamed point wants more requests fed now.
+    pub fn wants_more(&self) -> bool {
+        let state = self.lock();
+        if state.ended || state.whole.is_some() {
+            return false;
+        }
+        if state.queued_requests < MIN_QUEUED {
+            return true;
+        }
+        if state.queued_requests >= MAX_QUEUED || state.queued_bytes >= MAX_QUEUED_BYTES {
+            return false;
+        }
+        let elapsed_us = self.elapsed_us();
+        let lookahead_us = LOOKAHEAD.as_micros() as i64;
+        if state.schedule.is_some() {
+            return state.last_offset_us - elapsed_us < lookahead_us;
+        }
+        // Over a second at least: the first units are all taken at once.
+        let per_s = state.taken_total as f64 * 1e6 / elapsed_us.max(1_000_000) as f64;
+        (state.queued_requests as f64) < per_s * LOOKAHEAD.as_secs_f64()
+    }
+
+    /// Gives `turns` their indexes, lap and due time and queues them, unless
+    /// the limit or the duration ends the point first.
+    fn enqueue(&self, state: &mut State, mut turns: Vec<PreparedRequest>) {
+        if let Some(limit) = self.limit {
+            let left = limit.saturating_sub(state.queued_total);
+            turns.truncate(left.min(turns.len() as u64) as usize);
+            if turns.is_empty() {
+                state.ended = true;
+                return;
+            }
+        }
+        let lap = state.lap;
+        let offset_us = match &mut state.schedule {
+            Some(schedule) => schedule.next_offset_us(turns[0].arrival_s, lap),
+            None => 0,
+        };
+        if self
+            .duration_us
+            .is_some_and(|d| state.schedule.is_some() && offset_us >= d)
+        {
+            state.ended = true;
+            return;
+        }
+        let dependent = self.mode == SessionMode::Dependent && turns[0].session.is_some();
+        state.queued_requests += turns.len();
+        state.queued_bytes += turns.iter().map(|t| t.body.len()).sum::<usize>();
+        state.last_offset_us = offset_us;
+        let unit = Unit {
+            first_index: state.queued_total,
+            turns,
+            lap,
+            offset_us,
+            dependent,
+        };
+        state.queued_total += unit.turns.len() as u64;
+        if self.limit.is_some_and(|l| state.queued_total >= l) {
+            state.ended = true;
+        }
+        state.queue.push_back(unit);
+    }
+
+    /// A point given whole queues its next unit (looping) when its queue runs out.
+    fn refill(&self, state: &mut State) {
+        if !state.queue.is_empty() || state.ended {
+            return;
+        }
+        let Some(whole) = state.whole.as_mut() else {
+            return;
+        };
+        if whole.next == whole.units.len() {
+            whole.next = 0;
+            state.lap += 1;
+        }
+        let turns = whole.units[whole.next].clone();
+        whole.next += 1;
+        self.enqueue(state, turns);
+    }
+
+    /// Takes the next unit. A unit taken counts as live until `finished`.
+    pub fn pop(&self) -> Popped {
+        let mut state = self.lock();
+        self.refill(&mut state);
+        match state.queue.pop_front() {
+            Some(unit) => {
+                state.queued_requests -= unit.turns.len();
+                state.queued_bytes -= unit.turns.iter().map(|t| t.body.len()).sum::<usize>();
+                state.taken_total += unit.turns.len() as u64;
+                // Under the lock: whoever sees the queue ended and drained
+                // also sees this unit live.
+                self.live.fetch_add(1, Ordering::SeqCst);
+                Popped::Unit(unit)
+            }
+            None if state.ended => Popped::Ended,
+            None => Popped::Empty,
+        }
+    }
+
+    /// `pop` for a closed-loop worker: waits while the queue is empty.
+    pub async fn next(&self) -> Option<Unit> {
+        loop {
+            let queued = self.queued.notified();
+            tokio::pin!(queued);
+            // Registered before looking, so a push in between is not missed.
+            queued.as_mut().enable();
+            match self.pop() {
+                Popped::Unit(unit) => return Some(unit),
+                Popped::Ended => return None,
+                Popped::Empty => queued.await,
+            }
+        }
+    }
+
+    /// A unit taken with `pop` is over.
+    pub fn finished(&self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+        self.bell.ring();
+    }
+
+    /// No unit is queued or running, and none will come.
+    pub fn is_over(&self) -> bool {
+        let mut state = self.lock();
+        self.refill(&mut state);
+        state.ended && state.queue.is_empty() && self.live.load(Ordering::SeqCst) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::spec::LoadMode;
+
+    fn request(id: &str, session: Option<(&str, i32)>) -> PreparedRequest {
+        let r = PreparedRequest::new(
+            id.into(),
+            "chat",
+            "http://h/v1/chat/completions",
+            b"{}".to_vec(),
+            0.0,
+        )
+        .unwrap();
+        match session {
+            Some((s, i)) => r.in_session(s, i, None),
+            None => r,
+        }
+    }
+
+    fn ids(units: &[Vec<PreparedRequest>]) -> Vec<Vec<&str>> {
+        units
+            .iter()
+            .map(|u| u.iter().map(|r| r.trace_id.as_str()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn dependent_mode_groups_a_sessions_turns() {
+        let requests = || {
+            vec![
+                request("a0", Some(("a", 0))),
+                request("a1", Some(("a", 1))),
+                request("x", None),
+                request("b0", Some(("b", 0))),
+                request("b1", Some(("b", 1))),
+                request("b2", Some(("b", 2))),
+            ]
+        };
+        let units = group(requests(), SessionMode::Dependent).unwrap();
+        assert_eq!(
+            ids(&units),
+            vec![vec!["a0", "a1"], vec!["x"], vec!["b0", "b1", "b2"]]
+        );
+        let units = group(requests(), SessionMode::Independent).unwrap();
+        assert_eq!(units.len(), 6);
+    }
+
+    #[test]
+    fn a_turn_out_of_place_is_refused() {
+        for requests in [
+            vec![request("a1", Some(("a", 1)))],
+            vec![request("a0", Some(("a", 0))), request("b1", Some(("b", 1)))],
+            vec![request("a0", Some(("a", 0))), request("a2", Some(("a", 2)))],
+            vec![
+                request("a0", Some(("a", 0))),
+                request("x", None),
+                request("a1", Some(("a", 1))),
+            ],
+        ] {
+            let err = group(requests, SessionMode::Dependent)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("turn_index") && err.contains("does not follow"),
+                "{err}"
+            );
+        }
+    }
+
+    fn drain(feed: &Feed) -> Vec<(Vec<String>, u64, u64, i64)> {
+        let mut out = Vec::new();
+        while let Popped::Unit(u) = feed.pop() {
+            out.push((
+                u.turns.iter().map(|r| r.trace_id.clone()).collect(),
+                u.lap,
+                u.first_index,
+                u.offset_us,
+            ));
+            feed.finished();
+        }
+        out
+    }
+
+    #[test]
+    fn a_whole_point_loops_up_to_its_limit_and_cuts_the_last_session() {
+        let requests = vec![
+            request("a0", Some(("a", 0))),
+            request("a1", Some(("a", 1))),
+            request("x", None),
+        ];
+        let feed = Feed::whole(requests, SessionMode::Dependent, Some(5), None, None).unwrap();
+        let got = drain(&feed);
+        let units: Vec<(Vec<&str>, u64, u64)> = got
+            .iter()
+            .map(|(t, l, i, _)| (t.iter().map(|s| s.as_str()).collect(), *l, *i))
+            .collect();
+        assert_eq!(
+            units,
+            vec![
+                (vec!["a0", "a1"], 0, 0),
+                (vec!["x"], 0, 2),
+                (vec!["a0", "a1"], 1, 3)
+            ]
+        );
+        assert!(feed.is_over());
+        // Without a limit: once through.
+        let feed = Feed::whole(
+            vec![request("x", None), request("y", None)],
+            SessionMode::Dependent,
+            None,
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(drain(&feed).len(), 2);
+    }
+
+    /// A streamed point sending at a constant `rate`.
+    fn open_loop(rate: f64, duration: Option<Duration>) -> Feed {
+        let load = LoadMode::Rate {
+            rate,
+            arrival: crate::engine::Arrival::Constant,
+            burstiness: 1.0,
+        };
+        Feed::streamed(
+            SessionMode::Dependent,
+            None,
+            Schedule::open_loop(load, 0),
+            duration,
+        )
+    }
+
+    #[test]
+    fn a_streamed_point_takes_what_is_fed_by_lap_and_wants_a_lookahead() {
+        let feed = open_loop(100.0, None);
+        assert!(feed.wants_more());
+        assert!(matches!(feed.pop(), Popped::Empty));
+        feed.push(
+            (0..MIN_QUEUED)
+                .map(|i| request(&format!("r{i}"), None))
+                .collect(),
+        )
+        .unwrap();
+        // 64 units at 100/s cover 0.63 s of the schedule: less than the look-ahead.
+        assert!(feed.wants_more());
+        feed.end_lap();
+        feed.push((0..200).map(|i| request(&format!("r{i}"), None)).collect())
+            .unwrap();
+        // 264 units cover 2.63 s.
+        assert!(!feed.wants_more());
+        feed.end();
+        assert!(!feed.wants_more());
+        let got = drain(&feed);
+        assert_eq!(got.len(), 264);
+        assert_eq!(
+            (got[63].1, got[64].1, got[64].2, got[64].3),
+            (0, 1, 64, 640_000)
+        );
+        assert!(feed.is_over());
+    }
+
+    #[test]
+    fn a_closed_loop_feed_looks_ahead_by_the_rate_units_are_taken() {
+        let feed = Feed::streamed(SessionMode::Dependent, None, None, None);
+        let some = |n: usize| (0..n).map(|i| request(&format!("r{i}"), None)).collect();
+        feed.push(some(MIN_QUEUED)).unwrap();
+        assert_eq!(drain(&feed).len(), MIN_QUEUED);
+        // 64 taken within the first second: 2 s ahead is 128 queued.
+        feed.push(some(100)).unwrap();
+        assert!(feed.wants_more());
+        feed.push(some(30)).unwrap();
+        assert!(!feed.wants_more());
+    }
+
+    #[test]
+    fn the_duration_ends_an_open_loop_feed() {
+        let feed = open_loop(10.0, Some(Duration::from_millis(250)));
+        feed.push((0..5).map(|i| request(&format!("r{i}"), None)).collect())
+            .unwrap();
+        // Due at 0, 100 and 200 ms; the one at 300 ms ends the point.
+        assert!(!feed.wants_more());
+        assert_eq!(drain(&feed).len(), 3);
+        assert!(feed.is_over());
+    }
+
+    #[test]
+    fn a_live_unit_keeps_the_feed_from_being_over() {
+        let feed = Feed::whole(
+            vec![request("x", None)],
+            SessionMode::Dependent,
+            None,
+            None,
+            None,
+        )
+        .unwrap();
+        let Popped::Unit(_unit) = feed.pop() else {
+            panic!()
+        };
+        assert!(!feed.is_over());
+        feed.finished();
+        assert!(feed.is_over());
+    }
+}
