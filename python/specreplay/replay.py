@@ -35,6 +35,19 @@ from specreplay.trace import APIS, Trace, load_trace
 
 if TYPE_CHECKING:
     from specreplay._core import ConcurrencyLoad, RateLoad, RunSpec, SpeedupLoad
+    from specreplay.distributed.driver import Cluster
+
+#: What runs one point: the local engine's `_core.start_point`, or a
+#: distributed replay's workers (`distributed.driver.Cluster.start_point`).
+#: Either returns something drained like `_core.EngineRun`.
+StartPoint = Callable[["RunSpec", pa.RecordBatch, str, str], Any]
+
+
+def _local_start(spec: RunSpec, requests: pa.RecordBatch, label: str, point: str) -> Any:
+    return _core.start_point(spec, requests)
+
+#: Results metadata of a distributed replay: its workers and their clocks.
+WORKERS_KEY = "specreplay.workers"
 
 #: How long one drain waits for finished requests before reporting progress.
 POLL_S = 0.25
@@ -146,6 +159,15 @@ class _Run:
     target: Target | None = None
     scraper: Scraper | None = None
     tokenizer: ChunkCounter | None = None
+    cluster: Cluster | None = None
+
+    def start_point(self) -> StartPoint:
+        """How this run's points start: here, or on its Ray workers."""
+        if self.cluster is None:
+            return _local_start
+        cluster = self.cluster
+        sessions = [r.session_id for r in self.trace.records]
+        return lambda spec, requests, label, point: cluster.start_point(spec, requests, sessions, label, point)
 
     def metrics_target(self) -> str | None:
         """The metrics page to scrape, or None with `metrics = false`."""
@@ -230,6 +252,11 @@ def run_replay(
                 run.tokenizer = ServerTokenizer(run.target.url, run.headers)
             if run.config.url is not None and run.config.continuous_usage:
                 _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
+            if run.config.ray is not None:
+                from specreplay.distributed.driver import Cluster
+
+                run.cluster = Cluster(run.config.ray, run.config.workers)
+                hooks.note(f"{run.config.workers} Ray worker(s): " + ", ".join(w["worker"] for w in run.cluster.identities))
         metadata = _file_metadata(runs, run_id)
         writer = ResultsWriter(output, metadata)
         samples = metrics_store.SampleLog(output)
@@ -252,7 +279,7 @@ def run_replay(
                     ensure_open_files(streams, run.target.embedded is not None)
                     hooks.point_started(point, index, len(result.points), run.config.label)
                     spec = _run_spec(run.config, point, run.headers)
-                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks, run.scraper, run.tokenizer):
+                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks, run.scraper, run.tokenizer, run.start_point()):
                         result.interrupted = True
                         break
                     index += 1
@@ -265,6 +292,9 @@ def run_replay(
                 if run.scraper is not None:
                     run.scraper.stop()
             extra = {"specreplay.interrupted": json.dumps(result.interrupted)}
+            clusters = [r.cluster.metadata() for r in runs if r.cluster is not None]
+            if clusters:
+                extra[WORKERS_KEY] = json.dumps(clusters[0] if len(clusters) == 1 else clusters)
             if len(samples):
                 extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
             writer.close(extra, finalize)
@@ -273,6 +303,8 @@ def run_replay(
         return result
     finally:
         for run in runs:
+            if run.cluster is not None:
+                run.cluster.close()
             if run.target is not None:
                 run.target.close()
 
@@ -298,6 +330,7 @@ def _run_point(
     hooks: Hooks,
     scraper: Scraper | None = None,
     tokenizer: ChunkCounter | None = None,
+    start: StartPoint = _local_start,
 ) -> bool:
     """Runs one point to the end, bracketed by the scraper's own scrapes of
     the server's metrics, then recounts its chunks with `tokenizer` if any;
@@ -307,12 +340,13 @@ def _run_point(
             scraper.start_point(label, point.name)
     except KeyboardInterrupt:
         return False
-    run = _core.start_point(spec, requests)
+    run = start(spec, requests, label, point.name)
     started = _core.now_us()
     interrupted = False
     written: list[pa.RecordBatch] = []  # this point's rows, as in the file
-    # For the tokenizer, per written batch: the engine's chunk text columns.
-    texts: list[tuple[pa.Array, pa.Array]] = []
+    # For the tokenizer, per written batch that has them (a lost worker's
+    # rows have no chunks): its index in `written`, the chunk text columns.
+    texts: list[tuple[int, pa.Array, pa.Array]] = []
 
     def progress() -> Progress:
         p = run.progress()
@@ -334,8 +368,8 @@ def _run_point(
         out = writer.write(engine_batch, run_id=run_id, label=label, point=point.name, point_index=index)
         if out is not None:
             written.append(out)
-            if tokenizer is not None:
-                texts.append((engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
+            if tokenizer is not None and "chunk_text" in engine_batch.schema.names:
+                texts.append((len(written) - 1, engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
         hooks.progress(progress())
     try:
         if scraper is not None:
@@ -345,7 +379,7 @@ def _run_point(
     if tokenizer is not None:
         # Between points, off the measurement path. The partial file keeps
         # the engine's estimate; the final file gets the recount.
-        for i, (text, chars) in enumerate(texts):
+        for i, text, chars in texts:
             recounted = recount(tokenizer, written[i], text, chars)
             writer.replace(written[i], recounted)
             written[i] = recounted
