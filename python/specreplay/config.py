@@ -111,6 +111,10 @@ class ReplayConfig:
             raise ConfigError("workers: more than one worker needs ray (--ray for a local Ray instance, or --ray ADDRESS of a cluster)")
         if self.concurrency and self.ray is not None and min(self.concurrency) < self.workers:
             raise ConfigError(f"concurrency: {min(self.concurrency)} is below workers={self.workers}: every worker needs a request in flight")
+        if self.ray is not None:
+            from specreplay.distributed import require_ray
+
+            require_ray()
         if self.tokenizer and self.server_tokenize:
             raise ConfigError("give tokenizer or server_tokenize, not both: one counts the chunks")
         if self.preconnect and not self.concurrency and self.max_concurrency is None:
