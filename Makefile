@@ -25,6 +25,11 @@ test: dev ## run every test: Rust (cargo test), Python (pytest), stub check (myp
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
+.PHONY: test-ray
+test-ray: dev ## the distributed-replay tests on a real local Ray cluster (installs the [ray] extra; not part of `make test`)
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --quiet --extras test,ray
+	$(VENV)/bin/pytest -m ray tests/test_ray.py
+
 .PHONY: lint
 lint: ## clippy and rustfmt check
 	cargo clippy --workspace --all-targets -- -D warnings

@@ -67,14 +67,17 @@ class Cluster:
             raise ConfigError(f"workers: must be at least 1, got {workers}")
         self.ray = ray
         self.started_ray = False
+        # A process already connected to Ray (a notebook, the tests) keeps
+        # its connection, whatever the address says.
         if not ray.is_initialized():
             import logging
 
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+            # "local" is also Ray's own word for "start a new instance here",
+            # never joining one that `ray start` left running on this machine.
+            kwargs["address"] = address
             if address == LOCAL:
                 kwargs["num_cpus"] = max(workers, os.cpu_count() or 1)
-            else:
-                kwargs["address"] = address
             try:
                 ray.init(**kwargs)
             except (ConnectionError, RuntimeError, ValueError) as e:
