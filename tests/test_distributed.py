@@ -40,6 +40,13 @@ def test_open_loop_slots_are_dealt_out_in_turn() -> None:
     assert owned == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
 
 
+def test_a_worker_without_a_limit_owns_its_first_slots() -> None:
+    (share,) = split.shares(1, None)
+    assert split.first_owned(share, 3, templates=2) == [0, 1, 2]
+    second = split.shares(2, [1, 0])[1]  # template 0 is worker 1's
+    assert split.first_owned(second, 3, templates=2) == [0, 2, 4]
+
+
 def test_sessions_stay_whole_on_one_worker() -> None:
     sessions = ["a", "b", "a", None, "c", "b", None]
     owners = split.session_owners(sessions, 2)

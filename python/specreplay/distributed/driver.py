@@ -175,15 +175,20 @@ class DistributedRun:
     def _lost_rows(self, k: int, cause: Exception) -> pa.RecordBatch:
         """Worker `k`'s requests it never reported, as `worker_lost` rows."""
         name = self.cluster.identities[k]["worker"]
-        if self.limit is None:
-            return pa.RecordBatch.from_pylist([])  # a --duration run: how many it would have sent is unknown
         templates = self.requests.num_rows
         trace_ids = self.requests.column("trace_id").to_pylist()
         apis = self.requests.column("api").to_pylist()
         warmup = int(self.specs[k].get("warmup") or 0)
         reason = f"worker {name} was lost before reporting this request ({type(cause).__name__})"
+        share = self.specs[k]["share"]
+        assert share is not None
+        if self.limit is not None:
+            expected = split.owned_indices(share, self.limit, templates)
+        else:
+            # A --duration point: the slots it had scheduled by its last report.
+            expected = split.first_owned(share, self.counters[k].scheduled, templates)
         rows = []
-        for index in split.owned_indices(self.specs[k]["share"], self.limit, templates):  # type: ignore[arg-type]
+        for index in expected:
             if index in self.received[k]:
                 continue
             template, lap = index % templates, index // templates
@@ -193,6 +198,7 @@ class DistributedRun:
                 "chunk_count": 0, "chunk_ts_us": [], "chunk_tokens": [], "chunk_channel": [], "chunk_delay_us": [],
             })  # fmt: skip
         counters = self.counters[k]
+        counters.scheduled = max(counters.scheduled, len(expected))
         counters.finished += len(rows)
         counters.failed += len(rows)
         return _with_worker(pa.RecordBatch.from_pylist(rows, schema=engine_schema()), name)

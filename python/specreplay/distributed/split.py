@@ -58,3 +58,17 @@ def owns(share: Share, index: int, templates: int) -> bool:
 def owned_indices(share: Share, limit: int, templates: int) -> list[int]:
     """The schedule slots below `limit` that `share` sends."""
     return [i for i in range(limit) if owns(share, i, templates)]
+
+
+def first_owned(share: Share, count: int, templates: int) -> list[int]:
+    """The first `count` schedule slots that `share` sends (a point without a
+    request limit: the slots a worker had scheduled)."""
+    out: list[int] = []
+    index = 0
+    # A share that owns no slot at all stops at the bound instead of looping.
+    bound = (count + 1) * share["workers"] * templates
+    while len(out) < count and index < bound:
+        if owns(share, index, templates):
+            out.append(index)
+        index += 1
+    return out
