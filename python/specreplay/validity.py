@@ -354,8 +354,6 @@ def _too_few_requests(point: PointAnalysis) -> Finding | None:
     )
 
 
-#: Every check, in the order its findings are listed within a level. Each
-#: takes an analysed sweep point and returns at most one finding.
 def _worker_lost(point: PointAnalysis) -> Finding | None:
     rows = point.rows
     lost = rows[rows["error_kind"] == "worker_lost"]
@@ -395,6 +393,8 @@ def _worker_send_lag(point: PointAnalysis) -> Finding | None:
     )
 
 
+#: Every check, in the order its findings are listed within a level. Each
+#: takes an analysed sweep point and returns at most one finding.
 CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
     _reasoning_ate_budget,
     _worker_lost,
