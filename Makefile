@@ -39,3 +39,4 @@ lint: ## clippy and rustfmt check
 bench: $(PY) ## build in release and run the benchmarks under bench/ (writes figures, asserts nothing)
 	$(PIP) install --quiet "maturin>=1.9,<2" aiohttp
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release --quiet --extras test,bench
+	cargo build --release --quiet -p specreplay-core --example reference_client  # the bench's reference Rust client

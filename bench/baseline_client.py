@@ -33,22 +33,15 @@ from typing import Any
 
 import aiohttp
 
-from specreplay import _core
+import bench_util
 
 # vLLM's AIOHTTP_TIMEOUT is 6 hours; a bench is bounded tighter.
 TIMEOUT = aiohttp.ClientTimeout(total=180)
 
 
 def clock_offset_us() -> float:
-    """`now_us() − perf_counter() µs`, from the tightest of 200 bracketed reads."""
-    best_width, best = float("inf"), 0.0
-    for _ in range(200):
-        a = time.perf_counter()
-        n = _core.now_us()
-        b = time.perf_counter()
-        if b - a < best_width:
-            best_width, best = b - a, n - (a + b) * 0.5e6
-    return best
+    """`now_us() − perf_counter() µs`."""
+    return bench_util.clock_offset_us(lambda: time.perf_counter() * 1e6)
 
 
 @dataclass

@@ -78,7 +78,10 @@ def replay(tmp_path: Path, server: LlamaCppServer, n: int, **options: Any) -> Pa
 
 def test_its_metrics_are_scraped_stored_and_agree_with_its_page_and_usage(tmp_path: Path, plain: LlamaCppServer) -> None:
     before = page(plain)
-    path = replay(tmp_path, plain, 6)
+    # Enough requests that the point outlasts a 50 ms scrape interval (6 of
+    # them took 23-38 ms): the point must have a tick.
+    n = 24
+    path = replay(tmp_path, plain, n)
     after = page(plain)
     df = specreplay.load(path)
     samples = specreplay.load(path, metrics=True)
@@ -91,7 +94,7 @@ def test_its_metrics_are_scraped_stored_and_agree_with_its_page_and_usage(tmp_pa
     # The test's pages also saw replay's probe before the run (one request
     # of 1 token, the same prompt), which the point's own scrapes leave out.
     probe_prompt = int(df["prompt_tokens"].iloc[0])
-    assert f["server_generation_tokens"] == df["output_tokens"].sum() == 6 * COMPLETION_TOKENS
+    assert f["server_generation_tokens"] == df["output_tokens"].sum() == n * COMPLETION_TOKENS
     assert f["server_generation_tokens"] == delta(before, after, "llamacpp:tokens_predicted_total") - 1
     cached = delta(before, after, "llamacpp:prompt_tokens_cached_total")
     computed = delta(before, after, "llamacpp:prompt_tokens_total")

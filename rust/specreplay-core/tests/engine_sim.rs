@@ -69,6 +69,17 @@ async fn start_sim() -> SimServer {
         .unwrap()
 }
 
+/// A token every 50 ms: requests are still streaming when a test ends them.
+async fn start_slow_sim() -> SimServer {
+    let config = SimConfig {
+        tpot_ms: 50.0,
+        ..sim_config()
+    };
+    SimServer::start(config, SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_returns_every_request_with_consistent_counts() {
     let sim = start_sim().await;
@@ -205,15 +216,7 @@ async fn refused_connections_and_http_errors_become_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_turns_in_flight_requests_into_cancelled_rows() {
-    let sim = SimServer::start(
-        SimConfig {
-            tpot_ms: 50.0,
-            ..sim_config()
-        },
-        SocketAddr::from(([127, 0, 0, 1], 0)),
-    )
-    .await
-    .unwrap();
+    let sim = start_slow_sim().await;
     let url = format!("http://{}/v1/chat/completions", sim.local_addr());
     let mut run = engine::start(
         spec(LoadMode::Concurrency { concurrency: 3 }, Some(30)),
@@ -231,6 +234,36 @@ async fn cancelling_turns_in_flight_requests_into_cancelled_rows() {
     assert_eq!(records.len(), 3);
     for r in &records {
         assert!(matches!(r.error, Some((ErrorKind::Cancelled, _))));
+        assert!(r.first_token_us.is_some());
+        assert!(!r.chunks.is_empty());
+    }
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_request_timeout_ends_requests_mid_stream() {
+    let sim = start_slow_sim().await;
+    let url = format!("http://{}/v1/chat/completions", sim.local_addr());
+    let mut spec = spec(LoadMode::Concurrency { concurrency: 3 }, Some(3));
+    spec.timeout_s = Some(0.3);
+    let run = engine::start(
+        spec,
+        requests(&url, 3, None),
+        &tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let records = tokio::time::timeout(Duration::from_secs(10), drain(run))
+        .await
+        .expect("the timeout ended the run's requests");
+    // Each had streamed some chunks (13 or more tokens at 50 ms each) when its
+    // deadline ended it, and keeps them.
+    assert_eq!(records.len(), 3);
+    for r in &records {
+        assert!(
+            matches!(r.error, Some((ErrorKind::Timeout, _))),
+            "{:?}",
+            r.error
+        );
         assert!(r.first_token_us.is_some());
         assert!(!r.chunks.is_empty());
     }

@@ -64,8 +64,8 @@ pub fn start_point(spec: &Bound<'_, PyAny>, requests: &Bound<'_, PyAny>) -> PyRe
 
 #[pymethods]
 impl EngineRun {
-    /// Waits up to `wait_s` for finished requests; returns a batch (maybe
-    /// empty), or None once every request of the point has been returned.
+    /// The requests that finish within `wait_s` (up to `max_rows`) as a batch
+    /// (maybe empty), or None once every request of the point has been returned.
     #[pyo3(signature = (max_rows = 4096, wait_s = 0.25))]
     fn next_batch(
         &self,

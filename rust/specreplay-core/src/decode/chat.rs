@@ -4,8 +4,9 @@
 //! The envelope (error, choices, usage, timings) is shared with the legacy
 //! Completions dialect, which differs only in where a choice keeps its text.
 
-use std::borrow::Cow;
+use std::fmt;
 
+use serde::de::{Deserializer, Visitor};
 use serde::Deserialize;
 
 use super::json::{self, count, ApiError};
@@ -58,7 +59,7 @@ pub(super) fn decode_envelope(
     let chunk: Chunk = json::parse(payload)?;
     if let Some(err) = chunk.error {
         out.push(err.into_record());
-    } else if chunk.object.as_deref() == Some("error") {
+    } else if chunk.object.is_some_and(|o| o.0) {
         // Older vLLM streamed its ErrorResponse unwrapped.
         out.push(ApiError::new(chunk.message, chunk.kind, chunk.code).into_record());
     }
@@ -84,12 +85,12 @@ pub(super) fn decode_envelope(
 }
 
 #[derive(Deserialize)]
-pub(super) struct Chunk<'a> {
+pub(super) struct Chunk {
     #[serde(default)]
     error: Option<ApiError>,
-    /// On every chunk, and only compared: borrowed, not allocated.
-    #[serde(default, borrow)]
-    object: Option<Cow<'a, str>>,
+    /// On every chunk, and only compared: read without allocating.
+    #[serde(default)]
+    object: Option<IsErrorObject>,
     #[serde(default, deserialize_with = "json::scalar")]
     message: Option<String>,
     #[serde(default, rename = "type", deserialize_with = "json::scalar")]
@@ -102,6 +103,28 @@ pub(super) struct Chunk<'a> {
     usage: Option<WireUsage>,
     #[serde(default)]
     timings: Option<WireTimings>,
+}
+
+/// Whether `object` is `"error"`. serde's `Option<Cow<str>>` allocates the
+/// string even with `borrow` (serde borrows a `Cow` only when it is not
+/// inside an `Option`), and this field is on every chunk; any string is
+/// accepted, anything else is the same shape error a `String` gives.
+struct IsErrorObject(bool);
+
+impl<'de> Deserialize<'de> for IsErrorObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = IsErrorObject;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<IsErrorObject, E> {
+                Ok(IsErrorObject(v == "error"))
+            }
+        }
+        d.deserialize_str(V)
+    }
 }
 
 #[derive(Deserialize)]

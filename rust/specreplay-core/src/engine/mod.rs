@@ -8,6 +8,7 @@ mod accounting;
 pub mod apportion;
 pub mod batch;
 pub(crate) mod http;
+mod interrupt;
 pub(crate) mod net;
 mod pacing;
 pub mod record;
@@ -111,19 +112,22 @@ impl EngineRun {
         self.cancel.cancel();
     }
 
-    /// Waits up to `wait` for finished requests and returns up to `max` of
-    /// them (possibly none). `None` means the point is over and drained.
+    /// Collects the requests that finish within `wait`, up to `max` of them
+    /// (possibly none); returns early once `max` are in or the point is over.
+    /// `None` means the point is over and drained. Waiting out `wait` rather
+    /// than returning with the first row keeps the consumer's cost per row
+    /// low: one batch per wait, not one per request (at 1,024 streams, one
+    /// small batch per request cost Python about 2 µs per chunk).
     pub async fn next_records(&mut self, max: usize, wait: Duration) -> Option<Vec<RequestRecord>> {
-        let first = match tokio::time::timeout(wait, self.results.recv()).await {
-            Ok(Some(r)) => r,
-            Ok(None) => return None,
-            Err(_) => return Some(Vec::new()),
-        };
-        let mut out = vec![first];
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut out = Vec::new();
         while out.len() < max {
-            match self.results.try_recv() {
-                Ok(r) => out.push(r),
-                Err(_) => break,
+            let room = max - out.len();
+            match tokio::time::timeout_at(deadline, self.results.recv_many(&mut out, room)).await {
+                // 0: the channel is closed (every request has reported).
+                Ok(0) if out.is_empty() => return None,
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
             }
         }
         Some(out)

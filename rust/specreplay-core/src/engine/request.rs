@@ -21,6 +21,7 @@ use crate::sse::{SseEvent, SseParser};
 
 use super::accounting::StreamAccount;
 use super::http::HttpClient;
+use super::interrupt::unless;
 use super::net::{ConnLog, FrameClock};
 use super::record::{ErrorKind, RequestRecord, Stamp};
 use super::spec::PreparedRequest;
@@ -69,7 +70,7 @@ struct Attempt {
 pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut RequestRecord) {
     let deadline = ctx.timeout.map(|t| tokio::time::Instant::now() + t);
     // What ends an attempt or a backoff early: the whole-request deadline
-    // or the run's cancellation.
+    // or the run's cancellation (polled only when it fires: `interrupt`).
     let interrupted = || async {
         let expired = async {
             match deadline {
@@ -92,10 +93,9 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
     let (outcome, attempt) = loop {
         attempts += 1;
         let mut attempt = Attempt::default();
-        let outcome = tokio::select! {
-            out = exchange(ctx, req, rec, &mut attempt) => out,
-            failure = interrupted() => Err(failure),
-        };
+        let outcome = unless(exchange(ctx, req, rec, &mut attempt), interrupted())
+            .await
+            .unwrap_or_else(Err);
         let retriable = match &outcome {
             Err((ErrorKind::Connect, _)) => true,
             Err((ErrorKind::Http, _)) => {
@@ -110,9 +110,8 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
             .retry_after
             .unwrap_or(RETRY_BASE * 2u32.saturating_pow(attempts - 1))
             .min(RETRY_AFTER_CAP);
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            failure = interrupted() => break (Err(failure), attempt),
+        if let Err(failure) = unless(tokio::time::sleep(backoff), interrupted()).await {
+            break (Err(failure), attempt);
         }
         rec.first_byte_us = None;
         rec.http_status = None;

@@ -1,26 +1,24 @@
-//! The connector: TCP (kernel-stamped) → TLS when https (hyper-rustls) →
-//! the recording layer hyper reads from. It also times each connection's
-//! set-up and holds the connections opened before the clock starts.
+//! The connector: TCP (kernel-stamped), then for https TLS (hyper-rustls)
+//! and the recording layer hyper reads from (`stream::Conn`). It also times
+//! each connection's set-up and holds the connections opened before the
+//! clock starts.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http::Uri;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::{Connection, HttpConnector};
 use tower_service::Service;
 
 use super::read_log::{ConnLog, H1_READS};
-use super::stream::{KernelStamped, Recording};
+use super::stream::{Conn, KernelStamped};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
-
-/// The stream a pooled connection is made of.
-pub type Conn = Recording<MaybeHttpsStream<KernelStamped>>;
 
 /// hyper-util's TCP connector, its socket wrapped in [`KernelStamped`].
 #[derive(Clone)]
@@ -61,7 +59,10 @@ pub struct Preconnected {
 /// The engine's connector (see the module doc).
 #[derive(Clone)]
 pub struct StampingConnector {
-    https: HttpsConnector<TcpConnector>,
+    tcp: TcpConnector,
+    /// Made at the point's first https connection: loading the CA store
+    /// costs about 5 ms of CPU, which a plain-HTTP point never needs.
+    https: Arc<OnceLock<HttpsConnector<TcpConnector>>>,
     stash: Stash,
 }
 
@@ -85,35 +86,49 @@ impl StampingConnector {
         http.set_nodelay(true);
         http.enforce_http(false);
         http.set_connect_timeout(Some(Duration::from_secs(10)));
-        // The system's roots when there are any, so internal CAs work; the
-        // bundled Mozilla roots otherwise, so a bare container still works.
-        let roots = HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .unwrap_or_else(|_| HttpsConnectorBuilder::new().with_webpki_roots());
-        let https = roots
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(TcpConnector { http });
         StampingConnector {
-            https,
+            tcp: TcpConnector { http },
+            https: Arc::default(),
             stash: Arc::default(),
         }
     }
 
+    fn https(&self) -> HttpsConnector<TcpConnector> {
+        let https = self.https.get_or_init(|| {
+            // The system's roots when there are any, so internal CAs work;
+            // the bundled Mozilla roots otherwise, so a bare container still
+            // works. Read when the point opens its first https connection.
+            let roots = HttpsConnectorBuilder::new()
+                .with_native_roots()
+                .unwrap_or_else(|_| HttpsConnectorBuilder::new().with_webpki_roots());
+            roots
+                .https_or_http()
+                .enable_http1()
+                .enable_http2()
+                .wrap_connector(self.tcp.clone())
+        });
+        https.clone()
+    }
+
     /// Opens a connection (TCP, then TLS for https) and times it.
-    async fn open(mut https: HttpsConnector<TcpConnector>, dst: Uri) -> Result<Conn, BoxError> {
+    fn open(&self, dst: Uri) -> BoxFuture<Conn> {
         let started = Instant::now();
-        let stream = https.call(dst).await?;
-        let log = match &stream {
-            MaybeHttpsStream::Http(tcp) => tcp.log().clone(),
-            MaybeHttpsStream::Https(tls) => tls.inner().get_ref().0.inner().log().clone(),
+        let connecting = if dst.scheme() == Some(&http::uri::Scheme::HTTPS) {
+            let mut https = self.https();
+            Box::pin(async move { Ok(Conn::new(https.call(dst).await?)) }) as BoxFuture<Conn>
+        } else {
+            let mut tcp = self.tcp.clone();
+            Box::pin(async move { Ok(Conn::plain(tcp.call(dst).await?)) })
         };
-        log.set_connect_us(started.elapsed().as_micros() as i64);
-        if stream.connected().is_negotiated_h2() {
-            log.set_h2();
-        }
-        Ok(Recording::new(stream, log))
+        Box::pin(async move {
+            let conn = connecting.await?;
+            conn.log()
+                .set_connect_us(started.elapsed().as_micros() as i64);
+            if matches!(conn, Conn::Tls(_)) && conn.connected().is_negotiated_h2() {
+                conn.log().set_h2();
+            }
+            Ok(conn)
+        })
     }
 
     /// Opens up to `n` connections to `uri`'s origin before the clock starts,
@@ -135,7 +150,7 @@ impl StampingConnector {
             };
             let mut tasks = tokio::task::JoinSet::new();
             for _ in 0..wave {
-                tasks.spawn(Self::open(self.https.clone(), dst.clone()));
+                tasks.spawn(self.open(dst.clone()));
             }
             remaining -= wave;
             while let Some(joined) = tasks.join_next().await {
@@ -174,14 +189,15 @@ impl Service<Uri> for StampingConnector {
     type Error = BoxError;
     type Future = BoxFuture<Conn>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.https.poll_ready(cx)
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Both connectors are always ready (hyper-util's HttpConnector is).
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
         if let Some(conn) = self.take_stashed(&origin(&dst)) {
             return Box::pin(async move { Ok(conn) });
         }
-        Box::pin(Self::open(self.https.clone(), dst))
+        self.open(dst)
     }
 }

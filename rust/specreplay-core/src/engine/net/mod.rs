@@ -5,6 +5,7 @@
 mod connector;
 pub mod kernel;
 mod read_log;
+mod read_ring;
 mod stream;
 
 pub use connector::StampingConnector;

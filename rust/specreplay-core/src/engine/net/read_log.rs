@@ -22,36 +22,25 @@
 //! than the previous frame's of the same response, and the log keeps only the
 //! last `capacity` reads.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
+use super::read_ring::ReadRing;
 use crate::clock::now_us;
 use crate::engine::record::Stamp;
 
 /// `last_rx` when the latest socket read had no kernel stamp.
 const NO_STAMP: i64 = i64::MIN;
 
-/// Reads kept per HTTP/1.1 connection: the request task trails the
-/// connection task by a frame or two (hyper's body channel holds one).
-pub const H1_READS: usize = 32;
+/// Reads kept per HTTP/1.1 connection. The request task looks a frame up as
+/// soon as it gets it, and hyper's connection task reads again only once the
+/// body channel (one frame) has room, so a frame's read is at most a few
+/// reads old (more only when the network cuts the chunked framing into
+/// tiny reads); an older one is a visible miss (the chunk keeps the engine's
+/// stamp), never a wrong stamp.
+pub const H1_READS: usize = 16;
 /// Reads kept per HTTP/2 connection, shared by every stream on it.
 pub const H2_READS: usize = 4096;
-
-#[derive(Debug, Clone, Copy)]
-struct ReadRange {
-    start: usize,
-    end: usize,
-    stamp: i64,
-    seq: u64,
-}
-
-#[derive(Debug)]
-struct Reads {
-    ring: VecDeque<ReadRange>,
-    capacity: usize,
-    seq: u64,
-}
 
 /// One connection's record of its reads, its set-up time and whether it was
 /// opened before the clock started. Shared by the connection's stream (which
@@ -60,7 +49,9 @@ struct Reads {
 pub struct ConnLog {
     /// Kernel stamp of the latest socket read (the ciphertext read under TLS).
     last_rx: AtomicI64,
-    reads: Mutex<Reads>,
+    /// Made at the first recorded read, with `capacity` slots.
+    reads: OnceLock<ReadRing>,
+    capacity: AtomicUsize,
     /// TCP connect plus TLS handshake, µs; set once by the connector.
     connect_us: AtomicI64,
     preconnected: AtomicBool,
@@ -89,11 +80,8 @@ impl ConnLog {
     pub fn new(capacity: usize) -> Self {
         ConnLog {
             last_rx: AtomicI64::new(NO_STAMP),
-            reads: Mutex::new(Reads {
-                ring: VecDeque::with_capacity(capacity.min(H1_READS)),
-                capacity: capacity.max(1),
-                seq: 0,
-            }),
+            reads: OnceLock::new(),
+            capacity: AtomicUsize::new(capacity.max(1)),
             connect_us: AtomicI64::new(-1),
             preconnected: AtomicBool::new(false),
             connect_claimed: AtomicBool::new(false),
@@ -112,30 +100,36 @@ impl ConnLog {
     /// hyper's buffer got `len` bytes at `start` from a read whose kernel
     /// stamp is the latest socket read's.
     pub fn record(&self, start: usize, len: usize) {
-        let stamp = self.last_rx.load(Ordering::Relaxed);
-        if self.awaiting_response.swap(false, Ordering::Relaxed) {
-            self.response_start.store(stamp, Ordering::Relaxed);
-        }
-        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
-        if reads.ring.len() == reads.capacity {
-            reads.ring.pop_front();
-        }
-        reads.seq += 1;
-        let seq = reads.seq;
-        reads.ring.push_back(ReadRange {
-            start,
-            end: start + len,
-            stamp,
-            seq,
-        });
+        self.record_read(start, len, self.last_rx.load(Ordering::Relaxed));
     }
 
-    /// HTTP/2 multiplexes every stream over one connection: keep more reads,
+    /// hyper's buffer got `len` bytes at `start` straight from the socket
+    /// read stamped `stamp` (plain TCP: the socket is what hyper reads).
+    pub fn record_stamped(&self, start: usize, len: usize, stamp: Option<i64>) {
+        self.record_read(start, len, stamp.unwrap_or(NO_STAMP));
+    }
+
+    fn record_read(&self, start: usize, len: usize, stamp: i64) {
+        // A plain load first: the swap (a locked instruction) only once per response.
+        if self.awaiting_response.load(Ordering::Relaxed)
+            && self.awaiting_response.swap(false, Ordering::Relaxed)
+        {
+            self.response_start.store(stamp, Ordering::Relaxed);
+        }
+        self.ring().push(start, start + len, stamp);
+    }
+
+    fn ring(&self) -> &ReadRing {
+        self.reads
+            .get_or_init(|| ReadRing::new(self.capacity.load(Ordering::Relaxed)))
+    }
+
+    /// HTTP/2 multiplexes every stream over one connection: keep more reads
+    /// (called before the first read is recorded, when ALPN has chosen it),
     /// and no read answers a particular write.
     pub fn set_h2(&self) {
         self.h2.store(true, Ordering::Relaxed);
-        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
-        reads.capacity = H2_READS;
+        self.capacity.store(H2_READS, Ordering::Relaxed);
     }
 
     /// Bytes were written: the next read starts the answer (HTTP/1.1 does not
@@ -163,20 +157,17 @@ impl ConnLog {
         if data.is_empty() {
             return FrameStamp::Miss;
         }
-        let reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
         // Newest first: the newest read covering an address wrote it last.
-        match reads
-            .ring
-            .iter()
-            .rev()
-            .find(|r| r.start <= last && last < r.end)
-        {
-            Some(r) if r.stamp == NO_STAMP => FrameStamp::Unstamped { seq: r.seq },
-            Some(r) => FrameStamp::Kernel {
-                us: r.stamp,
-                seq: r.seq,
-            },
-            None => FrameStamp::Miss,
+        let Some(read) = self
+            .reads
+            .get()
+            .and_then(|ring| ring.find_newest(|r| r.start <= last && last < r.end))
+        else {
+            return FrameStamp::Miss;
+        };
+        match read.stamp {
+            NO_STAMP => FrameStamp::Unstamped { seq: read.seq },
+            us => FrameStamp::Kernel { us, seq: read.seq },
         }
     }
 

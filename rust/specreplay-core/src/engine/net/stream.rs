@@ -1,14 +1,16 @@
-//! The two stream layers of an instrumented connection.
+//! The stream layers of an instrumented connection.
 //!
 //! - [`KernelStamped`], the TCP socket: reads with `recvmsg` and notes each
-//!   read's kernel receive stamp in the connection's [`ConnLog`].
-//! - [`Recording`], what hyper reads from (above TLS, when there is TLS):
-//!   records the address range of hyper's buffer each read filled, with the
-//!   stamp of the latest socket read, and which read was the first after a
-//!   write (the first byte of a response, over HTTP/1.1). Under TLS that is the ciphertext read
-//!   that completed the record(s) this plaintext came from: tokio-rustls only
-//!   reads the socket when rustls has no plaintext left, so the plaintext a
-//!   read returns was completed by the latest socket read.
+//!   read's kernel receive stamp in the connection's [`ConnLog`]. Over plain
+//!   TCP it is the stream hyper reads, so it also records the address range
+//!   of hyper's buffer each read filled, and which read was the first after
+//!   a write (the first byte of a response, over HTTP/1.1): one layer.
+//! - [`Recording`], above TLS: records those ranges for the plaintext hyper
+//!   reads, with the stamp of the latest socket read. That is the ciphertext
+//!   read that completed the record(s) this plaintext came from: tokio-rustls
+//!   only reads the socket when rustls has no plaintext left, so the
+//!   plaintext a read returns was completed by the latest socket read.
+//! - [`Conn`], what the pool holds: one or the other.
 
 use std::io;
 use std::pin::Pin;
@@ -16,6 +18,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
+use hyper_rustls::MaybeHttpsStream;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
@@ -71,6 +74,9 @@ macro_rules! forward_write {
 pub struct KernelStamped {
     tcp: TcpStream,
     log: Arc<ConnLog>,
+    /// hyper reads this stream itself (plain TCP): record what each read
+    /// filled and each write, as `Recording` does above TLS.
+    read_by_hyper: bool,
 }
 
 impl KernelStamped {
@@ -82,11 +88,31 @@ impl KernelStamped {
             use std::os::fd::AsRawFd;
             super::kernel::enable_rx_stamps(tcp.as_raw_fd());
         }
-        KernelStamped { tcp, log }
+        KernelStamped {
+            tcp,
+            log,
+            read_by_hyper: false,
+        }
     }
 
     pub fn log(&self) -> &Arc<ConnLog> {
         &self.log
+    }
+
+    /// Notes one read of `n` bytes at `start`: as the range hyper's buffer
+    /// got when hyper reads this stream, else as the latest socket read.
+    fn note_read(&self, start: usize, n: usize, stamp: Option<i64>) {
+        if !self.read_by_hyper {
+            self.log.set_last_rx(stamp);
+        } else if n > 0 {
+            self.log.record_stamped(start, n, stamp);
+        }
+    }
+
+    fn wrote(&self) {
+        if self.read_by_hyper {
+            self.log.note_write();
+        }
     }
 }
 
@@ -107,18 +133,32 @@ impl Read for KernelStamped {
             // SAFETY: recvmsg only writes initialized bytes, and only `n` of them
             // are declared filled below.
             let dst = unsafe { buf.as_mut() };
-            match this
-                .tcp
-                .try_io(Interest::READABLE, || super::kernel::recv_stamped(fd, dst))
-            {
-                Ok((n, stamp)) => {
-                    this.log.set_last_rx(stamp);
+            let (start, room) = (dst.as_ptr() as usize, dst.len());
+            let mut got = None;
+            // A short read drained the socket: report WouldBlock to `try_io`
+            // so that it clears the readiness the read started from (a newer
+            // readiness event survives), as tokio's own `poll_read` does.
+            // Otherwise hyper's next read would be a `recvmsg` that finds
+            // nothing: one wasted syscall per chunk.
+            let read = this.tcp.try_io(Interest::READABLE, || {
+                let (n, stamp) = super::kernel::recv_stamped(fd, dst)?;
+                got = Some((n, stamp));
+                if n > 0 && n < room {
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    Ok(())
+                }
+            });
+            match (got, read) {
+                (Some((n, stamp)), _) => {
+                    this.note_read(start, n, stamp);
                     // SAFETY: the kernel wrote `n` bytes at the start of `dst`.
                     unsafe { buf.advance(n) };
                     return Poll::Ready(Ok(()));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
+                (None, Err(e)) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                (None, Err(e)) => return Poll::Ready(Err(e)),
+                (None, Ok(())) => unreachable!("a read that succeeded set `got`"),
             }
         }
     }
@@ -132,12 +172,14 @@ impl Read for KernelStamped {
         use tokio::io::AsyncRead;
         let this = self.get_mut();
         // SAFETY: tokio's ReadBuf only writes initialized bytes.
+        let dst = unsafe { buf.as_mut() };
+        let start = dst.as_ptr() as usize;
         let n = {
-            let mut tbuf = tokio::io::ReadBuf::uninit(unsafe { buf.as_mut() });
+            let mut tbuf = tokio::io::ReadBuf::uninit(dst);
             ready!(Pin::new(&mut this.tcp).poll_read(cx, &mut tbuf))?;
             tbuf.filled().len()
         };
-        this.log.set_last_rx(None);
+        this.note_read(start, n, None);
         // SAFETY: `n` bytes were filled.
         unsafe { buf.advance(n) };
         Poll::Ready(Ok(()))
@@ -145,7 +187,7 @@ impl Read for KernelStamped {
 }
 
 impl Write for KernelStamped {
-    forward_write!(tcp);
+    forward_write!(tcp, wrote);
 }
 
 impl Connection for KernelStamped {
@@ -206,5 +248,109 @@ impl<S: Write + Unpin> Write for Recording<S> {
 impl<S: Connection> Connection for Recording<S> {
     fn connected(&self) -> Connected {
         self.inner.connected()
+    }
+}
+
+/// A pooled connection's stream.
+pub enum Conn {
+    /// Plain TCP: hyper reads the kernel-stamped socket itself.
+    Plain(KernelStamped),
+    /// TLS, recorded above the TLS layer. Boxed: the TLS session (about
+    /// 1 KiB) would otherwise make every plain connection as large.
+    Tls(Box<Recording<MaybeHttpsStream<KernelStamped>>>),
+}
+
+impl Conn {
+    /// A plain TCP connection: hyper reads the socket itself.
+    pub fn plain(mut tcp: KernelStamped) -> Self {
+        tcp.read_by_hyper = true;
+        Conn::Plain(tcp)
+    }
+
+    /// The instrumented stream for what the TLS connector opened.
+    pub fn new(stream: MaybeHttpsStream<KernelStamped>) -> Self {
+        match stream {
+            MaybeHttpsStream::Http(tcp) => Conn::plain(tcp),
+            MaybeHttpsStream::Https(tls) => {
+                let log = tls.inner().get_ref().0.inner().log().clone();
+                let tls = MaybeHttpsStream::Https(tls);
+                Conn::Tls(Box::new(Recording::new(tls, log)))
+            }
+        }
+    }
+
+    pub fn log(&self) -> &Arc<ConnLog> {
+        match self {
+            Conn::Plain(tcp) => tcp.log(),
+            Conn::Tls(tls) => tls.log(),
+        }
+    }
+}
+
+/// `$body` with `$s` bound to the pinned stream of either kind.
+macro_rules! either {
+    ($conn:expr, $s:ident => $body:expr) => {
+        match $conn.get_mut() {
+            Conn::Plain(tcp) => {
+                let $s = Pin::new(tcp);
+                $body
+            }
+            Conn::Tls(tls) => {
+                let $s = Pin::new(&mut **tls);
+                $body
+            }
+        }
+    };
+}
+
+impl Read for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        either!(self, s => s.poll_read(cx, buf))
+    }
+}
+
+impl Write for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        either!(self, s => s.poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        either!(self, s => s.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(tcp) => tcp.is_write_vectored(),
+            Conn::Tls(tls) => tls.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        either!(self, s => s.poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        either!(self, s => s.poll_shutdown(cx))
+    }
+}
+
+impl Connection for Conn {
+    fn connected(&self) -> Connected {
+        match self {
+            Conn::Plain(tcp) => tcp.connected(),
+            Conn::Tls(tls) => tls.connected(),
+        }
     }
 }

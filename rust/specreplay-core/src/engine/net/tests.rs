@@ -194,3 +194,41 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+/// Reads once from `stream` as hyper does (into a fresh buffer).
+async fn read_once<R: hyper::rt::Read + Unpin>(stream: &mut R) -> Vec<u8> {
+    let mut storage = [std::mem::MaybeUninit::<u8>::uninit(); 64];
+    let mut buf = hyper::rt::ReadBuf::uninit(&mut storage);
+    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *stream).poll_read(cx, buf.unfilled()))
+        .await
+        .unwrap();
+    buf.filled().to_vec()
+}
+
+#[tokio::test]
+async fn a_drained_socket_waits_for_new_bytes_and_wakes_on_them() {
+    use std::future::Future;
+    use std::task::Poll;
+    use tokio::io::AsyncWriteExt;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (mut server, _) = listener.accept().await.unwrap();
+    let log = std::sync::Arc::new(ConnLog::new(H1_READS));
+    let mut stream = super::stream::KernelStamped::new(tcp, log);
+    let wait = std::time::Duration::from_secs(5);
+    for word in [&b"hello"[..], b"kernel", b"stamps"] {
+        server.write_all(word).await.unwrap();
+        let got = tokio::time::timeout(wait, read_once(&mut stream))
+            .await
+            .expect("new bytes wake a reader whose last read drained the socket");
+        assert_eq!(got, word);
+        // The short read drained the socket: the next read waits for bytes
+        // (the readiness was cleared), it does not return nothing.
+        let mut next = std::pin::pin!(read_once(&mut stream));
+        let polled = std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await;
+        assert!(polled.is_pending());
+    }
+}
