@@ -39,7 +39,8 @@ import pyarrow as pa
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
-TRACE = ROOT / "traces" / "poisson-200.jsonl"
+# No sessions: the arrivals are dealt out in turn (a trace with sessions splits by session).
+TRACE = ROOT / "traces" / "reasoning-prompts.jsonl"
 SIM = "ttft_ms = 10\nprefill_us_per_token = 0\ntpot_ms = 10\nreasoning_tokens = [2, 5]\ncontent_tokens = [2, 5]\n"
 CONDITIONS = {"local": None, "ray-1": 1, "ray-2": 2}
 

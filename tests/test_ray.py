@@ -1,7 +1,8 @@
 """Distributed replay on a real Ray cluster on this machine: a head node and
 one more node process (Ray's own `cluster_utils.Cluster`, 127.0.0.1, one CPU
 each), the embedded simulator as the target. Opt-in: `make test-ray`
-(Ray installed, `-m ray`); `make test` skips them (no Ray there)."""
+installs Ray and runs them (`-m ray`); `make test` leaves them out
+(`-m "not ray"`), and without Ray they skip."""
 
 from __future__ import annotations
 
