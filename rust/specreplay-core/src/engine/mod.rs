@@ -414,10 +414,10 @@ async fn closed_loop_worker(
 /// Whether this process sends `slot` (always, unless the point is shared
 /// between the workers of a distributed replay).
 fn owns(shared: &Shared, slot: &Slot) -> bool {
-    shared
-        .share
-        .as_ref()
-        .is_none_or(|s| s.owns(slot.index, slot.template))
+    match &shared.share {
+        Some(share) => share.owns(slot.index, slot.template),
+        None => true,
+    }
 }
 
 async fn run_slot(shared: Arc<Shared>, slot: Slot, scheduled_us: i64) {
