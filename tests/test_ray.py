@@ -129,9 +129,10 @@ def test_a_killed_worker_is_accounted_for(two_nodes: Any, tmp_path: Path, monkey
 
     monkeypatch.setattr(driver.Cluster, "__init__", remember)
     hooks = KillOneWorker(clusters)
-    df = replay(tmp_path, "killed", hooks, workers=2, rate=[10.0], num_requests=40)
+    both = replay(tmp_path, "killed", hooks, workers=2, rate=[10.0, 20.0], num_requests=40)
     assert hooks.killed
     lost_worker = clusters[0].identities[1]["worker"]
+    df = both[both["point"] == "rate=10"]
     # Nothing lost from the file: every scheduled request is a row.
     assert sorted(df["request_index"]) == list(range(40))
     lost = df[df["error_kind"] == "worker_lost"]
@@ -142,8 +143,13 @@ def test_a_killed_worker_is_accounted_for(two_nodes: Any, tmp_path: Path, monkey
     survivor = df[df["worker"] != lost_worker]
     assert len(survivor) == 20 and survivor["error_kind"].isna().all()
     # The run is flagged invalid.
-    found = [f for f in validity.check(df) if f.code == "worker_lost"]
-    assert found and found[0].level == "error" and found[0].count == len(lost)
+    found = [f for f in validity.check(both) if f.code == "worker_lost"]
+    assert len(found) == 1 and found[0].level == "error" and found[0].count == len(lost) and found[0].point == "rate=10"
+    # The next point of the sweep runs on the workers that are left.
+    after = both[both["point"] == "rate=20"]
+    assert sorted(after["request_index"]) == list(range(40))
+    assert after["error_kind"].isna().all() and set(after["worker"]) == set(survivor["worker"])
+    assert [len(p["workers"]) for p in json.loads(both.attrs["specreplay.workers"])["points"]] == [2, 1]
 
 
 def test_cli_run_and_ctrl_c_keeps_every_finished_row(tmp_path: Path) -> None:

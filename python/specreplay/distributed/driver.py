@@ -24,7 +24,7 @@ import pyarrow as pa
 from specreplay import _core
 from specreplay.distributed import clock, import_ray, split
 from specreplay.distributed.worker import Worker
-from specreplay.errors import ConfigError
+from specreplay.errors import ConfigError, EngineError
 from specreplay.schema import engine_schema
 
 if TYPE_CHECKING:
@@ -88,10 +88,18 @@ class Cluster:
         self.identities: list[dict[str, Any]] = ray.get([a.identity.remote() for a in self.actors])
         #: Per point started: the clock offsets measured (results metadata).
         self.points: list[dict[str, Any]] = []
+        #: Workers lost in an earlier point: later points share over the rest.
+        self.lost: set[int] = set()
 
     def start_point(self, spec: RunSpec, requests: pa.RecordBatch, sessions: list[str | None], label: str, point: str) -> DistributedRun:
         """Starts `spec` shared over the workers, every one at the same instant."""
-        ray, n = self.ray, len(self.actors)
+        ray = self.ray
+        members = [k for k in range(len(self.actors)) if k not in self.lost]
+        if not members:
+            raise EngineError("every Ray worker was lost in an earlier point: the remaining points were not run")
+        n = len(members)
+        actors = [self.actors[k] for k in members]
+        names = [self.identities[k]["worker"] for k in members]
         load = spec["load"]
         concurrency = split.concurrency_shares(load["concurrency"], n) if load["mode"] == "concurrency" else None
         if concurrency is not None and min(concurrency) == 0:
@@ -99,7 +107,7 @@ class Cluster:
         max_concurrency = spec.get("max_concurrency")
         caps = split.concurrency_shares(max_concurrency, n) if max_concurrency else None
         shares = split.shares(n, split.session_owners(sessions, n))
-        offsets = [clock.measure(_core.now_us, _pinger(ray, a)) for a in self.actors]
+        offsets = [clock.measure(_core.now_us, _pinger(ray, a)) for a in actors]
         start_us = _core.now_us() + START_LEAD_US
         shared_requests = ray.put(requests)
         specs: list[RunSpec] = []
@@ -110,13 +118,13 @@ class Cluster:
             if caps is not None:
                 worker_spec["max_concurrency"] = max(caps[k], 1)
             specs.append(worker_spec)
-        ray.get([a.start.remote(s, shared_requests) for a, s in zip(self.actors, specs)])
+        ray.get([a.start.remote(s, shared_requests) for a, s in zip(actors, specs)])
         self.points.append({
             "label": label, "point": point, "start_us": start_us,
-            "workers": [{"worker": self.identities[k]["worker"], **offsets[k].to_dict()} for k in range(n)],
+            "workers": [{"worker": names[i], **offsets[i].to_dict()} for i in range(n)],
         })  # fmt: skip
         limit = spec.get("num_requests") or (requests.num_rows if spec.get("duration_s") is None else None)
-        return DistributedRun(self, specs, requests, limit)
+        return DistributedRun(self, members, specs, requests, limit)
 
     def metadata(self) -> dict[str, Any]:
         """The `specreplay.workers` metadata: who ran, and each point's clock offsets."""
@@ -130,10 +138,15 @@ class Cluster:
 
 
 class DistributedRun:
-    """One point running on every worker; drained like `_core.EngineRun`."""
+    """One point running on every worker; drained like `_core.EngineRun`.
+    Workers are numbered by their position in `members` (the cluster's
+    workers not lost before this point), as their shares are."""
 
-    def __init__(self, cluster: Cluster, specs: list[RunSpec], requests: pa.RecordBatch, limit: int | None) -> None:
+    def __init__(self, cluster: Cluster, members: list[int], specs: list[RunSpec], requests: pa.RecordBatch, limit: int | None) -> None:
         self.cluster = cluster
+        self.actors = [cluster.actors[k] for k in members]
+        self.names: list[str] = [cluster.identities[k]["worker"] for k in members]
+        self.members = members
         self.specs = specs
         self.requests = requests
         self.limit = limit
@@ -145,7 +158,7 @@ class DistributedRun:
             self._ask(k, DRAIN_ROWS, DRAIN_WAIT_S)
 
     def _ask(self, k: int, max_rows: int, wait_s: float) -> None:
-        self.pending[self.cluster.actors[k].next_batch.remote(max_rows, wait_s)] = k
+        self.pending[self.actors[k].next_batch.remote(max_rows, wait_s)] = k
 
     def next_batch(self, max_rows: int = 4096, wait_s: float = 0.25) -> pa.RecordBatch | None:
         """The next worker's finished rows with their `worker` column (an
@@ -163,6 +176,7 @@ class DistributedRun:
             batch, progress, done = ray.get(ref)
         except ray.exceptions.RayActorError as e:
             self.lost.append(k)
+            self.cluster.lost.add(self.members[k])
             return self._lost_rows(k, e)
         self.counters[k] = Counters(**progress)
         if not done:
@@ -170,11 +184,11 @@ class DistributedRun:
         if batch is None:
             return pa.RecordBatch.from_pylist([])
         self.received[k].update(batch.column("request_index").to_pylist())
-        return _with_worker(batch, self.cluster.identities[k]["worker"])
+        return _with_worker(batch, self.names[k])
 
     def _lost_rows(self, k: int, cause: Exception) -> pa.RecordBatch:
         """Worker `k`'s requests it never reported, as `worker_lost` rows."""
-        name = self.cluster.identities[k]["worker"]
+        name = self.names[k]
         templates = self.requests.num_rows
         trace_ids = self.requests.column("trace_id").to_pylist()
         apis = self.requests.column("api").to_pylist()
@@ -212,7 +226,7 @@ class DistributedRun:
 
     def cancel(self) -> None:
         """Stops every worker that is still there; each reports what it had."""
-        for k, actor in enumerate(self.cluster.actors):
+        for k, actor in enumerate(self.actors):
             if k not in self.lost:
                 actor.cancel.remote()
 
