@@ -340,7 +340,12 @@ def _run_point(
             scraper.start_point(label, point.name)
     except KeyboardInterrupt:
         return False
-    run = start(spec, requests, label, point.name)
+    try:
+        # A distributed start takes a second (clocks, the start lead): an
+        # interrupt then has nothing finished to keep.
+        run = start(spec, requests, label, point.name)
+    except KeyboardInterrupt:
+        return False
     started = _core.now_us()
     interrupted = False
     written: list[pa.RecordBatch] = []  # this point's rows, as in the file
