@@ -84,7 +84,8 @@ class Cluster:
                 raise ConfigError(f"--ray {address}: could not connect to the Ray cluster ({e})") from None
             self.started_ray = True
         actor = ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0, scheduling_strategy="SPREAD")(Worker)
-        self.actors = [actor.remote(k) for k in range(workers)]
+        nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.actors = [actor.remote(k, nice) for k in range(workers)]
         self.identities: list[dict[str, Any]] = ray.get([a.identity.remote() for a in self.actors])
         #: Per point started: the clock offsets measured (results metadata).
         self.points: list[dict[str, Any]] = []
@@ -118,10 +119,10 @@ class Cluster:
             if caps is not None:
                 worker_spec["max_concurrency"] = max(caps[k], 1)
             specs.append(worker_spec)
-        ray.get([a.start.remote(s, shared_requests) for a, s in zip(actors, specs)])
+        nice = ray.get([a.start.remote(s, shared_requests) for a, s in zip(actors, specs)])
         self.points.append({
             "label": label, "point": point, "start_us": start_us,
-            "workers": [{"worker": names[i], **offsets[i].to_dict()} for i in range(n)],
+            "workers": [{"worker": names[i], **offsets[i].to_dict(), "nice": nice[i]} for i in range(n)],
         })  # fmt: skip
         limit = spec.get("num_requests") or (requests.num_rows if spec.get("duration_s") is None else None)
         return DistributedRun(self, members, specs, requests, limit)
