@@ -228,7 +228,7 @@ def test_findings_cover_rows_that_no_finished_point_reported() -> None:
 
     from specreplay.commands.replay import ConsoleHooks
     from specreplay.config import Point
-    from specreplay.replay import Progress
+    from specreplay.replay import FinishedPoint, Progress
 
     points = [{"point": "concurrency=1", "mode": "concurrency", "value": 1}, {"point": "concurrency=2", "mode": "concurrency", "value": 2}]
     metadata = config_metadata(points)
@@ -236,6 +236,6 @@ def test_findings_cover_rows_that_no_finished_point_reported() -> None:
     second = results_table([{"point": "concurrency=2", "point_index": 1}] * 2, metadata)
     quiet = Console(file=io.StringIO())
     hooks = ConsoleHooks(quiet, quiet, per_request=False)
-    hooks.point_finished(Point("concurrency", 1), Progress("concurrency=1", 3, 3, 3, 0, 33, 1.0), first)
+    hooks.point_finished(FinishedPoint(Point("concurrency", 1), "test", first, Progress("concurrency=1", 3, 3, 3, 0, 33, 1.0)))
     assert [f.point for f in hooks.findings(first)] == ["concurrency=1"]
     assert [f.point for f in hooks.findings(pa.concat_tables([first, second]))] == ["concurrency=1", "concurrency=2"]

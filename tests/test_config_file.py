@@ -146,7 +146,9 @@ def test_single_run_round_trip_keeps_every_field(tmp_path: Path) -> None:
     config = ReplayConfig.from_mapping(
         {"trace": REASONING, "rate": [2.0, 4.0], "arrival": "gamma", "burstiness": 0.5, "seed": 9, "max_tokens": 64,
          "ignore_eos": True, "extra_body": {"temperature": 0}, "headers": {"X-Team": "a"}, "label": "x",
-         "sim": {"tpot_ms": 3}, "thresholds": {"max_error_rate": 0.05}, "warmup": 1, "timeout": 30.0}
+         "sim": {"tpot_ms": 3}, "thresholds": {"max_error_rate": 0.05}, "warmup": 1, "timeout": 30.0,
+         "slo": {"ttft": 2000.0, "targets": ["p99 ttft < 2000"], "min_success_rate": 0.99, "ttft_token": "any"},
+         "search_tolerance": 0.1, "search_budget": 60.0}
     )
     text = to_toml([config])
     [back] = load_config_file(write(tmp_path, text), {})
@@ -213,3 +215,22 @@ def test_examples_are_valid(example: Path, monkeypatch: pytest.MonkeyPatch) -> N
         assert [c.label for c in configs] == ["baseline", "ngram"]
 
 
+
+
+def test_find_max_rate_on_the_command_line_replaces_the_files_sweep(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from specreplay.commands.replay import replay as replay_command, resolve_configs
+
+    path = write(tmp_path, f'trace = "{REASONING}"\nconcurrency = [1, 8]\n[slo]\ntargets = ["p99 ttft < 2000"]\n')
+    seen: list[ReplayConfig] = []
+
+    def capture(args: list[str]) -> None:
+        ctx = replay_command.make_context("replay", list(args))
+        seen[:] = resolve_configs(ctx, ctx.params)
+
+    capture(["--config", path, "--find-max-rate", "--rate", "4", "--slo", "p90 tpot < 50"])
+    [config] = seen
+    assert config.find_max_rate and config.concurrency == [] and config.rate == [4.0]
+    assert config.slo == {"targets": ["p99 ttft < 2000", "p90 tpot < 50"]}
+    assert CliRunner().invoke(replay_command, ["--config", path, "--rate", "4", "--find-max-rate", "--slo", "soon"]).exit_code == 2

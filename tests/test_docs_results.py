@@ -43,7 +43,18 @@ def test_every_token_source_is_documented(name: str) -> None:
 
 @pytest.mark.parametrize(
     "code",
-    ["reasoning_ate_budget", "estimated_tokens", "multi_token_chunks", "burst_streams", "client_saturated", "engine_delay", "error_rate", "too_few_requests", "acceptance_mismatch"],
+    [
+        "reasoning_ate_budget",
+        "estimated_tokens",
+        "multi_token_chunks",
+        "burst_streams",
+        "client_saturated",
+        "engine_delay",
+        "queue_growing",
+        "error_rate",
+        "too_few_requests",
+        "acceptance_mismatch",
+    ],
 )
 def test_every_validity_code_is_documented(code: str) -> None:
     assert f"| `{code}` |" in TEXT

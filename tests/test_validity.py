@@ -206,3 +206,22 @@ def test_engine_delay_says_the_client_was_saturated(make_results: MakeResults) -
     unstamped = [{"chunk_delay_us": [None] * 11, "stamp_source": "user"}] * 10
     assert "engine_delay" not in codes(check(make_results(unstamped), FEW))
     assert "engine_delay" not in codes(check(make_results(rows), Thresholds(min_requests_p90=1, min_requests_p99=1, engine_delay_p99_ms=10.0)))
+
+
+def test_queue_growing_when_ttft_climbs_through_an_open_loop_point(make_results: MakeResults) -> None:
+    # 40 requests 50 ms apart (2 s): TTFT climbing by 100 ms a second of
+    # sending (a server serving 90% of the offered rate), then flat.
+    def rows(growth: float, point: str) -> list[dict[str, Any]]:
+        out = []
+        for i in range(40):
+            sent = T0 + 50_000 * i
+            ttft = 20_000 + int(growth * 50_000 * i)
+            out.append({"point": point, "sent_us": sent, "chunks": [(ttft + 5_000 * k, 1, "content") for k in range(5)]})
+        return out
+
+    points = [{"point": "rate=20", "mode": "rate", "value": 20}, {"point": "rate=10", "mode": "rate", "value": 10}, {"point": "concurrency=8", "mode": "concurrency", "value": 8}]
+    df = make_results(rows(0.1, "rate=20") + rows(0.0, "rate=10") + rows(0.1, "concurrency=8"), config_metadata(points))
+    found = [f for f in check(df) if f.code == "queue_growing"]
+    assert [(f.point, f.level, f.count) for f in found] == [("rate=20", "warning", 40)]
+    assert found[0].message.startswith("TTFT grew by 100 ms per second of sending (195 ms over the point's 2.0 s; limit 0.05 s/s)")
+    assert not [f for f in check(df, Thresholds(max_queue_growth=0.2)) if f.code == "queue_growing"]

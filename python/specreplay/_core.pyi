@@ -252,6 +252,9 @@ class SimServer(BackgroundServer):
 
     def __new__(cls, host: str = "127.0.0.1", port: int = 0, config: SimConfig | None = None) -> SimServer: ...
 
+def sim_knee_rate(config: SimConfig, prompt_tokens: int, output_tokens: int) -> float:
+    """The capacity model's knee, requests/s (docs/simulator.md, "The knee")."""
+
 @final
 class CapturedRequest:
     """A request through the capture proxy, once its body was read."""

@@ -15,7 +15,10 @@ derived parts made on first use, then kept):
   and `itl_token_us`;
 - `summary`: the point's summary row (`summary.point_summary`);
 - `findings`: what the validity checks found (`validity.point_findings`),
-  under the run's own thresholds and `max_tokens`.
+  under the run's own thresholds and `max_tokens`;
+- `slo_met` and `slo_verdicts`: under the run's SLOs (`slo.Slo`), which
+  requests met every per-request threshold, and each target's verdict with
+  its bootstrap interval (`slo.verdicts`).
 
 `summary.summarize`, `validity.check`, the console, `comparison` and the
 report read these; none derives them again. A new figure is a key of
@@ -34,6 +37,7 @@ import pandas as pd
 
 from specreplay import metrics, summary, validity
 from specreplay.results import config_points, run_config_of
+from specreplay.slo import Slo, TargetVerdict, met, request_values, verdicts
 from specreplay.servermetrics import figures as server_figures
 from specreplay.servermetrics import store as server_store
 from specreplay.validity import Finding, Thresholds
@@ -53,6 +57,7 @@ class PointAnalysis:
     """Per row of `rows`: whether the request succeeded."""
     thresholds: Thresholds
     max_tokens: int | None
+    slo: Slo = Slo()
     server_samples: pd.DataFrame = field(default_factory=lambda: server_store.empty().to_pandas())
     """The server's Prometheus samples scraped during the point (`specreplay.load(path, metrics=True)`'s rows of it)."""
 
@@ -92,6 +97,15 @@ class PointAnalysis:
     def findings(self) -> list[Finding]:
         return validity.point_findings(self)
 
+    @cached_property
+    def slo_met(self) -> np.ndarray:
+        """Per row of `rows`: whether the request met every per-request threshold."""
+        return met(self.ok, request_values(self.rows, self.chunks, self.slo), self.slo)
+
+    @cached_property
+    def slo_verdicts(self) -> tuple[TargetVerdict, ...]:
+        return verdicts(self)
+
 
 @dataclass(frozen=True, eq=False)
 class RunAnalysis:
@@ -103,6 +117,7 @@ class RunAnalysis:
     points: tuple[PointAnalysis, ...]
     thresholds: Thresholds
     max_tokens: int | None
+    slo: Slo = Slo()
 
     @cached_property
     def summary(self) -> pd.DataFrame:
@@ -146,9 +161,10 @@ def analyse(
     """One analysis per run of `df`, in run order.
 
     `thresholds` and `max_tokens` default to each run's own, as its file
-    recorded them (`df.attrs`, see `specreplay.load`); `points`, the
-    config's list of {point, mode, value}, to the file's, and failing that
-    the mode is parsed from the point's name."""
+    recorded them (`df.attrs`, see `specreplay.load`), and so do its SLOs
+    (its `slo` table, when it has one); `points`, the config's list of
+    {point, mode, value}, to the file's, and failing that the mode is
+    parsed from the point's name."""
     if points is None:
         points = config_points(df)
     samples: pd.DataFrame = server_store.from_metadata(df.attrs).to_pandas()
@@ -162,6 +178,7 @@ def analyse(
                 thresholds or Thresholds.from_dict(dict(config.get("thresholds") or {})),
                 points=points,
                 max_tokens=max_tokens if max_tokens is not None else _int_or_none(config.get("max_tokens")),
+                slo=Slo.from_table(dict(config.get("slo") or {})),
                 samples=samples[samples["label"] == label],
             )
         )
@@ -179,6 +196,7 @@ def analyse_run(
     *,
     points: list[dict[str, Any]] | None,
     max_tokens: int | None,
+    slo: Slo = Slo(),
     samples: pd.DataFrame | None = None,
 ) -> RunAnalysis:
     """The analysis of `df`, the rows of one run, with `samples`, the
@@ -200,10 +218,11 @@ def analyse_run(
                 ok=ok[mask],
                 thresholds=thresholds,
                 max_tokens=max_tokens,
+                slo=slo,
                 **({} if samples is None else {"server_samples": samples[samples["point"] == point]}),
             )
         )
-    return RunAnalysis(label=label, rows=data, points=tuple(out), thresholds=thresholds, max_tokens=max_tokens)
+    return RunAnalysis(label=label, rows=data, points=tuple(out), thresholds=thresholds, max_tokens=max_tokens, slo=slo)
 
 
 def _ordered_points(df: pd.DataFrame) -> list[str]:

@@ -46,6 +46,7 @@ import math
 import os
 import re
 import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -136,6 +137,11 @@ class Run:
     def valid(self) -> bool:
         return not any(f.level == "error" for f in self.findings)
 
+    @property
+    def searched(self) -> bool:
+        """Whether the run was a capacity search (`--find-max-rate`)."""
+        return bool(self.config.get("find_max_rate"))
+
 
 def _exists(path: str) -> bool:
     return Path(path).exists() or partial_path(path).exists()
@@ -205,9 +211,19 @@ def validate(run: Run, points: list[str] | None = None) -> list[Finding]:
 
 
 def shared_points(base: Run, other: Run) -> list[str]:
-    """Sweep points analysed in both (points with measured requests), in the base's run order."""
+    """Sweep points analysed in both (points with measured requests), in the
+    base's run order. Between two capacity searches, a rate that either
+    measured invalid is left out: it is part of that search's answer (never
+    taken as held, docs/capacity.md), not a figure to compare."""
     theirs = set(other.analysis.point_names)
-    return [p for p in base.analysis.point_names if p in theirs]
+    points = [p for p in base.analysis.point_names if p in theirs]
+    if base.searched and other.searched:
+        points = [p for p in points if _error_free(base, p) and _error_free(other, p)]
+    return points
+
+
+def _error_free(run: Run, point: str) -> bool:
+    return not any(f.level == "error" for f in run.analysis.point(point).findings)
 
 
 def compare(
@@ -505,12 +521,71 @@ def _draw(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
     return rng.multinomial(n, np.full(n, 1.0 / n), size=size)
 
 
-def _quantilers(data: _PointData, unit_of_request: np.ndarray, units: int) -> dict[str, UnitQuantiles]:
-    """Per latency prefix, the quantiles of its samples under unit counts."""
-    return {
-        prefix: UnitQuantiles(s.values, unit_of_request[s.request], s.weights, units)
-        for prefix, s in data.samples.items()
+def _quantilers(data: _PointData, unit_of_request: np.ndarray, units: int, prefixes: Iterable[str] | None = None) -> dict[str, UnitQuantiles]:
+    """Per latency prefix (every one, or `prefixes`), the quantiles of its samples under unit counts."""
+    wanted = data.samples if prefixes is None else prefixes
+    return {prefix: UnitQuantiles(data.samples[prefix].values, unit_of_request[data.samples[prefix].request], data.samples[prefix].weights, units) for prefix in wanted}
+
+
+#: A figure with its interval: (value, low, high).
+Interval = tuple[float, float, float]
+
+
+def point_intervals(
+    point: PointAnalysis,
+    latencies: Sequence[tuple[str, float]],
+    shares: Mapping[str, np.ndarray],
+    *,
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> tuple[dict[tuple[str, float], Interval], dict[str, Interval]]:
+    """One run's figures on one point with their bootstrap intervals,
+    resampled as `compare` resamples a point (its trace records, seeded by
+    `seed` and the point's name): each (latency prefix, quantile) ->
+    (quantile, low, high), and each share (a per-request indicator over
+    `point.rows`) -> (mean, low, high). The SLO verdicts read these."""
+    data = _PointData.of(point)
+    unit_of_request, units = _units(data.ids)
+    wanted: dict[str, list[float]] = {}
+    for prefix, q in latencies:
+        wanted.setdefault(prefix, []).append(q)
+    quantiles = _quantilers(data, unit_of_request, units, wanted)
+    rng = _rng(seed, point.point)
+    drawn: dict[tuple[str, float] | str, list[np.ndarray]] = {(prefix, q): [] for prefix, q in latencies}
+    drawn.update({name: [] for name in shares})
+    biggest = max([len(data.samples[p].values) for p in wanted] + [1])
+    block = max(1, min(resamples, 2_000_000 // biggest))
+    done = 0
+    while done < resamples:
+        size = min(block, resamples - done)
+        counts = _draw(rng, units, size)
+        for prefix, qs in wanted.items():
+            for q, figures in zip(qs, quantiles[prefix](counts, qs)):
+                drawn[(prefix, q)].append(figures)
+        per_request = counts[:, unit_of_request]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for name, indicator in shares.items():
+                drawn[name].append(per_request @ np.asarray(indicator, dtype="float64") / per_request.sum(axis=1))
+        done += size
+    alpha = (1 - confidence) / 2
+    ones = np.ones((1, units), dtype="int64")
+
+    def interval(value: float, samples: list[np.ndarray]) -> Interval:
+        r = np.concatenate(samples)
+        r = r[np.isfinite(r)]
+        if math.isnan(value) or len(r) < resamples / 2:
+            return value, math.nan, math.nan
+        low, high = np.quantile(r, [alpha, 1 - alpha])
+        return value, float(low), float(high)
+
+    out_latency = {
+        (prefix, q): interval(float(quantiles[prefix](ones, [q])[0, 0]), drawn[(prefix, q)]) for prefix, q in latencies
     }
+    out_share = {
+        name: interval(float(np.mean(indicator)) if len(indicator) else math.nan, drawn[name]) for name, indicator in shares.items()
+    }
+    return out_latency, out_share
 
 
 def _figures_of(data: _PointData, quantiles: dict[str, UnitQuantiles], unit_counts: np.ndarray, unit_of_request: np.ndarray) -> dict[str, np.ndarray]:

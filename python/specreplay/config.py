@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args
 
 from specreplay._core import is_secret_header
 from specreplay.errors import ConfigError
+from specreplay.slo import Slo
 
 #: Arrival processes of the open loop (the engine's `Arrival`).
 Arrival = Literal["poisson", "constant", "gamma"]
@@ -91,6 +92,10 @@ class ReplayConfig:
     #: Ray actors that share each point (only with `ray`).
     workers: int = 1
     thresholds: dict[str, float] = field(default_factory=dict)
+    slo: dict[str, Any] = field(default_factory=dict)
+    find_max_rate: bool = False
+    search_tolerance: float = 0.05
+    search_budget: float = 1800.0
     #: Set by the probe before a run when the server is llama.cpp: requests
     #: then ask for `timings_per_token` (its per-chunk token counts). Not an
     #: option: never read from a file, never written.
@@ -125,6 +130,21 @@ class ReplayConfig:
             Thresholds.from_dict(self.thresholds)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"thresholds: {e}") from None
+        slo = self.slo_settings()
+        if self.find_max_rate:
+            if self.speedup or self.concurrency:
+                raise ConfigError("find_max_rate searches open-loop request rates: drop speedup/concurrency (rate, if given, is where the search starts)")
+            if len(self.rate) > 1:
+                raise ConfigError("find_max_rate chooses its own rates: give at most one rate (where the search starts)")
+            if not slo.targets:
+                raise ConfigError(
+                    "find_max_rate needs a target to hold, e.g. --slo 'p99 ttft < 2000' (or targets = [...] in [slo]); "
+                    "per-request thresholds alone decide goodput, not whether a rate holds: add 'attainment >= 90%'"
+                )
+
+    def slo_settings(self) -> Slo:
+        """The `slo` table, checked (`slo.Slo`)."""
+        return Slo.from_table(self.slo)
 
     def points(self, trace_has_arrivals: bool) -> list[Point]:
         if self.rate:
@@ -187,7 +207,7 @@ def _type_name(value: Any) -> str:
 
 @dataclass(frozen=True)
 class FieldSpec:
-    kind: str  # str | url | int | float | bool | list[float] | list[int] | table | str_table
+    kind: str  # str | url | int | float | bool | list[float] | list[int] | table | str_table | slo
     optional: bool = False
     minimum: float | None = None  # inclusive lower bound
     positive: bool = False
@@ -220,6 +240,11 @@ class FieldSpec:
                 raise ConfigError(f"{where}: expected a string, got {_type_name(value)} ({value!r})")
             self.check(where, value)
             return value
+        if kind == "slo":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: expected a table such as {{ targets = ['p99 ttft < 2000'] }}, got {_type_name(value)} ({value!r})")
+            Slo.from_table(value, where)  # every key checked here, where the file's line is known
+            return dict(value)
         if kind in ("table", "str_table"):
             if isinstance(value, list) and kind == "str_table":  # [["Name", "value"], …]
                 value = dict(value)
@@ -286,4 +311,8 @@ FIELDS: dict[str, FieldSpec] = {
     "ray": FieldSpec("str", optional=True),
     "workers": FieldSpec("int", minimum=1),
     "thresholds": FieldSpec("table"),
+    "slo": FieldSpec("slo"),
+    "find_max_rate": FieldSpec("bool"),
+    "search_tolerance": FieldSpec("float", positive=True),
+    "search_budget": FieldSpec("float", positive=True),
 }

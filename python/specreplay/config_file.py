@@ -85,7 +85,7 @@ def _parse_env(where: str, kind: str, raw: str) -> Any:
         if kind.startswith("list["):
             item = int if kind == "list[int]" else float
             return [item(v) for v in raw.replace(",", " ").split()]
-        if kind in ("table", "str_table"):
+        if kind in ("table", "str_table", "slo"):
             return json.loads(raw)
     except ValueError as e:
         raise ConfigError(f"{where}: {e}") from None

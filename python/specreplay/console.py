@@ -11,7 +11,7 @@ parsed as a style tag.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specreplay.summary import STATS
+from specreplay.slo import FAILED, HELD, UNCERTAIN, Slo, TargetVerdict
 from specreplay.validity import Finding
 
 # Summary prefix -> row label. TTFC is spelled out: it is the figure a user waits for.
@@ -46,12 +47,13 @@ def cli_console(*, stderr: bool = False) -> Console:
     wrap at 80 columns, and a verdict such as "no significant difference"
     split over two lines is one `grep` misses."""
     console = Console(stderr=stderr)
-    if not _is_tty(console):
+    if not is_tty(console):
         console.width = UNWRAPPED_WIDTH
     return console
 
 
-def _is_tty(console: Console) -> bool:
+def is_tty(console: Console) -> bool:
+    """Whether the console writes to a terminal (where a live display may redraw)."""
     # The file itself, not rich's is_terminal: FORCE_COLOR (set in many CI
     # logs for colour) makes rich treat a pipe as a terminal of 80 columns.
     isatty = getattr(console.file, "isatty", None)
@@ -97,9 +99,16 @@ def fmt_rate(value: Any, digits: int = 1) -> str:
     return MISSING if _missing(value) else f"{float(value):,.{digits}f}"
 
 
-def print_summary(console: Console, summary: pd.DataFrame, findings: Sequence[Finding] = ()) -> None:
+def print_summary(
+    console: Console,
+    summary: pd.DataFrame,
+    findings: Sequence[Finding] = (),
+    slo: Slo | None = None,
+    verdicts: Mapping[str, Sequence[TargetVerdict]] | None = None,
+) -> None:
     """Per sweep point of a `summary.summarize` frame: a heading line (counts,
-    duration, rates), a table of latencies in ms, a throughput line, and the
+    duration, rates), a table of latencies in ms, a throughput line, with
+    `slo` its goodput and the `verdicts` on its targets (by point), and the
     `findings` on that point (those whose `point` is the row's), if any."""
     for _, row in summary.iterrows():
         console.print(Text(_point_heading(row), style="bold"))
@@ -117,6 +126,8 @@ def print_summary(console: Console, summary: pd.DataFrame, findings: Sequence[Fi
             console.print(Text(client, style="dim"))
         for line in server_lines(row):
             console.print(Text(line))
+        if slo is not None and not slo.empty:
+            print_slo(console, row, slo, (verdicts or {}).get(str(row["point"]), ()))
         print_finding_lines(console, [f for f in findings if f.point == row["point"]])
         console.print()
 
@@ -137,6 +148,82 @@ def _client_line(row: pd.Series) -> str:
             f"{int(row['connected'])} requests connected: p50 {fmt_ms(row['connect_p50_ms'])} / p99 {fmt_ms(row['connect_p99_ms'])} ms"
         )
     return "  ·  ".join(parts)
+
+
+#: Styles of the target verdicts.
+TARGET_STYLES: dict[str, str] = {HELD: "green", FAILED: "bold red", UNCERTAIN: "yellow"}
+
+
+def print_slo(console: Console, row: pd.Series, slo: Slo, verdicts: Sequence[TargetVerdict]) -> None:
+    """A point's goodput (with per-request thresholds) and one line per target verdict."""
+    if slo.thresholds:
+        limits = ", ".join(f"{metric} ≤ {limit:g} ms" for metric, limit in slo.thresholds.items())
+        console.print(
+            Text(
+                f"  goodput {fmt_rate(row['goodput_rps'], 2)} req/s, {fmt_rate(row['goodput_tok_s'])} tok/s "
+                f"({_share(row['slo_attainment'])} of requests met every per-request SLO: {limits})"
+            )
+        )
+    for verdict in verdicts:
+        console.print(Text(f"  SLO {verdict.describe(slo)}", style=TARGET_STYLES.get(verdict.verdict, "dim")))
+
+
+def _share(value: Any) -> str:
+    return MISSING if _missing(value) else f"{float(value):.0%}"
+
+
+def print_capacity_comparison(console: Console, rows: Sequence[Mapping[str, Any]]) -> None:
+    """`capacity.compare_answers` rows: each run's highest rate holding the
+    SLOs and its first failure against the base's, the change, the range the
+    searches' brackets allow, and the verdict."""
+    for slo, group in groupby_key(rows, "slo"):
+        table = Table(title=Text(f"capacity at the SLOs: {slo}", style="bold"), title_justify="left")
+        for name in ("run", "base", "max rate req/s", "first failure req/s", "change", "brackets allow", "verdict"):
+            table.add_column(name, justify="left" if name in ("run", "base", "verdict") else "right")
+        for row in group:
+            change = row["change"]
+            allowed = MISSING
+            if not _missing(change):
+                high = row["change_high"]
+                allowed = f"[{fmt_change(row['change_low'])}, {'+∞' if math.isinf(high) else fmt_change(high)}]"
+            table.add_row(
+                Text(str(row["run"])),
+                Text(str(row["base"])),
+                f"{_rate(row['max_rate'])} vs {_rate(row['base_max_rate'])}",
+                f"{_rate(row['first_failure'])} vs {_rate(row['base_first_failure'])}",
+                fmt_change(change),
+                allowed,
+                Text(str(row["verdict"]), style={"more capacity": "bold green", "less capacity": "bold red"}.get(str(row["verdict"]), "dim")),
+            )
+        console.print(table)
+    console.print(
+        Text(
+            "max rate: the highest rate whose targets held with confidence on a valid point; first failure: the lowest that did not. "
+            "Each search's limit lies between the two, so the change lies in the range the brackets allow (docs/capacity.md).",
+            style="dim",
+        )
+    )
+    console.print()
+
+
+def groupby_key(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[Any, list[Mapping[str, Any]]]]:
+    """`rows` grouped by `rows[i][key]`, in order of first appearance."""
+    groups: dict[Any, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row[key], []).append(row)
+    return list(groups.items())
+
+
+def _rate(value: Any) -> str:
+    return MISSING if _missing(value) else f"{float(value):g}"
+
+
+def print_capacity(console: Console, label: str, lines: Sequence[str]) -> None:
+    """What a capacity search found (`capacity.Answer.lines`), under a heading."""
+    console.print(Text(f"capacity search · {label}", style="bold"))
+    for i, line in enumerate(lines):
+        console.print(Text(f"  {line}", style="bold" if i == 0 else ""))
+    console.print()
 
 
 def server_lines(row: pd.Series) -> list[str]:

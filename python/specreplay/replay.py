@@ -1,6 +1,10 @@
 """Runs a replay: resolves the target, runs each sweep point on the Rust
 engine, streams finished requests into the results file, and returns them.
 
+Which points a run runs is its `Plan`: the configured sweep, in order, or a
+capacity search (`capacity.SearchPlan`) that chooses each next rate from how
+the points before it went.
+
 The engine runs on its own threads; this loop only drains finished requests
 (in columnar batches) every quarter second, so nothing here is on the
 measurement path.
@@ -13,7 +17,8 @@ import json
 import platform
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +40,8 @@ from specreplay.trace import APIS, Trace, load_trace
 
 if TYPE_CHECKING:
     from specreplay._core import ConcurrencyLoad, RateLoad, RunSpec, SpeedupLoad
+    from specreplay.analysis import RunAnalysis
+    from specreplay.capacity import Answer
     from specreplay.distributed.driver import Cluster
 
 #: What runs one point: the local engine's `_core.start_point`, or a
@@ -46,11 +53,14 @@ StartPoint = Callable[["RunSpec", pa.RecordBatch, str, str], Any]
 def _local_start(spec: RunSpec, requests: pa.RecordBatch, label: str, point: str) -> Any:
     return _core.start_point(spec, requests)
 
+
 #: Results metadata of a distributed replay: its workers and their clocks.
 WORKERS_KEY = "specreplay.workers"
 
 #: How long one drain waits for finished requests before reporting progress.
 POLL_S = 0.25
+#: Metadata key of what each run's capacity search found (`capacity.Answer.to_dict`).
+CAPACITY_KEY = "specreplay.capacity"
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,28 @@ class Progress:
 
 
 @dataclass
+class FinishedPoint:
+    """A point that ran: its rows as written, how far it got, and (made on
+    first use, once for everyone who reads it) its analysis."""
+
+    point: Point
+    label: str
+    rows: pa.Table
+    progress: Progress
+    interrupted: bool = False
+    cut: bool = False
+    """Cancelled when the run's time budget ran out (a capacity search's)."""
+
+    @cached_property
+    def runs(self) -> list[RunAnalysis]:
+        """`analysis.analyse` of the rows (one run; none when no row was written)."""
+        from specreplay.analysis import analyse
+        from specreplay.results import to_frame
+
+        return analyse(to_frame(self.rows)) if self.rows.num_rows else []
+
+
+@dataclass
 class RunResult:
     path: Path
     run_id: str
@@ -78,6 +110,8 @@ class RunResult:
     embedded: bool = False
     model: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    capacity: dict[str, Answer] = field(default_factory=dict)
+    """Per run label, what its capacity search found (runs that searched)."""
 
     def table(self) -> pa.Table:
         return read_table(self.path)
@@ -85,13 +119,43 @@ class RunResult:
 
 class Hooks:
     """What a front end wants to hear about while a run goes (the CLI draws a
-    progress display; the Python API stays quiet)."""
+    live view; the Python API stays quiet). `total` is None when a search
+    decides how many points there will be; `expected` is the requests the
+    point will send; `status` what its plan says about it (a search's bracket)."""
 
     def target(self, target: Target, description: str) -> None: ...
     def note(self, message: str) -> None: ...
-    def point_started(self, point: Point, index: int, total: int, label: str) -> None: ...
+    def point_started(self, point: Point, index: int, total: int | None, label: str, expected: int, status: str | None) -> None: ...
+    def rows(self, batch: pa.RecordBatch) -> None: ...
     def progress(self, progress: Progress) -> None: ...
-    def point_finished(self, point: Point, progress: Progress, rows: pa.Table) -> None: ...
+    def point_finished(self, finished: FinishedPoint) -> None: ...
+    def search_finished(self, label: str, answer: Answer, lines: list[str]) -> None: ...
+
+
+class Plan:
+    """The points of a run: the configured sweep, in order. A plan may also
+    set each point's request count, a deadline, and a status line
+    (`capacity.SearchPlan` does)."""
+
+    searching = False
+
+    def __init__(self, points: list[Point]) -> None:
+        self.points = list(points)
+
+    def next_point(self) -> Point | None:
+        return self.points.pop(0) if self.points else None
+
+    def num_requests(self, config: ReplayConfig) -> int | None:
+        return config.num_requests
+
+    @property
+    def deadline_us(self) -> float | None:
+        return None
+
+    def status(self) -> str | None:
+        return None
+
+    def finished(self, finished: FinishedPoint) -> None: ...
 
 
 def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]) -> RunSpec:
@@ -156,6 +220,7 @@ class _Run:
     points: list[Point]
     headers: list[tuple[str, str]]
     trace_sha256: str
+    plan: Plan
     target: Target | None = None
     scraper: Scraper | None = None
     tokenizer: ChunkCounter | None = None
@@ -176,7 +241,8 @@ class _Run:
         return self.config.metrics_url or metrics_url(self.target.url)
 
     def metadata(self) -> dict[str, Any]:
-        """The run's resolved configuration as stored in results files."""
+        """The run's resolved configuration as stored in results files (a
+        search's points: those run so far)."""
         out = self.config.to_metadata()
         if self.config.url is not None:
             out["url"] = redact_url(self.config.url)
@@ -199,7 +265,20 @@ def _prepare_run(config: ReplayConfig) -> _Run:
     trace = load_trace(config.trace)
     headers = auth_headers(config, {r.api for r in trace.records})
     tokenizer = ChunkTokenizer(config.tokenizer) if config.tokenizer else None
-    return _Run(config, trace, config.points(trace.has_arrivals), headers, trace.sha256, tokenizer=tokenizer)
+    if config.find_max_rate:
+        from specreplay.capacity import SearchPlan
+
+        return _Run(config, trace, [], headers, trace.sha256, SearchPlan(config), tokenizer=tokenizer)
+    points = config.points(trace.has_arrivals)
+    return _Run(config, trace, points, headers, trace.sha256, Plan(points), tokenizer=tokenizer)
+
+
+def _runs_metadata(runs: list[_Run]) -> dict[str, str]:
+    return {
+        # The first run's configuration (the only one, unless a config file named several).
+        "specreplay.config": json.dumps(runs[0].metadata()),
+        "specreplay.runs": json.dumps([r.metadata() for r in runs]),
+    }
 
 
 def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:
@@ -208,9 +287,7 @@ def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:
     return {
         "specreplay.version": _core.__version__,
         "specreplay.run_id": run_id,
-        # The first run's configuration (the only one, unless a config file named several).
-        "specreplay.config": json.dumps(first.metadata()),
-        "specreplay.runs": json.dumps([r.metadata() for r in runs]),
+        **_runs_metadata(runs),
         "specreplay.target": redact_url(target),
         "specreplay.model": (first.target.model if first.target is not None else None) or "",
         "specreplay.started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
@@ -268,21 +345,11 @@ def run_replay(
             path=output, run_id=run_id, points=[p for r in runs for p in r.points], target=redact_url(first_target.url),
             embedded=first_target.embedded is not None, model=first_target.model, metadata=metadata,
         )
+        total = None if any(r.plan.searching for r in runs) else len(result.points)
         try:
             index = 0
             for run in runs:
-                assert run.target is not None
-                model = run.target.model or run.config.model
-                requests = prepare(run.trace.records, run.config, run.target.url, model)
-                for point in run.points:
-                    streams = peak_streams(point.mode, point.value, run.config.max_concurrency, run.config.num_requests or requests.num_rows)
-                    ensure_open_files(streams, run.target.embedded is not None)
-                    hooks.point_started(point, index, len(result.points), run.config.label)
-                    spec = _run_spec(run.config, point, run.headers)
-                    if not _run_point(spec, requests, writer, run_id, run.config.label, point, index, hooks, run.scraper, run.tokenizer, run.start_point()):
-                        result.interrupted = True
-                        break
-                    index += 1
+                index = _run_plan(run, writer, run_id, index, total, hooks, result)
                 if run.scraper is not None:
                     run.scraper.close()
                 if result.interrupted:
@@ -291,12 +358,15 @@ def run_replay(
             for run in runs:
                 if run.scraper is not None:
                     run.scraper.stop()
-            extra = {"specreplay.interrupted": json.dumps(result.interrupted)}
+            extra = {"specreplay.interrupted": json.dumps(result.interrupted), **_runs_metadata(runs)}
+            if result.capacity:
+                extra[CAPACITY_KEY] = json.dumps({label: found.to_dict() for label, found in result.capacity.items()})
             clusters = [r.cluster.metadata() for r in runs if r.cluster is not None]
             if clusters:
                 extra[WORKERS_KEY] = json.dumps(clusters[0] if len(clusters) == 1 else clusters)
             if len(samples):
                 extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
+            result.points = [p for r in runs for p in r.points]
             writer.close(extra, finalize)
             # Only once they are in the results file.
             samples.remove()
@@ -307,6 +377,38 @@ def run_replay(
                 run.cluster.close()
             if run.target is not None:
                 run.target.close()
+
+
+def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: int | None, hooks: Hooks, result: RunResult) -> int:
+    """Runs the points of `run`'s plan from `index` on; returns the next index."""
+    assert run.target is not None
+    model = run.target.model or run.config.model
+    requests = prepare(run.trace.records, run.config, run.target.url, model)
+    plan, label = run.plan, run.config.label
+    while (point := plan.next_point()) is not None:
+        num_requests = plan.num_requests(run.config)
+        config = run.config if num_requests == run.config.num_requests else replace(run.config, num_requests=num_requests)
+        streams = peak_streams(point.mode, point.value, config.max_concurrency, num_requests or requests.num_rows)
+        ensure_open_files(streams, run.target.embedded is not None)
+        if plan.searching:
+            run.points.append(point)
+        hooks.point_started(point, index, total, label, num_requests or requests.num_rows, plan.status())
+        spec = _run_spec(config, point, run.headers)
+        finished = _run_point(spec, requests, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us, run.start_point())
+        hooks.point_finished(finished)
+        plan.finished(finished)
+        index += 1
+        if finished.interrupted:
+            result.interrupted = True
+            break
+    if plan.searching:
+        from specreplay.capacity import SearchPlan
+
+        assert isinstance(plan, SearchPlan)
+        found = plan.result(interrupted=result.interrupted)
+        result.capacity[label] = found
+        hooks.search_finished(label, found, found.lines(plan.slo))
+    return index
 
 
 def _scraper(run: _Run, samples: metrics_store.SampleLog, hooks: Hooks, named: bool) -> Scraper | None:
@@ -330,24 +432,26 @@ def _run_point(
     hooks: Hooks,
     scraper: Scraper | None = None,
     tokenizer: ChunkCounter | None = None,
+    deadline_us: float | None = None,
     start: StartPoint = _local_start,
-) -> bool:
-    """Runs one point to the end, bracketed by the scraper's own scrapes of
-    the server's metrics, then recounts its chunks with `tokenizer` if any;
-    False if the user interrupted it."""
+) -> FinishedPoint:
+    """Runs one point to the end (or, past `deadline_us`, cancels what is
+    left of it: its rows are kept, and it is marked cut), bracketed by the
+    scraper's own scrapes of the server's metrics, then recounts its chunks
+    with `tokenizer` if any."""
     try:
         if scraper is not None:
             scraper.start_point(label, point.name)
     except KeyboardInterrupt:
-        return False
+        return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
     try:
         # A distributed start takes a second (clocks, the start lead): an
         # interrupt then has nothing finished to keep.
         run = start(spec, requests, label, point.name)
     except KeyboardInterrupt:
-        return False
+        return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
     started = _core.now_us()
-    interrupted = False
+    interrupted = cut = False
     written: list[pa.RecordBatch] = []  # this point's rows, as in the file
     # For the tokenizer, per written batch that has them (a lost worker's
     # rows have no chunks): its index in `written`, the chunk text columns.
@@ -359,8 +463,13 @@ def _run_point(
         return Progress(point.name, p.scheduled, p.sent, p.finished, p.failed, p.output_tokens, elapsed_s)
 
     while True:
+        wait_s = POLL_S
+        if deadline_us is not None and not cut:
+            # A wait returns only when it ends: end it at the deadline, so that
+            # the cut comes when the budget runs out, not up to POLL_S later.
+            wait_s = min(POLL_S, max(0.0, (deadline_us - _core.now_us()) / 1e6))
         try:
-            batch = run.next_batch(4096, POLL_S)
+            batch = run.next_batch(4096, wait_s)
         except KeyboardInterrupt:
             # Stop scheduling, cancel in-flight requests (they still report a
             # row), and keep draining so nothing that finished is lost.
@@ -373,9 +482,13 @@ def _run_point(
         out = writer.write(engine_batch, run_id=run_id, label=label, point=point.name, point_index=index)
         if out is not None:
             written.append(out)
+            hooks.rows(out)
             if tokenizer is not None and "chunk_text" in engine_batch.schema.names:
                 texts.append((len(written) - 1, engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
         hooks.progress(progress())
+        if deadline_us is not None and not cut and _core.now_us() > deadline_us:
+            cut = True
+            run.cancel()
     try:
         if scraper is not None:
             scraper.end_point()
@@ -398,8 +511,7 @@ def _run_point(
         mine = taken.filter(pc.and_(pc.equal(taken["label"], label), pc.equal(taken["point"], point.name)))
         metadata = {**(rows.schema.metadata or {}), metrics_store.METADATA_KEY.encode(): metrics_store.encode(mine).encode()}
         rows = rows.replace_schema_metadata(metadata)
-    hooks.point_finished(point, progress(), rows)
-    return not interrupted
+    return FinishedPoint(point, label, rows, progress(), interrupted, cut)
 
 
 def replay(trace: str, api_key: str | None = None, **options: Any) -> pa.Table:

@@ -107,8 +107,10 @@ def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> p
     (share of chunks with a known count above 1), bursts (ok requests left
     out of TPOT, TPS and ITL: `metrics.bursts`), the client's own figures
     (`client_figures`), the server's (`servermetrics.figures.FIGURES`: NaN
-    when the run scraped no metrics), and the client's side of the acceptance
-    cross-check, decode_chunk_tokens_mean and tokens_beyond_chunks.
+    when the run scraped no metrics), the client's side of the acceptance
+    cross-check, decode_chunk_tokens_mean and tokens_beyond_chunks, and under
+    SLOs slo_good, slo_attainment, goodput_rps, goodput_tok_s (`goodput`; NaN
+    without SLOs).
     """
     # Imported here: the analysis is built from this module's figures.
     from specreplay.analysis import analyse
@@ -159,6 +161,7 @@ def point_summary(point: PointAnalysis) -> dict[str, Any]:
     row["bursts"] = int(ok["burst"].sum()) if "burst" in ok.columns else 0
     row["multi_token_chunks"] = float((tokens > 1).mean()) if len(tokens) else math.nan
     row.update(client_figures(rows, point.chunks))
+    row.update(goodput(point, duration_s))
     row.update(point.server)
     # The client's side of the acceptance cross-check (docs/results.md, "Server metrics").
     row["decode_chunk_tokens_mean"] = server_figures.decode_tokens_per_chunk(point.chunks)
@@ -185,6 +188,28 @@ def client_figures(rows: pd.DataFrame, chunk_frame: pd.DataFrame) -> dict[str, A
     out["connected"] = len(connect)
     out.update({f"connect_{stat}_ms": v for stat, v in describe(connect, scale=1000.0).items()})
     return out
+
+
+#: Goodput columns: NaN for a run without SLOs (docs/capacity.md).
+GOODPUT_COLUMNS: tuple[str, ...] = ("slo_good", "slo_attainment", "goodput_rps", "goodput_tok_s")
+
+
+def goodput(point: PointAnalysis, duration_s: float) -> dict[str, float]:
+    """The point's requests that met every per-request SLO threshold: how
+    many, their share of the measured requests, and per second of the
+    point (requests and their output tokens)."""
+    if point.slo.empty:
+        return dict.fromkeys(GOODPUT_COLUMNS, math.nan)
+    good = point.slo_met
+    n = int(good.sum())
+    tokens = float(metrics.as_float(point.rows, "output_tokens").to_numpy()[good].sum())
+    per_s = duration_s if duration_s > 0 else math.nan
+    return {
+        "slo_good": n,
+        "slo_attainment": n / len(good) if len(good) else math.nan,
+        "goodput_rps": n / per_s,
+        "goodput_tok_s": tokens / per_s,
+    }
 
 
 PER_REQUEST_COLUMNS: tuple[str, ...] = (

@@ -8,8 +8,8 @@ how to read a figure (few samples, several tokens per chunk), which is not
 wrong and so never fails `--strict`. Warmup rows are left out of every check.
 
 The codes: reasoning_ate_budget, estimated_tokens, multi_token_chunks, burst_streams,
-client_saturated, engine_delay, error_rate, too_few_requests, worker_lost,
-worker_send_lag.
+client_saturated, engine_delay, queue_growing, error_rate, too_few_requests,
+worker_lost, worker_send_lag.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 import pandas as pd
 
 from specreplay import metrics
@@ -57,6 +58,8 @@ class Thresholds:
     """too_few_requests: ok requests needed before p90 means anything."""
     min_requests_p99: int = 100
     """too_few_requests: ok requests needed before p99 means anything."""
+    max_queue_growth: float = 0.05
+    """queue_growing: TTFT growth per second of an open-loop point (s/s) above this."""
     max_acceptance_gap: float = 0.1
     """acceptance_mismatch: the server's and the client's shares of accepted
     tokens differ by more than this (docs/results.md, "Server metrics")."""
@@ -236,6 +239,38 @@ def _engine_delay(point: PointAnalysis) -> Finding | None:
     )
 
 
+def _queue_growing(point: PointAnalysis) -> Finding | None:
+    """Open loop: the server fell behind the offered rate when TTFT grows
+    steadily with the send time (least-squares slope, seconds of TTFT per
+    second of sending: 1 − served / offered rate for a saturated server; 0
+    for one that keeps up)."""
+    if point.mode not in OPEN_LOOP_MODES:
+        return None
+    ok, thresholds = point.ok_rows, point.thresholds
+    sent = metrics.as_float(ok, "sent_us").to_numpy() / 1e6
+    ttft = metrics.as_float(ok, "ttft_us").to_numpy() / 1e6
+    keep = ~(np.isnan(sent) | np.isnan(ttft))
+    sent, ttft = sent[keep], ttft[keep]
+    span = float(sent.max() - sent.min()) if len(sent) else 0.0
+    if len(sent) < thresholds.min_requests_p90 or span <= 0:
+        return None
+    growth = float(np.polyfit(sent - sent.min(), ttft, 1)[0])
+    if growth <= thresholds.max_queue_growth:
+        return None
+    return Finding(
+        code="queue_growing",
+        level="warning",
+        point=point.point,
+        count=len(sent),
+        message=(
+            f"TTFT grew by {growth * 1000:,.0f} ms per second of sending ({growth * span * 1000:,.0f} ms over the point's {span:.1f} s; "
+            f"limit {thresholds.max_queue_growth:g} s/s): the server did not keep up with the offered rate, so each request "
+            "queued longer than the one before. This point's latencies grow with its length, whatever they are now; "
+            "a capacity search never takes it as held."
+        ),
+    )
+
+
 def _estimated_tokens(point: PointAnalysis) -> Finding | None:
     source = point.rows["token_source"]
     no_usage = int((source == "chunks").sum())
@@ -401,6 +436,7 @@ CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
     _error_rate,
     _client_saturated,
     _engine_delay,
+    _queue_growing,
     _estimated_tokens,
     _multi_token_chunks,
     _burst_streams,

@@ -18,9 +18,9 @@ import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
-from specreplay import comparison
+from specreplay import capacity, comparison
 from specreplay.comparison import Run
-from specreplay.console import cli_console, print_comparison, print_findings
+from specreplay.console import cli_console, print_capacity_comparison, print_comparison, print_findings
 
 #: Exit status when a run's validity checks failed and --force was not given.
 EXIT_INVALID = 3
@@ -70,9 +70,24 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def to_json(runs: list[Run], frame: pd.DataFrame, forced: bool, options: dict[str, Any]) -> str:
-    """The comparison for scripts: the runs (with their findings) and one
-    object per compared figure (the columns of `comparison.COLUMNS`)."""
+def capacity_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    """How the capacity of every run that searched compares with the base's
+    (`capacity.compare_answers`), when the base searched too."""
+    base, base_answer = runs[0], capacity.answer_of(runs[0])
+    if base_answer is None:
+        return []
+    rows = []
+    for other in runs[1:]:
+        found = capacity.answer_of(other)
+        if found is not None:
+            rows.append(capacity.compare_answers(base.name, base_answer, other.name, found, base.analysis.slo, other.analysis.slo))
+    return rows
+
+
+def to_json(runs: list[Run], frame: pd.DataFrame, forced: bool, options: dict[str, Any], capacity_changes: list[dict[str, Any]] | None = None) -> str:
+    """The comparison for scripts: the runs (with their findings), one
+    object per compared figure (the columns of `comparison.COLUMNS`), and
+    one per capacity comparison (`capacity.CAPACITY_COLUMNS`)."""
     document = {
         "base": runs[0].name,
         "options": options,
@@ -82,6 +97,7 @@ def to_json(runs: list[Run], frame: pd.DataFrame, forced: bool, options: dict[st
             for r in runs
         ],
         "comparisons": [{k: _jsonable(v) for k, v in row.items()} for row in frame.to_dict(orient="records")],
+        "capacity": [{k: None if isinstance(v, float) and math.isinf(v) else _jsonable(v) for k, v in row.items()} for row in capacity_changes or []],
     }
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
 
@@ -105,7 +121,9 @@ def compare(runs: tuple[str, ...], as_json: bool, as_csv: bool, force: bool, **o
     FILE:LABEL for one named run: `specreplay compare ab.arrow` compares a
     config file's A/B runs, `specreplay compare ab.arrow:ngram ab.arrow:baseline`
     picks the base. Runs whose validity checks found errors are refused
-    unless --force.
+    unless --force. Two capacity searches (--find-max-rate) are compared on
+    their answers too: the highest rate holding the SLOs, and whether one
+    holds more load than the other (docs/capacity.md).
     """
     if as_json and as_csv:
         raise click.UsageError("--json and --csv: choose one")
@@ -113,14 +131,19 @@ def compare(runs: tuple[str, ...], as_json: bool, as_csv: bool, force: bool, **o
     err = cli_console(stderr=True)
     gate(selected, force, err)
     frame = comparison.compare_all(selected, **options)
-    if frame.empty:
+    changes = capacity_rows(selected)
+    if frame.empty and not changes:
         raise click.ClickException(f"no sweep point is in both {selected[0].name} and the other run(s)")
     if as_json:
-        click.echo(to_json(selected, frame, force and not all(r.valid for r in selected), options))
+        click.echo(to_json(selected, frame, force and not all(r.valid for r in selected), options, changes))
     elif as_csv:
         click.echo(frame.to_csv(index=False), nl=False)
     else:
         out = cli_console()
+        if changes:
+            print_capacity_comparison(out, changes)
+        if frame.empty:
+            return
         print_comparison(out, frame, options["confidence"])
         out.print(
             Text(

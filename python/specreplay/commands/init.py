@@ -48,6 +48,14 @@ output = "results.arrow"
 # send_lag_p99_ms = 1.0
 # max_error_rate = 0.01
 
+# [slo]                          # goodput and targets in every summary (docs/capacity.md)
+# ttft = 2000                    # per request, ms: TTFT means the first answer token
+# tpot = 50
+# targets = ["p99 ttft < 2000", "p90 tpot < 50"]
+# min_success_rate = 0.99
+# `--find-max-rate` (find_max_rate = true) then searches the highest rate
+# whose targets hold.
+
 # Several named runs go into one results file, each labelled by its name and
 # stating only what differs, e.g. speculative decoding on and off:
 # [run.baseline]

@@ -12,17 +12,19 @@ import click
 from click.core import ParameterSource
 import pyarrow as pa
 from rich.console import Console
-from rich.live import Live
 from rich.text import Text
 
 from specreplay import validity
 from specreplay.analysis import analyse, findings_of
 from specreplay.config import ARRIVALS, Point, ReplayConfig
 from specreplay.config_file import apply_overrides, env_overrides, load_config_file
-from specreplay.console import cli_console, print_per_request, print_summary, print_verdict
+from specreplay.capacity import Answer
+from specreplay.console import cli_console, is_tty, print_capacity, print_per_request, print_summary, print_verdict
 from specreplay.errors import ConfigError
-from specreplay.replay import Hooks, Progress, run_replay
+from specreplay.live import PLAIN_INTERVAL_S, LiveView
+from specreplay.replay import FinishedPoint, Hooks, Progress, run_replay
 from specreplay.results import VALIDITY_KEY, to_frame
+from specreplay.slo import merge_tables, table_from_expressions
 from specreplay.summary import request_lines
 from specreplay.target import Target
 from specreplay.tomlfile import read_toml
@@ -62,16 +64,23 @@ def load_sim_config(path: str | None) -> dict[str, Any]:
 
 
 class ConsoleHooks(Hooks):
-    """A one-line live status while a point runs; after it, its summary and
-    what the validity checks found on it (each run under its own thresholds).
-    Each point is analysed once, here; `findings` hands what the checks
-    found on to the results file."""
+    """While a point runs, the live view (`live.LiveView`: a rich display on
+    a terminal, a plain status line every `status_interval` seconds
+    elsewhere); after it, its summary, its SLO verdicts and what the
+    validity checks found on it (each run under its own thresholds); after a
+    capacity search, its answer. Each point is analysed once
+    (`FinishedPoint.runs`); `findings` hands what the checks found on to
+    the results file. `live`: "terminal", "plain", "off", or None to choose from the
+    output (a terminal or not)."""
 
-    def __init__(self, out: Console, err: Console, per_request: bool) -> None:
+    def __init__(
+        self, out: Console, err: Console, per_request: bool, live: str | None = None, status_interval: float = PLAIN_INTERVAL_S
+    ) -> None:
         self.out = out
         self.err = err
         self.per_request = per_request
-        self.live: Live | None = None
+        mode = live or ("terminal" if is_tty(err) else "plain")
+        self.view = None if mode == "off" else LiveView(err, terminal=mode == "terminal", interval_s=status_interval)
         self.found: list[tuple[str, list[validity.Finding]]] = []  # (label, findings) per finished point
         self.analysed_rows = 0
 
@@ -81,37 +90,35 @@ class ConsoleHooks(Hooks):
     def note(self, message: str) -> None:
         self.err.print(f"note: {message}", highlight=False)
 
-    def point_started(self, point: Point, index: int, total: int, label: str) -> None:
-        self.err.print(f"[bold]point {index + 1}/{total}: {label} · {point.name}[/bold]")
-        if self.err.is_terminal:
-            self.live = Live(Text(""), console=self.err, refresh_per_second=4, transient=True)
-            self.live.start()
+    def point_started(self, point: Point, index: int, total: int | None, label: str, expected: int, status: str | None) -> None:
+        count = f"{index + 1}/{total}" if total is not None else f"{index + 1}"
+        search = f"  (search bracket {status})" if status else ""
+        self.err.print(Text(f"point {count}: {label} · {point.name}{search}", style="bold"))
+        if self.view is not None:
+            self.view.start(point.name, expected, status)
+
+    def rows(self, batch: pa.RecordBatch) -> None:
+        if self.view is not None:
+            self.view.rows(batch)
 
     def progress(self, p: Progress) -> None:
-        if self.live is None:
-            return
-        rate = p.output_tokens / p.elapsed_s if p.elapsed_s > 0 else 0.0
-        self.live.update(
-            Text(
-                f"  {p.elapsed_s:6.1f} s  sent {p.sent}  in flight {p.in_flight}  done {p.finished}  "
-                f"errors {p.failed}  {rate:,.0f} tok/s"
-            )
-        )
+        if self.view is not None:
+            self.view.update(p)
 
-    def point_finished(self, point: Point, p: Progress, rows: pa.Table) -> None:
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
-        if rows.num_rows == 0:
-            return
+    def point_finished(self, finished: FinishedPoint) -> None:
+        if self.view is not None:
+            self.view.stop()
         # The rows carry the file's metadata: the run's recorded config, its
-        # thresholds and max_tokens among them.
-        for run in analyse(to_frame(rows)):
+        # thresholds, max_tokens and SLOs among them.
+        for run in finished.runs:
             if self.per_request:
                 print_per_request(self.out, request_lines(run.rows))
-            print_summary(self.out, run.summary, run.findings)
+            print_summary(self.out, run.summary, run.findings, run.slo, {p.point: p.slo_verdicts for p in run.points})
             self.found.append((run.label, run.findings))
-        self.analysed_rows += rows.num_rows
+        self.analysed_rows += finished.rows.num_rows
+
+    def search_finished(self, label: str, answer: Answer, lines: list[str]) -> None:
+        print_capacity(self.out, label, lines)
 
     def findings(self, table: pa.Table) -> list[validity.Finding]:
         """The findings of every point in `table`, the run's rows: those
@@ -152,27 +159,38 @@ def _flag_values(ctx: click.Context, opts: dict[str, Any]) -> dict[str, Any]:
             flags["sim"] = load_sim_config(value)
         elif name == "concurrency":
             flags["concurrency"] = [int(c) for c in value] if all(float(c).is_integer() for c in value) else value
+        elif name == "slo":
+            flags["slo"] = {**flags.get("slo", {}), **table_from_expressions(value)}
+        elif name == "slo_ttft_token":
+            flags["slo"] = {**flags.get("slo", {}), "ttft_token": value}
         else:
             flags[name] = value
     return flags
 
 
 #: Options that steer this command rather than describe the benchmark.
-CLI_ONLY = frozenset({"config_path", "per_request", "strict", "api_key"})
+CLI_ONLY = frozenset({"config_path", "per_request", "strict", "api_key", "status_interval"})
 
 
 def resolve_configs(ctx: click.Context, opts: dict[str, Any]) -> list[ReplayConfig]:
     """file < SPECREPLAY_* environment < flags, for each run the file names."""
     try:
         given = _flag_values(ctx, opts)
-        flags = ReplayConfig.from_mapping(given, lambda key: f"--{key.replace('_', '-')}")
+        flags = ReplayConfig.from_mapping(given, lambda key: "--slo" if key == "slo" else f"--{key.replace('_', '-')}")
         flag_values = {k: getattr(flags, k) for k in given}
+        # --slo merges into the file's [slo] table key by key (slo.merge_tables).
+        slo_flags = flag_values.pop("slo", None)
+        if flag_values.get("find_max_rate"):
+            # The search replaces the file's sweep; a --rate given with it is where it starts.
+            flag_values = {"concurrency": [], "speedup": [], "rate": flag_values.get("rate", []), **flag_values}
         if opts["config_path"] is not None:
             configs = load_config_file(opts["config_path"], os.environ, flag_values)
             if len(configs) > 1 and "label" in flag_values:
                 raise ConfigError("--label: the config file names several runs, each labelled by its name")
         else:
             configs = [apply_overrides(ReplayConfig(), {**env_overrides(os.environ), **flag_values})]
+        if slo_flags is not None:
+            configs = [apply_overrides(c, {"slo": merge_tables(c.slo, slo_flags)}) for c in configs]
         for config in configs:
             config.resolve_api_key()
             if opts["api_key"]:
@@ -254,6 +272,12 @@ class ListOptionsCommand(click.Command):
 @click.option("--ray", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]", help="Distributed replay on Ray (pip install 'specreplay[ray]'): without ADDRESS a local Ray instance, else a cluster's address (auto, ray://host:10001). Put it after TRACE.")
 @click.option("--workers", type=int, default=1, show_default=True, help="With --ray: Ray actors sharing each point (open loop: every Nth arrival each; closed loop: the concurrency split N ways; a session stays on one worker).")
 @click.option("--sim-config", type=click.Path(dir_okay=False), help="TOML settings for the embedded simulator (see `specreplay serve --help`).")
+@click.option("--slo", multiple=True, metavar="EXPR", help="An SLO (repeatable): 'ttft < 2000' per request (ms), 'p99 ttft < 2000' on a point, 'success >= 99%', 'attainment >= 90%'. Merged into the config's [slo].")
+@click.option("--slo-ttft-token", type=click.Choice(["answer", "any"]), help="What 'ttft' in an SLO waits for: the first answer token (default) or the first token of any kind, reasoning included.")
+@click.option("--find-max-rate", is_flag=True, default=None, help="Search for the highest request rate whose --slo targets hold (open loop; --rate R is where it starts).")
+@click.option("--search-tolerance", type=float, help="--find-max-rate stops when the highest rate that held and the lowest that did not are this close (relative). Default 0.05.")
+@click.option("--search-budget", type=float, help="--find-max-rate stops after this many seconds. Default 1800.")
+@click.option("--status-interval", type=float, default=10.0, show_default=True, help="When the output is not a terminal: seconds between two status lines.")
 @click.pass_context
 def replay(ctx: click.Context, /, **opts: Any) -> None:
     """Replay TRACE against a server (or the embedded simulator) and measure it.
@@ -268,14 +292,14 @@ def replay(ctx: click.Context, /, **opts: Any) -> None:
     the results file.
     """
     configs = resolve_configs(ctx, opts)
-    run_and_report(configs, per_request=opts["per_request"], strict=opts["strict"])
+    run_and_report(configs, per_request=opts["per_request"], strict=opts["strict"], status_interval=opts["status_interval"])
 
 
-def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bool) -> None:
+def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bool, status_interval: float = PLAIN_INTERVAL_S) -> None:
     """Runs, prints, and exits with the status the findings call for."""
     out = cli_console()
     err = cli_console(stderr=True)
-    hooks = ConsoleHooks(out, err, per_request)
+    hooks = ConsoleHooks(out, err, per_request, status_interval=status_interval)
     found: list[validity.Finding] = []
 
     def finalize(table: pa.Table) -> dict[str, str]:

@@ -22,8 +22,9 @@ from typing import Any
 
 import pandas as pd
 
-from specreplay import __version__
+from specreplay import __version__, capacity
 from specreplay.console import fmt_change, fmt_ms, fmt_rate, fmt_value
+from specreplay.report import capacity as report_capacity
 from specreplay.report import data, plots
 from specreplay.validity import Finding
 
@@ -91,6 +92,7 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("failed", "failed", "int"),
     ("duration_s", "duration s", "s"),
     ("achieved_rate_rps", "req/s", "rate2"),
+    ("goodput_rps", "goodput req/s", "rate2"),
     ("ttft_p50_ms", "TTFT p50", "ms"),
     ("ttft_p99_ms", "TTFT p99", "ms"),
     ("ttfc_p50_ms", "TTFC p50", "ms"),
@@ -235,6 +237,8 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
         ("recorded by", f"specreplay {attrs.get('specreplay.version', '?')}; report by specreplay {__version__}"),
     ]
     charts = plots.all_plots(runs)
+    answers = [capacity.answer_of(r.run) for r in runs]
+    capacity_charts = report_capacity.charts(runs, answers) if report_capacity.shown(runs) else []
     facts, full = _config(runs)
     sections = [
         f"<h1>specreplay report: {escape(title)}</h1>",
@@ -253,6 +257,13 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
         '<h2 id="plots">Plots</h2>',
         '<div class="grid">' + "".join(f'<figure id="{pid}">{svg}</figure>' for pid, svg in charts) + "</div>",
     ]
+    if capacity_charts:
+        sections += [
+            '<h2 id="capacity">Capacity</h2>',
+            '<p class="sub">SLO targets against the offered rate, goodput, and what each capacity search found (docs/capacity.md).</p>',
+            report_capacity.answers_html(runs, answers),
+            '<div class="grid">' + "".join(f'<figure id="{pid}">{svg}</figure>' for pid, svg in capacity_charts) + "</div>",
+        ]
     if comparison is not None and not comparison.empty:
         sections += [
             "<h2>Comparison</h2>",
@@ -266,7 +277,7 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
     ]
     body = "\n".join(sections)
     return (
-        f'<!DOCTYPE html>\n<html lang="en" data-plots="{len(charts)}">\n<head>\n<meta charset="utf-8">\n'
+        f'<!DOCTYPE html>\n<html lang="en" data-plots="{len(charts) + len(capacity_charts)}">\n<head>\n<meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>specreplay report: {escape(title)}</title>\n<script>{ERROR_CAPTURE}</script>\n<style>{CSS}</style>\n</head>\n"

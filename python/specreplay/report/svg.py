@@ -39,7 +39,9 @@ LEGEND_ROW = 16
 @dataclass(frozen=True)
 class Series:
     """One thing drawn on an `xy` chart: `kind` is `line` (points joined),
-    `step` (a CDF: horizontal then vertical) or `points` (a cloud)."""
+    `markers` (points joined, each marked: a few measured points), `step` (a
+    CDF: horizontal then vertical) or `points` (a cloud); `radius` is the
+    size of a point's dot."""
 
     name: str
     x: Values
@@ -47,6 +49,7 @@ class Series:
     color: str = PALETTE[0]
     dash: str = ""
     kind: str = "line"
+    radius: float = 2.2
 
 
 def nice_ticks(lo: float, hi: float, target: int = 5) -> list[float]:
@@ -198,7 +201,7 @@ def xy(
         pts = [(frame.px(float(x)), frame.py(float(y))) for x, y in zip(s.x, s.y) if math.isfinite(x) and math.isfinite(y)]
         name = escape(s.name)
         if s.kind == "points":
-            dots = "".join(f'<circle cx="{_r(x)}" cy="{_r(y)}" r="2.2"/>' for x, y in pts)
+            dots = "".join(f'<circle cx="{_r(x)}" cy="{_r(y)}" r="{s.radius:g}"/>' for x, y in pts)
             paint = f'fill="{s.color}" fill-opacity="0.55"' if not s.dash else f'fill="none" stroke="{s.color}" stroke-width="1"'
             body.append(f'<g class="series" {paint}><title>{name}</title>{dots}</g>')
             continue
@@ -214,6 +217,9 @@ def xy(
             d = "".join(f"{'M' if i == 0 else 'L'}{_r(x)},{_r(y)}" for i, (x, y) in enumerate(pts))
         dash_attr = f' stroke-dasharray="{s.dash}"' if s.dash else ""
         body.append(f'<path class="series" d="{d}" fill="none" stroke="{s.color}" stroke-width="1.8"{dash_attr}><title>{name}</title></path>')
+        if s.kind == "markers":
+            dots = "".join(f'<circle cx="{_r(x)}" cy="{_r(y)}" r="{s.radius:g}"/>' for x, y in pts)
+            body.append(f'<g fill="{s.color}"><title>{name}</title>{dots}</g>')
     body += frame.legend([(s.name, s.color, s.dash, s.kind) for s in drawn])
     return _svg(title, frame.height, body)
 

@@ -24,6 +24,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_secret_header, m)?)?;
     m.add_function(wrap_pyfunction!(replay::start_point, m)?)?;
     m.add_function(wrap_pyfunction!(decode::decode_response, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::sim_knee_rate, m)?)?;
     m.add_function(wrap_pyfunction!(tokens::reconcile_chunk_tokens, m)?)?;
     m.add_class::<replay::EngineRun>()?;
     m.add_class::<replay::EngineProgress>()?;

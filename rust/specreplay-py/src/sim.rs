@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use specreplay_core::sim::{SimConfig, SimServer as CoreSimServer};
 
 use crate::config::from_mapping;
+use crate::errors::ConfigError;
 use crate::runtime::SIM_RUNTIME;
 use crate::served::{start_on, BackgroundServer};
 
@@ -37,5 +38,25 @@ impl SimServer {
             PyClassInitializer::from(BackgroundServer::new(server, &SIM_RUNTIME))
                 .add_subclass(SimServer {}),
         )
+    }
+}
+
+/// The capacity model's knee (docs/simulator.md, "The knee"): the highest
+/// arrival rate, in requests/s, that a simulator with `config` sustains for
+/// requests of `prompt_tokens` computed prompt tokens and `output_tokens`
+/// answer tokens (`Capacity::knee_rate`). A `ConfigError` when `config` is
+/// invalid or has no capacity model.
+#[pyfunction]
+pub fn sim_knee_rate(
+    config: &Bound<'_, PyAny>,
+    prompt_tokens: u32,
+    output_tokens: u32,
+) -> PyResult<f64> {
+    let config: SimConfig = from_mapping("sim", config, SimConfig::validate)?;
+    match &config.capacity {
+        Some(capacity) => Ok(capacity.knee_rate(&config, prompt_tokens, output_tokens)),
+        None => Err(ConfigError::new_err(
+            "sim: no capacity model (add a capacity table), so there is no knee",
+        )),
     }
 }
