@@ -23,7 +23,12 @@ test: dev ## run every test: Rust (cargo test), Python (pytest), stub check (myp
 	SPECREPLAY_FUZZ_CASES=20000 cargo test --workspace --exclude specreplay-py
 	$(VENV)/bin/python -m mypy.stubtest specreplay._core --allowlist .ci/stubtest-allowlist.txt
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -m "not ray"  # the Ray tests: make test-ray
+
+.PHONY: test-ray
+test-ray: dev ## the distributed-replay tests on a real local Ray cluster (installs the [ray] extra; not part of `make test`)
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --quiet --extras test,ray
+	$(VENV)/bin/pytest -m ray tests/test_ray.py
 
 .PHONY: lint
 lint: ## clippy and rustfmt check

@@ -73,6 +73,17 @@ class RunSpec(TypedDict):
     server_stamps: NotRequired[bool]
     chunk_text: NotRequired[bool]
     preconnect: NotRequired[bool | None]
+    start_at_us: NotRequired[int | None]
+    share: NotRequired[Share | None]
+
+@type_check_only
+class Share(TypedDict):
+    """One worker's share of a point's schedule in a distributed replay
+    (rust/specreplay-core/src/engine/spec.rs `Share`)."""
+
+    worker: int
+    workers: int
+    owners: NotRequired[list[int] | None]
 
 @type_check_only
 class SimConfig(TypedDict, total=False):

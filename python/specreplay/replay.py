@@ -42,6 +42,20 @@ if TYPE_CHECKING:
     from specreplay._core import ConcurrencyLoad, RateLoad, RunSpec, SpeedupLoad
     from specreplay.analysis import RunAnalysis
     from specreplay.capacity import Answer
+    from specreplay.distributed.driver import Cluster
+
+#: What runs one point: the local engine's `_core.start_point`, or a
+#: distributed replay's workers (`distributed.driver.Cluster.start_point`).
+#: Either returns something drained like `_core.EngineRun`.
+StartPoint = Callable[["RunSpec", pa.RecordBatch, str, str], Any]
+
+
+def _local_start(spec: RunSpec, requests: pa.RecordBatch, label: str, point: str) -> Any:
+    return _core.start_point(spec, requests)
+
+
+#: Results metadata of a distributed replay: its workers and their clocks.
+WORKERS_KEY = "specreplay.workers"
 
 #: How long one drain waits for finished requests before reporting progress.
 POLL_S = 0.25
@@ -210,6 +224,15 @@ class _Run:
     target: Target | None = None
     scraper: Scraper | None = None
     tokenizer: ChunkCounter | None = None
+    cluster: Cluster | None = None
+
+    def start_point(self) -> StartPoint:
+        """How this run's points start: here, or on its Ray workers."""
+        if self.cluster is None:
+            return _local_start
+        cluster = self.cluster
+        sessions = [r.session_id for r in self.trace.records]
+        return lambda spec, requests, label, point: cluster.start_point(spec, requests, sessions, label, point)
 
     def metrics_target(self) -> str | None:
         """The metrics page to scrape, or None with `metrics = false`."""
@@ -306,6 +329,11 @@ def run_replay(
                 run.tokenizer = ServerTokenizer(run.target.url, run.headers)
             if run.config.url is not None and run.config.continuous_usage:
                 _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
+            if run.config.ray is not None:
+                from specreplay.distributed.driver import Cluster
+
+                run.cluster = Cluster(run.config.ray, run.config.workers)
+                hooks.note(f"{run.config.workers} Ray worker(s): " + ", ".join(w["worker"] for w in run.cluster.identities))
         metadata = _file_metadata(runs, run_id)
         writer = ResultsWriter(output, metadata)
         samples = metrics_store.SampleLog(output)
@@ -333,6 +361,9 @@ def run_replay(
             extra = {"specreplay.interrupted": json.dumps(result.interrupted), **_runs_metadata(runs)}
             if result.capacity:
                 extra[CAPACITY_KEY] = json.dumps({label: found.to_dict() for label, found in result.capacity.items()})
+            clusters = [r.cluster.metadata() for r in runs if r.cluster is not None]
+            if clusters:
+                extra[WORKERS_KEY] = json.dumps(clusters[0] if len(clusters) == 1 else clusters)
             if len(samples):
                 extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
             result.points = [p for r in runs for p in r.points]
@@ -342,6 +373,8 @@ def run_replay(
         return result
     finally:
         for run in runs:
+            if run.cluster is not None:
+                run.cluster.close()
             if run.target is not None:
                 run.target.close()
 
@@ -361,7 +394,7 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
             run.points.append(point)
         hooks.point_started(point, index, total, label, num_requests or requests.num_rows, plan.status())
         spec = _run_spec(config, point, run.headers)
-        finished = _run_point(spec, requests, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us)
+        finished = _run_point(spec, requests, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us, run.start_point())
         hooks.point_finished(finished)
         plan.finished(finished)
         index += 1
@@ -400,6 +433,7 @@ def _run_point(
     scraper: Scraper | None = None,
     tokenizer: ChunkCounter | None = None,
     deadline_us: float | None = None,
+    start: StartPoint = _local_start,
 ) -> FinishedPoint:
     """Runs one point to the end (or, past `deadline_us`, cancels what is
     left of it: its rows are kept, and it is marked cut), bracketed by the
@@ -410,12 +444,18 @@ def _run_point(
             scraper.start_point(label, point.name)
     except KeyboardInterrupt:
         return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
-    run = _core.start_point(spec, requests)
+    try:
+        # A distributed start takes a second (clocks, the start lead): an
+        # interrupt then has nothing finished to keep.
+        run = start(spec, requests, label, point.name)
+    except KeyboardInterrupt:
+        return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
     started = _core.now_us()
     interrupted = cut = False
     written: list[pa.RecordBatch] = []  # this point's rows, as in the file
-    # For the tokenizer, per written batch: the engine's chunk text columns.
-    texts: list[tuple[pa.Array, pa.Array]] = []
+    # For the tokenizer, per written batch that has them (a lost worker's
+    # rows have no chunks): its index in `written`, the chunk text columns.
+    texts: list[tuple[int, pa.Array, pa.Array]] = []
 
     def progress() -> Progress:
         p = run.progress()
@@ -443,8 +483,8 @@ def _run_point(
         if out is not None:
             written.append(out)
             hooks.rows(out)
-            if tokenizer is not None:
-                texts.append((engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
+            if tokenizer is not None and "chunk_text" in engine_batch.schema.names:
+                texts.append((len(written) - 1, engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
         hooks.progress(progress())
         if deadline_us is not None and not cut and _core.now_us() > deadline_us:
             cut = True
@@ -457,7 +497,7 @@ def _run_point(
     if tokenizer is not None:
         # Between points, off the measurement path. The partial file keeps
         # the engine's estimate; the final file gets the recount.
-        for i, (text, chars) in enumerate(texts):
+        for i, text, chars in texts:
             recounted = recount(tokenizer, written[i], text, chars)
             writer.replace(written[i], recounted)
             written[i] = recounted

@@ -39,6 +39,18 @@ pub fn instant_to_us(at: Instant) -> i64 {
     }
 }
 
+/// The `Instant` of anchored epoch µs `us` (the inverse of [`instant_to_us`]).
+pub fn us_to_instant(us: i64) -> Instant {
+    let anchor = &*ANCHOR;
+    let delta = us - anchor.epoch_us;
+    let d = std::time::Duration::from_micros(delta.unsigned_abs());
+    if delta >= 0 {
+        anchor.instant + d
+    } else {
+        anchor.instant.checked_sub(d).unwrap_or(anchor.instant)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +80,13 @@ mod tests {
         let earlier = at - std::time::Duration::from_secs(1);
         let gap = us - instant_to_us(earlier);
         assert!((999_999..=1_000_001).contains(&gap), "{gap}");
+    }
+
+    #[test]
+    fn us_to_instant_inverts_instant_to_us() {
+        let at = Instant::now() + std::time::Duration::from_millis(1500);
+        let us = instant_to_us(at);
+        assert_eq!(instant_to_us(us_to_instant(us)), us);
+        assert!(us_to_instant(us) <= at);
     }
 }

@@ -60,6 +60,8 @@ fn spec(load: LoadMode, num_requests: Option<u64>) -> RunSpec {
         server_stamps: false,
         chunk_text: false,
         preconnect: None,
+        start_at_us: None,
+        share: None,
     }
 }
 

@@ -26,13 +26,13 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{instant_to_us, now_us};
+use crate::clock::{instant_to_us, now_us, us_to_instant};
 use crate::error::CoreError;
 
 pub use record::RequestRecord;
 use request::{execute, RequestContext};
 use schedule::{slot_template, Schedule, Slot};
-pub use spec::{Arrival, LoadMode, PreparedRequest, RunSpec};
+pub use spec::{Arrival, LoadMode, PreparedRequest, RunSpec, Share};
 
 /// Delay between `start` and the first scheduled send, so the first deadline
 /// is not already late when the dispatcher thread comes up.
@@ -72,6 +72,7 @@ pub struct ProgressSnapshot {
 
 struct Shared {
     ctx: RequestContext,
+    share: Option<Share>,
     requests: Vec<PreparedRequest>,
     warmup: u64,
     permits: Option<Semaphore>,
@@ -235,6 +236,7 @@ pub fn start(
                 chunk_text: spec.chunk_text,
             },
             requests,
+            share: spec.share,
             warmup: spec.warmup,
             permits: if open_loop {
                 spec.max_concurrency.map(Semaphore::new)
@@ -265,6 +267,7 @@ pub fn start(
         None => Mode::Closed { concurrency, limit },
     };
     let plan = Launch {
+        start_at: spec.start_at_us.map(us_to_instant),
         uri: first_uri,
         preconnections,
         cancel: cancel.clone(),
@@ -293,6 +296,8 @@ enum Mode {
 
 /// What `launch` needs besides the shared state.
 struct Launch {
+    /// The instant the clock starts (`RunSpec::start_at_us`), if given.
+    start_at: Option<Instant>,
     /// The origin to preconnect to (every request of a point goes there).
     uri: ::http::Uri,
     preconnections: usize,
@@ -308,6 +313,7 @@ struct Launch {
 /// any new one, so the first requests are the ones that use them.
 async fn launch(make_shared: impl FnOnce(http::HttpClient) -> Shared, plan: Launch) {
     let Launch {
+        start_at,
         uri,
         preconnections,
         cancel,
@@ -327,7 +333,10 @@ async fn launch(make_shared: impl FnOnce(http::HttpClient) -> Shared, plan: Laun
         }
     }
     let shared = Arc::new(make_shared(http::client_over(connector, max_idle, h2)));
-    let start_at = Instant::now() + START_LEAD;
+    let start_at = match start_at {
+        Some(at) => at.max(Instant::now()),
+        None => Instant::now() + START_LEAD,
+    };
     match mode {
         // The thread is waiting; if it is gone there is nobody to send.
         Mode::Open(go) => drop(go.send((shared, start_at))),
@@ -353,6 +362,9 @@ fn dispatch_open_loop(
     pacing::tighten_timer_slack();
     let cancel = shared.ctx.cancel.clone();
     for slot in schedule {
+        if !owns(&shared, &slot) {
+            continue;
+        }
         let offset = Duration::from_micros(slot.offset_us.max(0) as u64);
         if duration.is_some_and(|d| offset >= d) {
             break;
@@ -385,14 +397,26 @@ async fn closed_loop_worker(
             break;
         }
         let (template, lap) = slot_template(index, templates);
-        shared.progress.scheduled.fetch_add(1, Ordering::Relaxed);
         let slot = Slot {
             index,
             template,
             lap,
             offset_us: 0,
         };
+        if !owns(&shared, &slot) {
+            continue;
+        }
+        shared.progress.scheduled.fetch_add(1, Ordering::Relaxed);
         run_slot(shared.clone(), slot, now_us()).await;
+    }
+}
+
+/// Whether this process sends `slot` (always, unless the point is shared
+/// between the workers of a distributed replay).
+fn owns(shared: &Shared, slot: &Slot) -> bool {
+    match &shared.share {
+        Some(share) => share.owns(slot.index, slot.template),
+        None => true,
     }
 }
 

@@ -62,6 +62,41 @@ pub struct RunSpec {
     /// closed loop, off for open loop (`RunSpec::preconnections`).
     #[serde(default)]
     pub preconnect: Option<bool>,
+    /// When the point's clock starts, in µs on this process's anchored clock
+    /// (`clock::now_us`): a distributed replay gives every worker the same
+    /// instant, corrected by its measured offset. None: as soon as the
+    /// connections are open. An instant already past starts at once (the
+    /// lateness shows as send lag).
+    #[serde(default)]
+    pub start_at_us: Option<i64>,
+    /// This process's share of the schedule in a distributed replay: the
+    /// full schedule is generated (same seed, same request indices) and only
+    /// the slots this worker owns are sent.
+    #[serde(default)]
+    pub share: Option<Share>,
+}
+
+/// Which slots of a point's schedule one worker of `workers` sends.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Share {
+    pub worker: u32,
+    pub workers: u32,
+    /// Per prepared request, the worker that owns it (sessions stay whole on
+    /// one worker). None: slots are dealt out in turn (slot i to worker
+    /// i mod workers), so every worker sees the same load shape.
+    #[serde(default)]
+    pub owners: Option<Vec<u32>>,
+}
+
+impl Share {
+    /// Whether this worker sends schedule slot `index` (of prepared request `template`).
+    pub fn owns(&self, index: u64, template: usize) -> bool {
+        match &self.owners {
+            Some(owners) => owners.get(template) == Some(&self.worker),
+            None => index % u64::from(self.workers) == u64::from(self.worker),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
@@ -199,7 +234,43 @@ impl RunSpec {
         if self.max_concurrency == Some(0) {
             return Err(CoreError::config("max_concurrency", "must be at least 1"));
         }
+        if let Some(share) = &self.share {
+            if share.workers == 0 || share.worker >= share.workers {
+                return Err(CoreError::config(
+                    "share",
+                    format!(
+                        "worker {} of {}: must be below workers",
+                        share.worker, share.workers
+                    ),
+                ));
+            }
+        }
         self.preconnections()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_share_deals_slots_in_turn_or_by_owner() {
+        let turn = Share {
+            worker: 1,
+            workers: 3,
+            owners: None,
+        };
+        let mine: Vec<u64> = (0..9).filter(|&i| turn.owns(i, 0)).collect();
+        assert_eq!(mine, vec![1, 4, 7]);
+        let by_owner = Share {
+            worker: 0,
+            workers: 2,
+            owners: Some(vec![0, 1, 0]),
+        };
+        let mine: Vec<u64> = (0..6)
+            .filter(|&i| by_owner.owns(i, i as usize % 3))
+            .collect();
+        assert_eq!(mine, vec![0, 2, 3, 5]);
     }
 }
