@@ -18,12 +18,18 @@ dev: $(PY) ## install specreplay (debug build) and the test tools into .venv
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --quiet --extras test
 
 .PHONY: test
-test: dev ## run every test: Rust (cargo test), Python (pytest), stub check (mypy stubtest)
+test: dev ## run every test: Rust (cargo test), Python (pytest), stub check (mypy stubtest), the Ray tests
 	$(PY) tests/browser.py  # the report tests' Chromium: installed when missing (root with apt), else one line on what to run
 	SPECREPLAY_FUZZ_CASES=20000 cargo test --workspace --exclude specreplay-py
 	$(VENV)/bin/python -m mypy.stubtest specreplay._core --allowlist .ci/stubtest-allowlist.txt
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -m "not ray"
+	$(MAKE) --no-print-directory test-ray  # about a minute with the install: well within CI's time
+
+.PHONY: test-ray
+test-ray: dev ## the distributed-replay tests on a real local Ray cluster (installs the [ray] extra; the last step of `make test`)
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --quiet --extras test,ray
+	$(VENV)/bin/pytest -m ray tests/test_ray.py
 
 .PHONY: lint
 lint: ## clippy and rustfmt check

@@ -59,6 +59,7 @@ def start_error(spec: Any, batch: Any = None) -> str:
         ("RateLoad", {"load": {"mode": "rate", "rate": 1, "__nope__": 1}}, "mode"),
         ("SpeedupLoad", {"load": {"mode": "speedup", "speedup": 1, "__nope__": 1}}, "mode"),
         ("ConcurrencyLoad", {"load": {**LOAD, "__nope__": 1}}, "mode"),
+        ("Share", {"load": LOAD, "share": {"worker": 0, "workers": 1, "__nope__": 1}}, None),
     ],
 )
 def test_run_spec_typed_dicts_name_exactly_the_core_fields(typed_dict: str, spec: Any, tag: str | None) -> None:

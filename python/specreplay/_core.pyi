@@ -75,6 +75,17 @@ class RunSpec(TypedDict):
     preconnect: NotRequired[bool | None]
     sessions: NotRequired[SessionMode]
     live_history: NotRequired[bool]
+    start_at_us: NotRequired[int | None]
+    share: NotRequired[Share | None]
+
+@type_check_only
+class Share(TypedDict):
+    """One worker's share of a point in a distributed replay
+    (rust/specreplay-core/src/engine/spec.rs `Share`; the engine's feed deals
+    the units out, `share::Dealer`)."""
+
+    worker: int
+    workers: int
 
 @type_check_only
 class SimConfig(TypedDict, total=False):

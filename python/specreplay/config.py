@@ -92,6 +92,12 @@ class ReplayConfig:
     metrics_url: str | None = None
     metrics_interval: float = 1.0
     sim: dict[str, Any] = field(default_factory=dict)
+    #: Distributed replay (distributed/): "local" starts a Ray instance on
+    #: this machine, else the address of a Ray cluster ("auto", "ray://…").
+    #: None: the engine runs here, in this process.
+    ray: str | None = None
+    #: Ray actors that share each point (only with `ray`).
+    workers: int = 1
     thresholds: dict[str, float] = field(default_factory=dict)
     #: Think time of a session's later turn where the trace knows none:
     #: fixed seconds or a distribution (`specreplay.sessions`).
@@ -117,6 +123,14 @@ class ReplayConfig:
             raise ConfigError("trace: missing (the trace file to replay)")
         if sum(bool(x) for x in (self.rate, self.speedup, self.concurrency)) > 1:
             raise ConfigError("give only one of rate, speedup and concurrency (each may list several values)")
+        if self.workers != 1 and self.ray is None:
+            raise ConfigError("workers: more than one worker needs ray (--ray for a local Ray instance, or --ray ADDRESS of a cluster)")
+        if self.concurrency and self.ray is not None and min(self.concurrency) < self.workers:
+            raise ConfigError(f"concurrency: {min(self.concurrency)} is below workers={self.workers}: every worker needs a request in flight")
+        if self.ray is not None:
+            from specreplay.distributed import require_ray
+
+            require_ray()
         if self.tokenizer and self.server_tokenize:
             raise ConfigError("give tokenizer or server_tokenize, not both: one counts the chunks")
         if self.preconnect and not self.concurrency and self.max_concurrency is None:
@@ -316,6 +330,8 @@ FIELDS: dict[str, FieldSpec] = {
     "metrics_url": FieldSpec("url", optional=True),
     "metrics_interval": FieldSpec("float", minimum=0.05),  # a scrape takes milliseconds of CPU: not a busy loop
     "sim": FieldSpec("table"),
+    "ray": FieldSpec("str", optional=True),
+    "workers": FieldSpec("int", minimum=1),
     "thresholds": FieldSpec("table"),
     "think_time": FieldSpec("dist", optional=True),
     "think_time_scale": FieldSpec("float", minimum=0),

@@ -22,9 +22,9 @@ request limit loops until the engine stops asking.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from specreplay import _core
 from specreplay.config import ReplayConfig
@@ -45,6 +45,7 @@ TOP_UP_S = 0.2
 
 #: A record and its turn index in its session (None without a session).
 _Turn = tuple[TraceRecord, "int | None"]
+_T = TypeVar("_T")
 
 
 class _Lap:
@@ -60,6 +61,7 @@ class Feeder:
     def __init__(self, index: TraceIndex, config: ReplayConfig, url: str, model: str | None) -> None:
         self.index = index
         self.config = config
+        self.url = url
         self.base = base_url(url)
         self.model = model
         self.dependent = config.sessions == "dependent"
@@ -70,7 +72,7 @@ class Feeder:
         self.fed = 0
         self.units = 0
         self.done = False
-        self._units = self._stream()
+        self._units = self._stream(self._rows)
 
     def start(self, spec: RunSpec) -> _core.EngineRun:
         """Starts the point with its first requests, and feeds it its look-ahead.
@@ -84,6 +86,10 @@ class Feeder:
         """
         load = spec["load"]
         wanted = load["concurrency"] if load["mode"] == "concurrency" else 1
+        share = spec.get("share")
+        if share is not None:
+            # A distributed worker is fed every unit and keeps 1 in N of them.
+            wanted *= share["workers"]
         first = [self._collect()]
         while self.units < wanted and not first[-1][2]:
             first.append(self._collect())
@@ -128,13 +134,20 @@ class Feeder:
             rows.extend(unit)
         return rows, False, False
 
-    def _stream(self) -> Iterator[list[dict[str, Any]] | _Lap]:
-        """Each unit's rows, pass after pass, up to the request limit."""
+    def outline(self) -> Iterator[list[tuple[str, str, str | None]] | _Lap]:
+        """The units a feeder of this point feeds, in order, each request as
+        (trace id, api, session id), without building them: what a lost
+        distributed worker had been given (`distributed.driver`). Use a
+        feeder that feeds nothing."""
+        return self._stream(lambda unit: [(rec.id, rec.api, rec.session_id) for rec, _ in unit])
+
+    def _stream(self, build: Callable[[list[_Turn]], list[_T]]) -> Iterator[list[_T] | _Lap]:
+        """Each unit's rows (`build`), pass after pass, up to the request limit."""
         while True:
             for unit in self._one_pass():
                 if self.limit is not None:
                     unit = unit[: self.limit - self.fed]
-                rows = self._rows(unit)
+                rows = build(unit)
                 self.fed += len(rows)
                 self.units += 1
                 yield rows

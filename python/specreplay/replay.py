@@ -45,6 +45,21 @@ if TYPE_CHECKING:
     from specreplay._core import ConcurrencyLoad, RateLoad, RunSpec, SpeedupLoad
     from specreplay.analysis import RunAnalysis
     from specreplay.capacity import Answer
+    from specreplay.distributed.driver import Cluster
+
+#: What starts one point: the feeder, on the local engine (`Feeder.start`),
+#: or a distributed replay's workers, each feeding its own engine its share
+#: (`distributed.driver.Cluster.start_point`). Either returns something
+#: drained like `_core.EngineRun`.
+StartPoint = Callable[["RunSpec", Feeder, str, str], Any]
+
+
+def _local_start(spec: RunSpec, feeder: Feeder, label: str, point: str) -> Any:
+    return feeder.start(spec)
+
+
+#: Results metadata of a distributed replay: its workers and their clocks.
+WORKERS_KEY = "specreplay.workers"
 
 #: How long one drain waits for finished requests before reporting progress.
 POLL_S = 0.25
@@ -214,6 +229,13 @@ class _Run:
     target: Target | None = None
     scraper: Scraper | None = None
     tokenizer: ChunkCounter | None = None
+    cluster: Cluster | None = None
+
+    def start_point(self) -> StartPoint:
+        """How this run's points start: here, or on its Ray workers."""
+        if self.cluster is None:
+            return _local_start
+        return self.cluster.start_point
 
     def metrics_target(self) -> str | None:
         """The metrics page to scrape, or None with `metrics = false`."""
@@ -322,6 +344,11 @@ def run_replay(
             note = _session_note(run)
             if note is not None:
                 hooks.note(note)
+            if run.config.ray is not None:
+                from specreplay.distributed.driver import Cluster
+
+                run.cluster = Cluster(run.config.ray, run.config.workers)
+                hooks.note(f"{run.config.workers} Ray worker(s): " + ", ".join(w["worker"] for w in run.cluster.identities))
         metadata = _file_metadata(runs, run_id)
         writer = ResultsWriter(output, metadata)
         samples = metrics_store.SampleLog(output)
@@ -349,6 +376,9 @@ def run_replay(
             extra = {"specreplay.interrupted": json.dumps(result.interrupted), **_runs_metadata(runs)}
             if result.capacity:
                 extra[CAPACITY_KEY] = json.dumps({label: found.to_dict() for label, found in result.capacity.items()})
+            clusters = [r.cluster.metadata() for r in runs if r.cluster is not None]
+            if clusters:
+                extra[WORKERS_KEY] = json.dumps(clusters[0] if len(clusters) == 1 else clusters)
             if len(samples):
                 extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
             result.points = [p for r in runs for p in r.points]
@@ -358,6 +388,8 @@ def run_replay(
         return result
     finally:
         for run in runs:
+            if run.cluster is not None:
+                run.cluster.close()
             if run.target is not None:
                 run.target.close()
 
@@ -378,7 +410,7 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
         hooks.point_started(point, index, total, label, num_requests or run.trace.records, plan.status())
         spec = _run_spec(config, point, run.headers)
         feeder = Feeder(run.trace, config, run.target.url, model)
-        finished = _run_point(spec, feeder, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us)
+        finished = _run_point(spec, feeder, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us, run.start_point())
         if first:  # every point of a run replays the same turns: say it once
             for note in feeder.think.sources.notes():
                 hooks.note(note)
@@ -421,6 +453,7 @@ def _run_point(
     scraper: Scraper | None = None,
     tokenizer: ChunkCounter | None = None,
     deadline_us: float | None = None,
+    start: StartPoint = _local_start,
 ) -> FinishedPoint:
     """Runs one point to the end, feeding it as it asks (or, past
     `deadline_us`, cancels what is left of it: its rows are kept, and it is
@@ -433,13 +466,19 @@ def _run_point(
             scraper.start_point(label, point.name)
     except KeyboardInterrupt:
         return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
-    run = feeder.start(spec)
+    try:
+        # A distributed start takes a second (clocks, the start lead): an
+        # interrupt then has nothing finished to keep.
+        run = start(spec, feeder, label, point.name)
+    except KeyboardInterrupt:
+        return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
     started = _core.now_us()
     interrupted = cut = False
     failure: SpecreplayError | None = None
     first_row = writer.rows  # this point's rows follow in the file
-    # For the tokenizer: the engine's chunk text columns, in the order written.
-    texts: list[tuple[pa.Array, pa.Array]] = []
+    # For the tokenizer, per batch written: its rows, and the engine's chunk
+    # text columns (None for a lost worker's rows, which have no chunks).
+    texts: list[tuple[int, pa.Array | None, pa.Array | None]] = []
 
     def progress() -> Progress:
         p = run.progress()
@@ -473,7 +512,10 @@ def _run_point(
         if out is not None:
             hooks.rows(out)
             if tokenizer is not None:
-                texts.append((engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
+                if "chunk_text" in engine_batch.schema.names:
+                    texts.append((out.num_rows, engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
+                else:
+                    texts.append((out.num_rows, None, None))
         hooks.progress(progress())
         if deadline_us is not None and not cut and _core.now_us() > deadline_us:
             cut = True
@@ -489,11 +531,11 @@ def _run_point(
         if texts:
             # Batch by batch as the engine handed them over (the writer has
             # compacted its copies: they are sliced back out of its rows).
-            mine, start, recounted = writer.table(first_row), 0, []
-            for text, chars in texts:
-                (rows,) = mine.slice(start, len(text)).combine_chunks().to_batches()
-                recounted.append(recount(tokenizer, rows, text, chars))
-                start += len(text)
+            mine, start_row, recounted = writer.table(first_row), 0, []
+            for n, text, chars in texts:
+                (rows,) = mine.slice(start_row, n).combine_chunks().to_batches()
+                recounted.append(rows if text is None or chars is None else recount(tokenizer, rows, text, chars))
+                start_row += n
             writer.replace_from(first_row, pa.Table.from_batches(recounted, schema=writer.schema))
         texts.clear()
         if tokenizer.failure:

@@ -62,6 +62,8 @@ class ResultsWriter:
             pa.repeat(pa.scalar(label, pa.string()), n),
             pa.repeat(pa.scalar(point, pa.string()), n),
             pa.repeat(pa.scalar(point_index, pa.int32()), n),
+            # A distributed run's batches say which worker sent them.
+            batch.column("worker") if "worker" in batch.schema.names else pa.nulls(n, pa.string()),
         ]
         engine_columns = [batch.column(c.name) for c in ENGINE_COLUMNS]
         out = pa.RecordBatch.from_arrays(run_columns + engine_columns, schema=self.schema)

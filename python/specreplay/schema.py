@@ -47,12 +47,13 @@ class Column:
 
 _US = "µs since epoch"
 
-# Columns the Python layer adds to every batch (constant within a sweep point).
+# Columns the Python layer adds to every batch (all but `worker` constant within a sweep point).
 RUN_COLUMNS: tuple[Column, ...] = (
     Column("run_id", pa.string(), "", "identifier of the run (one `specreplay replay` invocation)"),
     Column("label", pa.string(), "", "the run's label (`--label`, or the config's run name)"),
     Column("point", pa.string(), "", "sweep point, e.g. `rate=8` or `concurrency=64`"),
     Column("point_index", pa.int32(), "", "position of the sweep point in the run, from 0"),
+    Column("worker", pa.string(), "", "distributed replay (`--ray`): the worker that sent the request, `w<k>@<node ip>` (its node, clock offset and actor in the `specreplay.workers` metadata); null in a local run"),
 )
 
 # Columns produced by the Rust engine, one row per scheduled request.
@@ -70,7 +71,7 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("last_token_us", pa.int64(), _US, "last chunk carrying output text"),
     Column("end_us", pa.int64(), _US, "response complete, failed or cancelled"),
     Column("http_status", pa.int32(), "", "HTTP status code; null if no response headers arrived"),
-    Column("error_kind", pa.string(), "", "null for a successful request, else one of `connect`, `http`, `stream`, `stream_error`, `decode`, `truncated`, `timeout`, `stall`, `cancelled`, `skipped_after_failure` (docs/reliability.md)"),
+    Column("error_kind", pa.string(), "", "null for a successful request, else one of `connect`, `http`, `stream`, `stream_error`, `decode`, `truncated`, `timeout`, `stall`, `cancelled`, `skipped_after_failure`, `worker_lost` (docs/reliability.md)"),
     Column("error_message", pa.string(), "", "human-readable error detail (never contains credentials)"),
     Column("finish_reason", pa.string(), "", "the server's finish reason (stop, length, max_tokens, end_turn, …)"),
     Column("prompt_tokens", pa.int64(), "tokens", "prompt tokens as reported by the server's usage"),

@@ -9,7 +9,7 @@ wrong and so never fails `--strict`. Warmup rows are left out of every check.
 
 The codes: reasoning_ate_budget, estimated_tokens, multi_token_chunks, burst_streams,
 client_saturated, engine_delay, queue_growing, error_rate, session_turns_skipped,
-acceptance_mismatch, too_few_requests, too_few_sessions.
+acceptance_mismatch, too_few_requests, too_few_sessions, worker_lost, worker_send_lag.
 """
 
 from __future__ import annotations
@@ -453,10 +453,50 @@ def _too_few_sessions(point: PointAnalysis) -> Finding | None:
     )
 
 
+def _worker_lost(point: PointAnalysis) -> Finding | None:
+    rows = point.rows
+    lost = rows[rows["error_kind"] == "worker_lost"]
+    if lost.empty:
+        return None
+    workers = ", ".join(sorted(str(w) for w in lost["worker"].dropna().unique())) if "worker" in lost else "?"
+    return Finding(
+        code="worker_lost",
+        level="error",
+        point=point.point,
+        count=len(lost),
+        message=(
+            f"{len(lost)} of {len(rows)} requests were lost with their Ray worker ({workers}): "
+            "the point did not apply the load it names. Their rows have error kind worker_lost; "
+            "the other workers' rows are complete."
+        ),
+    )
+
+
+def _worker_send_lag(point: PointAnalysis) -> Finding | None:
+    """A distributed point's send lag per worker: which host could not keep its schedule."""
+    rows = point.rows
+    if "worker" not in rows or rows["worker"].nunique() < 2 or point.mode not in OPEN_LOOP_MODES:
+        return None
+    lag_ms = (metrics.as_float(rows, "sent_us") - metrics.as_float(rows, "scheduled_us")) / 1e3
+    parts = []
+    for worker, lag in lag_ms.groupby(rows["worker"]):
+        lag = lag.dropna()
+        if len(lag):
+            parts.append(f"{worker} p50 {lag.quantile(0.5):.3f} / p99 {lag.quantile(0.99):.3f} ms ({len(lag)} sent)")
+    return Finding(
+        code="worker_send_lag",
+        level="note",
+        point=point.point,
+        count=int(rows["sent_us"].notna().sum()),
+        message="send lag by worker: " + "; ".join(parts),
+    )
+
+
 #: Every check, in the order its findings are listed within a level. Each
 #: takes an analysed sweep point and returns at most one finding.
 CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
     _reasoning_ate_budget,
+    _worker_lost,
     _error_rate,
     _session_turns_skipped,
     _client_saturated,
@@ -468,4 +508,5 @@ CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
     _acceptance_mismatch,
     _too_few_requests,
     _too_few_sessions,
+    _worker_send_lag,
 )

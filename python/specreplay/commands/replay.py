@@ -275,6 +275,8 @@ class ListOptionsCommand(click.Command):
 @click.option("--metrics/--no-metrics", default=True, show_default=True, help="Scrape the server's Prometheus metrics during the run (acceptance, load); kept in the results.")
 @click.option("--metrics-url", help="Where to scrape them. Default: <server root>/metrics of --url (or of the embedded simulator).")
 @click.option("--metrics-interval", type=float, default=1.0, show_default=True, help="Seconds between scrapes while a point runs (each point is also scraped at its start and end).")
+@click.option("--ray", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]", help="Distributed replay on Ray (pip install 'specreplay[ray]'): without ADDRESS a local Ray instance, else a cluster's address (auto, ray://host:10001). Put it after TRACE.")
+@click.option("--workers", type=int, default=1, show_default=True, help="With --ray: Ray actors sharing each point (open loop: every Nth arrival each; closed loop: the concurrency split N ways; a session stays on one worker).")
 @click.option("--sim-config", type=click.Path(dir_okay=False), help="TOML settings for the embedded simulator (see `specreplay serve --help`).")
 @click.option("--slo", multiple=True, metavar="EXPR", help="An SLO (repeatable): 'ttft < 2000' per request (ms), 'p99 ttft < 2000' on a point, 'success >= 99%', 'attainment >= 90%'. Merged into the config's [slo].")
 @click.option("--slo-ttft-token", type=click.Choice(["answer", "any"]), help="What 'ttft' in an SLO waits for: the first answer token (default) or the first token of any kind, reasoning included.")

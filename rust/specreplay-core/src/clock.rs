@@ -44,7 +44,8 @@ pub fn instant_to_us(at: Instant) -> i64 {
 }
 
 /// The `Instant` of anchored epoch µs: the inverse of `instant_to_us`
-/// (for a moment computed from stored timestamps, such as a turn's due time).
+/// (for a moment computed from stored timestamps, such as a turn's due time
+/// or a distributed point's start instant).
 pub fn us_to_instant(us: i64) -> Instant {
     let anchor = &*ANCHOR;
     let delta = us - anchor.epoch_us;
@@ -100,5 +101,13 @@ mod tests {
         // Within the µs truncation.
         let diff = if back > at { back - at } else { at - back };
         assert!(diff < std::time::Duration::from_micros(2), "{diff:?}");
+    }
+
+    #[test]
+    fn us_to_instant_inverts_instant_to_us() {
+        let at = Instant::now() + std::time::Duration::from_millis(1500);
+        let us = instant_to_us(at);
+        assert_eq!(instant_to_us(us_to_instant(us)), us);
+        assert!(us_to_instant(us) <= at);
     }
 }

@@ -62,6 +62,8 @@ fn spec(load: LoadMode, num_requests: Option<u64>) -> RunSpec {
         preconnect: None,
         sessions: engine::SessionMode::Dependent,
         live_history: false,
+        start_at_us: None,
+        share: None,
     }
 }
 

@@ -23,7 +23,8 @@ use tokio::sync::Notify;
 
 use super::pacing::Doorbell;
 use super::schedule::Schedule;
-use super::spec::{PreparedRequest, SessionMode};
+use super::share::Dealer;
+use super::spec::{PreparedRequest, SessionMode, Share};
 use crate::error::CoreError;
 
 /// The look-ahead a streamed feed keeps queued: this much of the schedule
@@ -124,6 +125,7 @@ struct State {
     whole: Option<Whole>,
     schedule: Option<Schedule>,
     last_offset_us: i64,
+    dealer: Dealer,
 }
 
 pub struct Feed {
@@ -133,6 +135,8 @@ pub struct Feed {
     limit: Option<u64>,
     /// Open loop: units due at or after this many µs are not sent.
     duration_us: Option<i64>,
+    /// A distributed point: only this worker's units are queued.
+    share: Option<Share>,
     start: OnceLock<Instant>,
     /// Units taken and not finished (see `pop`).
     live: AtomicUsize,
@@ -149,6 +153,7 @@ impl Feed {
         schedule: Option<Schedule>,
         duration: Option<Duration>,
         whole: Option<Whole>,
+        share: Option<Share>,
     ) -> Feed {
         Feed {
             state: Mutex::new(State {
@@ -162,10 +167,12 @@ impl Feed {
                 whole,
                 schedule,
                 last_offset_us: 0,
+                dealer: Dealer::default(),
             }),
             mode,
             limit,
             duration_us: duration.map(|d| d.as_micros() as i64),
+            share,
             start: OnceLock::new(),
             live: AtomicUsize::new(0),
             bell: Arc::new(Doorbell::default()),
@@ -182,6 +189,7 @@ impl Feed {
         limit: Option<u64>,
         schedule: Option<Schedule>,
         duration: Option<Duration>,
+        share: Option<Share>,
     ) -> Result<Feed, CoreError> {
         let limit = limit.or(if duration.is_some() {
             None
@@ -201,6 +209,7 @@ impl Feed {
             schedule,
             duration,
             Some(Whole { units, next: 0 }),
+            share,
         ))
     }
 
@@ -211,8 +220,9 @@ impl Feed {
         limit: Option<u64>,
         schedule: Option<Schedule>,
         duration: Option<Duration>,
+        share: Option<Share>,
     ) -> Feed {
-        Feed::new(mode, limit, schedule, duration, None)
+        Feed::new(mode, limit, schedule, duration, None, share)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -324,39 +334,56 @@ impl Feed {
             state.ended = true;
             return;
         }
+        state.last_offset_us = offset_us;
+        let first_index = state.queued_total;
+        state.queued_total += turns.len() as u64;
+        if self.limit.is_some_and(|l| state.queued_total >= l) {
+            state.ended = true;
+        }
+        if let Some(share) = self.share {
+            // Every unit is counted above (indexes, due times and the limit
+            // are the whole point's); only this worker's are queued.
+            let session = turns[0].session.as_ref().map(|t| &t.session_id);
+            if state.dealer.deal(session, share.workers) != share.worker {
+                return;
+            }
+        }
         let dependent = self.mode == SessionMode::Dependent && turns[0].session.is_some();
         state.queued_requests += turns.len();
         state.queued_bytes += turns.iter().map(|t| t.body.len()).sum::<usize>();
-        state.last_offset_us = offset_us;
-        let unit = Unit {
-            first_index: state.queued_total,
+        state.queue.push_back(Unit {
+            first_index,
             turns,
             lap,
             offset_us,
             dependent,
-        };
-        state.queued_total += unit.turns.len() as u64;
-        if self.limit.is_some_and(|l| state.queued_total >= l) {
-            state.ended = true;
-        }
-        state.queue.push_back(unit);
+        });
     }
 
     /// A point given whole queues its next unit (looping) when its queue runs out.
     fn refill(&self, state: &mut State) {
-        if !state.queue.is_empty() || state.ended {
-            return;
-        }
-        let Some(whole) = state.whole.as_mut() else {
+        let Some(units) = state.whole.as_ref().map(|w| w.units.len()) else {
             return;
         };
-        if whole.next == whole.units.len() {
-            whole.next = 0;
-            state.lap += 1;
+        // A shared point skips the other workers' units; a worker that owns
+        // none of a full round of them (fewer sessions than workers) never will.
+        let workers = self.share.map_or(1, |s| s.workers as usize);
+        for _ in 0..units * workers + 1 {
+            if !state.queue.is_empty() || state.ended {
+                return;
+            }
+            let Some(whole) = state.whole.as_mut() else {
+                return;
+            };
+            if whole.next == whole.units.len() {
+                whole.next = 0;
+                state.lap += 1;
+            }
+            let turns = whole.units[whole.next].clone();
+            whole.next += 1;
+            self.enqueue(state, turns);
         }
-        let turns = whole.units[whole.next].clone();
-        whole.next += 1;
-        self.enqueue(state, turns);
+        state.ended = state.ended || state.queue.is_empty();
     }
 
     /// Takes the next unit. A unit taken counts as live until `finished`.
@@ -408,11 +435,11 @@ impl Feed {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::engine::spec::LoadMode;
 
-    fn request(id: &str, session: Option<(&str, i32)>) -> PreparedRequest {
+    pub(crate) fn request(id: &str, session: Option<(&str, i32)>) -> PreparedRequest {
         let r = PreparedRequest::new(
             id.into(),
             "chat",
@@ -477,7 +504,7 @@ mod tests {
         }
     }
 
-    fn drain(feed: &Feed) -> Vec<(Vec<String>, u64, u64, i64)> {
+    pub(crate) fn drain(feed: &Feed) -> Vec<(Vec<String>, u64, u64, i64)> {
         let mut out = Vec::new();
         while let Popped::Unit(u) = feed.pop() {
             out.push((
@@ -498,7 +525,8 @@ mod tests {
             request("a1", Some(("a", 1))),
             request("x", None),
         ];
-        let feed = Feed::whole(requests, SessionMode::Dependent, Some(5), None, None).unwrap();
+        let feed =
+            Feed::whole(requests, SessionMode::Dependent, Some(5), None, None, None).unwrap();
         let got = drain(&feed);
         let units: Vec<(Vec<&str>, u64, u64)> = got
             .iter()
@@ -520,6 +548,7 @@ mod tests {
             None,
             None,
             None,
+            None,
         )
         .unwrap();
         assert_eq!(drain(&feed).len(), 2);
@@ -537,6 +566,7 @@ mod tests {
             None,
             Schedule::open_loop(load, 0),
             duration,
+            None,
         )
     }
 
@@ -571,7 +601,7 @@ mod tests {
 
     #[test]
     fn a_closed_loop_feed_looks_ahead_by_the_rate_units_are_taken() {
-        let feed = Feed::streamed(SessionMode::Dependent, None, None, None);
+        let feed = Feed::streamed(SessionMode::Dependent, None, None, None, None);
         let some = |n: usize| (0..n).map(|i| request(&format!("r{i}"), None)).collect();
         feed.push(some(MIN_QUEUED)).unwrap();
         assert_eq!(drain(&feed).len(), MIN_QUEUED);
@@ -598,6 +628,7 @@ mod tests {
         let feed = Feed::whole(
             vec![request("x", None)],
             SessionMode::Dependent,
+            None,
             None,
             None,
             None,

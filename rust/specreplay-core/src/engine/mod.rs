@@ -22,6 +22,7 @@ mod request;
 pub mod request_columns;
 pub mod schedule;
 mod session;
+mod share;
 pub mod spec;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,7 +34,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::now_us;
+use crate::clock::{now_us, us_to_instant};
 use crate::error::CoreError;
 
 use dispatch::Releases;
@@ -41,7 +42,7 @@ use feed::Feed;
 pub use record::RequestRecord;
 use request::RequestContext;
 use schedule::Schedule;
-pub use spec::{Arrival, LoadMode, PreparedRequest, RunSpec, SessionMode};
+pub use spec::{Arrival, LoadMode, PreparedRequest, RunSpec, SessionMode, Share};
 
 /// Delay between `start` and the first scheduled send, so the first deadline
 /// is not already late when the dispatcher thread comes up.
@@ -227,6 +228,7 @@ pub fn start(
         spec.num_requests,
         schedule,
         duration,
+        spec.share,
     )?;
     launch(spec, feed, uri, runtime)
 }
@@ -241,7 +243,13 @@ pub fn start_streamed(
     runtime: &Handle,
 ) -> Result<EngineRun, CoreError> {
     let (schedule, duration, uri) = checked(&spec, &first)?;
-    let feed = Feed::streamed(spec.sessions, spec.num_requests, schedule, duration);
+    let feed = Feed::streamed(
+        spec.sessions,
+        spec.num_requests,
+        schedule,
+        duration,
+        spec.share,
+    );
     feed.push(first)?;
     launch(spec, feed, uri, runtime)
 }
@@ -329,6 +337,7 @@ fn launch(
         None
     };
     let plan = Launch {
+        start_at: spec.start_at_us.map(us_to_instant),
         uri,
         preconnections,
         cancel: cancel.clone(),
@@ -349,6 +358,8 @@ fn launch(
 
 /// What `connect_then_start` needs besides the shared state.
 struct Launch {
+    /// The instant the clock starts (`RunSpec::start_at_us`), if given.
+    start_at: Option<Instant>,
     /// The origin to preconnect to (every request of a point goes there).
     uri: ::http::Uri,
     preconnections: usize,
@@ -371,6 +382,7 @@ async fn connect_then_start(
     plan: Launch,
 ) {
     let Launch {
+        start_at,
         uri,
         preconnections,
         cancel,
@@ -390,7 +402,10 @@ async fn connect_then_start(
             _ = cancel.cancelled() => {}
         }
     }
-    let start_at = Instant::now() + START_LEAD;
+    let start_at = match start_at {
+        Some(at) => at.max(Instant::now()),
+        None => Instant::now() + START_LEAD,
+    };
     let shared = Arc::new(make_shared(
         http::client_over(connector, max_idle, h2),
         start_at,

@@ -72,6 +72,18 @@ pub struct RunSpec {
     /// answer text only then.
     #[serde(default)]
     pub live_history: bool,
+    /// When the point's clock starts, in µs on this process's anchored clock
+    /// (`clock::now_us`): a distributed replay gives every worker the same
+    /// instant, corrected by its measured offset. None: as soon as the
+    /// connections are open. An instant already past starts at once (the
+    /// lateness shows as send lag).
+    #[serde(default)]
+    pub start_at_us: Option<i64>,
+    /// This process's share of the point in a distributed replay: the full
+    /// schedule is computed (same seed, same request indices) and only the
+    /// units this worker owns are sent (`Share`).
+    #[serde(default)]
+    pub share: Option<Share>,
 }
 
 /// Whether a session's turns wait for each other.
@@ -85,6 +97,17 @@ pub enum SessionMode {
     /// Every request on its own, at its own place in the schedule, as if the
     /// trace had no sessions.
     Independent,
+}
+
+/// One worker's share of a point in a distributed replay: every worker
+/// reads the same requests in the same order and computes the full schedule
+/// (same seed, same request indices and due times); the feed keeps only the
+/// units this worker owns (`share::Dealer`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Share {
+    pub worker: u32,
+    pub workers: u32,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
@@ -250,6 +273,17 @@ impl RunSpec {
         }
         if self.max_concurrency == Some(0) {
             return Err(CoreError::config("max_concurrency", "must be at least 1"));
+        }
+        if let Some(share) = &self.share {
+            if share.workers == 0 || share.worker >= share.workers {
+                return Err(CoreError::config(
+                    "share",
+                    format!(
+                        "worker {} of {}: must be below workers",
+                        share.worker, share.workers
+                    ),
+                ));
+            }
         }
         self.preconnections()?;
         Ok(())
