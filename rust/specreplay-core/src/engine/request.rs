@@ -95,7 +95,7 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
     let (outcome, attempt) = loop {
         attempts += 1;
         let mut attempt = Attempt {
-            account: StreamAccount::new(ctx.keep_answer),
+            account: StreamAccount::new(ctx.keep_answer, ctx.chunk_text),
             ..Attempt::default()
         };
         let outcome = unless(exchange(ctx, req, rec, &mut attempt), interrupted())
@@ -357,16 +357,12 @@ async fn read_sse_body(
     let mut events: Vec<SseEvent> = Vec::new();
     let mut records: Vec<Record> = Vec::new();
     let server_stamps = ctx.server_stamps;
-    let chunk_text = ctx.chunk_text;
     let mut on_events = |stamp: Stamp, events: &mut Vec<SseEvent>, account: &mut StreamAccount| {
         for event in events.drain(..) {
             records.clear();
             match decoder.decode(&event, &mut records) {
                 Ok(()) => {
                     account.on_event(stamp, &records);
-                    if chunk_text {
-                        account.keep_text(&records);
-                    }
                     if server_stamps {
                         account.stamp_new_chunks(sim_sent_us(&event.data));
                     }

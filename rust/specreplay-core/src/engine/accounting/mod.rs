@@ -25,9 +25,9 @@ pub struct StreamAccount {
     /// Parallel to `chunks`: the characters of text each carried, the
     /// weights of the per-chunk estimate.
     text_chars: Vec<u32>,
-    /// Every chunk's text in chunk order, filled only by `keep_text` (for a
+    /// Every chunk's text in chunk order, kept only when asked for (for a
     /// tokenizer, `RunSpec::chunk_text`); `text_chars` marks the chunks.
-    text: String,
+    text: Option<String>,
     /// Parallel to `chunks`, filled only by `stamp_new_chunks`.
     server_stamps: Vec<Option<i64>>,
     first_reasoning_us: Option<i64>,
@@ -49,10 +49,12 @@ pub struct StreamAccount {
 }
 
 impl StreamAccount {
-    /// An account that also keeps the answer's text when `keep_answer`.
-    pub fn new(keep_answer: bool) -> Self {
+    /// An account that also keeps the answer's text when `keep_answer`, and
+    /// every chunk's text when `keep_chunk_text`.
+    pub fn new(keep_answer: bool, keep_chunk_text: bool) -> Self {
         StreamAccount {
             answer: keep_answer.then(String::new),
+            text: keep_chunk_text.then(String::new),
             ..Default::default()
         }
     }
@@ -123,6 +125,19 @@ impl StreamAccount {
             }
             self.last_cumulative = c;
         }
+        // The chunks' text, as they are made below: channel by channel in
+        // order of first appearance.
+        if let Some(kept) = &mut self.text {
+            for &(channel, _) in &channels[..n_channels] {
+                for record in records {
+                    if let Record::Text { channel: c, text } = record {
+                        if *c == channel {
+                            kept.push_str(text);
+                        }
+                    }
+                }
+            }
+        }
         // One event rarely holds two channels (the reasoning→content
         // boundary); each later channel takes one token, the first the rest.
         let later = exact_tokens.map(|t| t.min(n_channels as u64 - 1));
@@ -133,30 +148,6 @@ impl StreamAccount {
                 _ => 1,
             };
             self.push_chunk(stamp, tokens, channel, chars);
-        }
-    }
-
-    /// Keeps the text of an event's records, as `on_event` made them chunks:
-    /// channel by channel in order of first appearance.
-    pub fn keep_text(&mut self, records: &[Record]) {
-        let mut seen: [Option<Channel>; 3] = [None; 3];
-        for record in records {
-            let Record::Text { channel, text } = record else {
-                continue;
-            };
-            if text.is_empty() || seen.contains(&Some(*channel)) {
-                continue;
-            }
-            if let Some(slot) = seen.iter_mut().find(|s| s.is_none()) {
-                *slot = Some(*channel);
-            }
-            for r in records {
-                if let Record::Text { channel: c, text } = r {
-                    if c == channel {
-                        self.text.push_str(text);
-                    }
-                }
-            }
         }
     }
 
@@ -284,7 +275,7 @@ impl StreamAccount {
         rec.finish_reason = self.finish_reason;
         rec.chunks = self.chunks;
         rec.server_stamps = self.server_stamps;
-        rec.chunk_text = self.text;
+        rec.chunk_text = self.text.unwrap_or_default();
         rec.chunk_text_chars = self.text_chars;
         rec.answer = self.answer;
     }

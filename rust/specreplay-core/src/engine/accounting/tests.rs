@@ -578,3 +578,33 @@ mod sum_invariant {
         }
     }
 }
+
+#[test]
+fn kept_text_follows_the_chunks_and_only_when_asked() {
+    let events: [&[Record]; 3] = [
+        &[text(Channel::Reasoning, "ab")],
+        // One event, two channels interleaved: the reasoning chunk (first
+        // seen) comes first, then the content chunk, each whole.
+        &[
+            text(Channel::Reasoning, "c"),
+            text(Channel::Content, "X"),
+            text(Channel::Reasoning, "d"),
+            text(Channel::Content, ""),
+            text(Channel::Content, "Y"),
+        ],
+        &[text(Channel::Content, "Zé")],
+    ];
+    let mut kept = StreamAccount::new(true, true);
+    let mut plain = StreamAccount::new(false, false);
+    for (ts, records) in events.iter().enumerate() {
+        kept.on_event(ts as i64, records);
+        plain.on_event(ts as i64, records);
+    }
+    let rec = finish(kept);
+    assert_eq!(rec.chunk_text, "abcdXYZé");
+    assert_eq!(rec.chunk_text_chars, vec![2, 2, 2, 2]);
+    assert_eq!(rec.answer.as_deref(), Some("XYZé"));
+    let rec = finish(plain);
+    assert_eq!(rec.chunk_text, "");
+    assert_eq!(rec.answer, None);
+}
