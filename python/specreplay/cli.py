@@ -40,7 +40,7 @@ class SpecreplayGroup(click.Group):
 def cli(ctx: click.Context, debug: bool) -> None:
     """Replay LLM request traces against inference servers, measured in Rust.
 
-    Start with: specreplay replay traces/reasoning-prompts.jsonl --rate 8
+    Start with: specreplay replay sample:reasoning-prompts --rate 8
 
     Traces: record your own traffic with `specreplay capture`, convert public
     traces with `specreplay import`, make one with `specreplay synth`.
