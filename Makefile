@@ -18,7 +18,8 @@ dev: $(PY) ## install specreplay (debug build) and the test tools into .venv
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --quiet --extras test
 
 .PHONY: test
-test: dev ## run every test: Rust (cargo test), Python (pytest), stub check (mypy stubtest), the Ray tests
+test: dev ## run every test: lint (clippy, rustfmt), Rust (cargo test), Python (pytest), stub check (mypy stubtest), the Ray tests
+	$(MAKE) --no-print-directory lint  # first: a lint failure is the cheapest to find (about a minute)
 	$(PY) tests/browser.py  # the report tests' Chromium: installed when missing (root with apt), else one line on what to run
 	SPECREPLAY_FUZZ_CASES=20000 cargo test --workspace --exclude specreplay-py
 	$(VENV)/bin/python -m mypy.stubtest specreplay._core --allowlist .ci/stubtest-allowlist.txt
