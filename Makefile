@@ -32,6 +32,17 @@ test-ray: dev ## the distributed-replay tests on a real local Ray cluster (insta
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --quiet --extras test,ray
 	$(VENV)/bin/pytest -m ray tests/test_ray.py
 
+# The wheel: abi3 (one file for every CPython >= 3.11), linked against glibc
+# 2.28 by zig (RHEL 8, Debian 11 and newer), checked by maturin's auditwheel.
+# WHEEL_PROFILE=dev builds the same wheel unoptimized (what `make test` checks:
+# a release build costs minutes on 2 cores).
+WHEEL_PROFILE ?= release
+.PHONY: wheel
+wheel: $(PY) ## build dist/specreplay-*.whl (abi3, manylinux_2_28) and the sdist
+	$(PIP) install --quiet "maturin>=1.9,<2" "ziglang==0.17.1"
+	rm -rf dist
+	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin build --quiet --profile $(WHEEL_PROFILE) --zig --compatibility manylinux_2_28 --auditwheel check --sdist --out dist --target-dir target/wheel
+
 .PHONY: lint
 lint: ## clippy and rustfmt check
 	cargo clippy --workspace --all-targets -- -D warnings
