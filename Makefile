@@ -18,13 +18,14 @@ dev: $(PY) ## install specreplay (debug build) and the test tools into .venv
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --quiet --extras test
 
 .PHONY: test
-test: dev ## run every test: lint (clippy, rustfmt), Rust (cargo test), Python (pytest), stub check (mypy stubtest), the Ray tests
+test: dev ## run every test: lint, Rust (cargo test), stubtest, mypy, pytest, the wheel check, the Ray tests
 	$(MAKE) --no-print-directory lint  # first: a lint failure is the cheapest to find (about a minute)
 	$(PY) tests/browser.py  # the report tests' Chromium: installed when missing (root with apt), else one line on what to run
 	SPECREPLAY_FUZZ_CASES=20000 cargo test --workspace --exclude specreplay-py
 	$(VENV)/bin/python -m mypy.stubtest specreplay._core --allowlist .ci/stubtest-allowlist.txt
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -m "not ray"
+	@if [ -n "$$SPECREPLAY_SKIP_WHEEL" ]; then echo "SPECREPLAY_SKIP_WHEEL set: the wheel check is skipped"; else $(MAKE) --no-print-directory wheel-check; fi
 	$(MAKE) --no-print-directory test-ray  # about a minute with the install: well within CI's time
 
 .PHONY: test-ray
@@ -42,6 +43,11 @@ wheel: $(PY) ## build dist/specreplay-*.whl (abi3, manylinux_2_28) and the sdist
 	$(PIP) install --quiet "maturin>=1.9,<2" "ziglang==0.17.1"
 	rm -rf dist
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin build --quiet --profile $(WHEEL_PROFILE) --zig --compatibility manylinux_2_28 --auditwheel check --sdist --out dist --target-dir target/wheel
+
+.PHONY: wheel-check
+wheel-check: ## build the wheel (unoptimized) and run the quick start from it: fresh venv, no Rust on PATH, empty directory (tests/wheel_check.sh)
+	$(MAKE) --no-print-directory wheel WHEEL_PROFILE=dev
+	bash tests/wheel_check.sh
 
 .PHONY: lint
 lint: ## clippy and rustfmt check
