@@ -54,8 +54,16 @@ lint: ## clippy and rustfmt check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo fmt --all --check
 
+# The quick settings: a few minutes in all after the build. Each bench writes
+# bench/results/<name>-<time>.json with the commit, a dirty flag, the load and
+# the command (bench_util.write_result). The full settings: bench/README.md.
 .PHONY: bench
-bench: $(PY) ## build in release and run the benchmarks under bench/ (writes figures, asserts nothing)
+bench: $(PY) ## build in release and run the benchmarks under bench/ at quick settings (writes bench/results/, asserts nothing)
 	$(PIP) install --quiet "maturin>=1.9,<2" aiohttp
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release --quiet --extras test,bench
 	cargo build --release --quiet -p specreplay-core --example reference_client  # the bench's reference Rust client
+	cd bench && ../$(PY) startup.py --runs 7
+	cd bench && ../$(PY) conversation_finder.py
+	cd bench && ../$(PY) session_lag.py
+	cd bench && ../$(PY) proxy_overhead.py --seconds 10
+	cd bench && ../$(PY) client_bench.py --parts error,fixed --concurrency 1,64

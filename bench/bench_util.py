@@ -194,10 +194,10 @@ def provenance() -> dict[str, Any]:
     }
 
 
-def write_result(name: str, figures: dict[str, Any]) -> Path:
+def write_result(name: str, figures: dict[str, Any], directory: Path = RESULTS) -> Path:
     """Writes bench/results/<name>-<time>.json: `figures` under "results",
     with `provenance()`, and returns its path. Every bench writes through here."""
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({"provenance": provenance(), "results": figures}, indent=1) + "\n")
     return path
