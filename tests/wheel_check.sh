@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The wheel as a user gets it (`make wheel-check`, part of `make test`):
+# The wheel as a user gets it (`make wheel-check`, part of `make test`;
+# WHEEL=path checks another, e.g. the release one in dist/):
 # dist/specreplay-*.whl installed into a fresh venv, on a PATH with no cargo
 # or rustc, then in an empty directory: the README's quick start, a replay
 # of a packaged sample, `serve --help`, and a capture through the proxy in
