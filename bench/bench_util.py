@@ -189,6 +189,8 @@ def provenance() -> dict[str, Any]:
         "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
         "loadavg": list(os.getloadavg()),
         "cpus": os.cpu_count(),
+        # SCHED_FIFO when run under `chrt -f N` (then the load does not queue it).
+        "policy": {os.SCHED_OTHER: "normal", os.SCHED_FIFO: "fifo", os.SCHED_RR: "rr"}.get(os.sched_getscheduler(0), "other"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
