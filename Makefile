@@ -18,12 +18,14 @@ dev: $(PY) ## install specreplay (debug build) and the test tools into .venv
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --quiet --extras test
 
 .PHONY: test
-test: dev ## run every test: Rust (cargo test), Python (pytest), stub check (mypy stubtest), the Ray tests
+test: dev ## run every test: lint, Rust (cargo test), stubtest, mypy, pytest, the wheel check, the Ray tests
+	$(MAKE) --no-print-directory lint  # first: a lint failure is the cheapest to find (about a minute)
 	$(PY) tests/browser.py  # the report tests' Chromium: installed when missing (root with apt), else one line on what to run
 	SPECREPLAY_FUZZ_CASES=20000 cargo test --workspace --exclude specreplay-py
 	$(VENV)/bin/python -m mypy.stubtest specreplay._core --allowlist .ci/stubtest-allowlist.txt
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -m "not ray"
+	@if [ -n "$$SPECREPLAY_SKIP_WHEEL" ]; then echo "SPECREPLAY_SKIP_WHEEL set: the wheel check is skipped"; else $(MAKE) --no-print-directory wheel-check; fi
 	$(MAKE) --no-print-directory test-ray  # about a minute with the install: well within CI's time
 
 .PHONY: test-ray
@@ -31,13 +33,43 @@ test-ray: dev ## the distributed-replay tests on a real local Ray cluster (insta
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --quiet --extras test,ray
 	$(VENV)/bin/pytest -m ray tests/test_ray.py
 
+# The wheel: abi3 (one file for every CPython >= 3.11), linked against glibc
+# 2.28 by zig (RHEL 8, Debian 11 and newer), checked by maturin's auditwheel.
+# WHEEL_PROFILE=dev builds the same wheel unoptimized (what `make test` checks:
+# a release build costs minutes on 2 cores).
+WHEEL_PROFILE ?= release
+.PHONY: wheel
+wheel: $(PY) ## build dist/specreplay-*.whl (abi3, manylinux_2_28) and the sdist
+	$(PIP) install --quiet "maturin>=1.9,<2" "ziglang==0.17.1"
+	rm -rf dist
+	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin build --quiet --profile $(WHEEL_PROFILE) --zig --compatibility manylinux_2_28 --auditwheel check --sdist --out dist --target-dir target/wheel
+
+# CI's wheel: the same package from the debug build `make dev` left in target/
+# (about a minute), tagged for this host's glibc. The manylinux_2_28 release
+# wheel of `make wheel` takes 8-9 min on 2 cores (18 min unoptimized: the
+# dependencies are optimised even in debug builds, and linked by zig); check
+# it with `WHEEL=dist/specreplay-*.whl bash tests/wheel_check.sh`.
+.PHONY: wheel-check
+wheel-check: dev ## build a wheel from the debug build and run the quick start from it: fresh venv, no Rust on PATH, empty directory (tests/wheel_check.sh)
+	rm -rf target/wheel-check
+	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin build --quiet --profile dev --out target/wheel-check
+	WHEEL="target/wheel-check/specreplay-*.whl" bash tests/wheel_check.sh
+
 .PHONY: lint
 lint: ## clippy and rustfmt check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo fmt --all --check
 
+# The quick settings: a few minutes in all after the build. Each bench writes
+# bench/results/<name>-<time>.json with the commit, a dirty flag, the load and
+# the command (bench_util.write_result). The full settings: bench/README.md.
 .PHONY: bench
-bench: $(PY) ## build in release and run the benchmarks under bench/ (writes figures, asserts nothing)
+bench: $(PY) ## build in release and run the benchmarks under bench/ at quick settings (writes bench/results/, asserts nothing)
 	$(PIP) install --quiet "maturin>=1.9,<2" aiohttp
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release --quiet --extras test,bench
 	cargo build --release --quiet -p specreplay-core --example reference_client  # the bench's reference Rust client
+	cd bench && ../$(PY) startup.py --runs 7
+	cd bench && ../$(PY) conversation_finder.py
+	cd bench && ../$(PY) session_lag.py
+	cd bench && ../$(PY) proxy_overhead.py --seconds 10
+	cd bench && ../$(PY) client_bench.py --parts error,fixed --concurrency 1,64

@@ -170,3 +170,36 @@ def run_reference(args: list[str], timeout_s: float) -> dict[str, Any]:
     if proc.returncode != 0:
         raise RuntimeError(f"reference_client {' '.join(args)} exited {proc.returncode}: {proc.stderr[-1000:]}")
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+RESULTS = HERE / "results"
+
+
+def provenance() -> dict[str, Any]:
+    """What a figure was measured at and under: the commit (and whether the
+    tree had uncommitted changes), the machine's load, the command."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "loadavg": list(os.getloadavg()),
+        "cpus": os.cpu_count(),
+        # SCHED_FIFO when run under `chrt -f N` (then the load does not queue it).
+        "policy": {os.SCHED_OTHER: "normal", os.SCHED_FIFO: "fifo", os.SCHED_RR: "rr"}.get(os.sched_getscheduler(0), "other"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write_result(name: str, figures: dict[str, Any], directory: Path = RESULTS) -> Path:
+    """Writes bench/results/<name>-<time>.json: `figures` under "results",
+    with `provenance()`, and returns its path. Every bench writes through here."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"provenance": provenance(), "results": figures}, indent=1) + "\n")
+    return path

@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_util import HERE, REFERENCE_CLIENT, serve_sim
+from bench_util import HERE, REFERENCE_CLIENT, serve_sim, write_result
 
 RESULTS = HERE / "results"
 WORKER_TIMEOUT_S = 300.0
@@ -170,10 +170,7 @@ def main() -> None:
     info["uptime_at_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     table = report(results)
     print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = args.out / f"client-{stamp}.json"
-    path.write_text(json.dumps({"machine": info, "argv": sys.argv[1:], "results": results, "table": table}, indent=1))
+    path = write_result("client", {"machine": info, "argv": sys.argv[1:], "results": results, "table": table}, args.out)
     print(f"\nraw figures: {path}")
 
 

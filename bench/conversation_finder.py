@@ -23,6 +23,8 @@ import tracemalloc
 
 from specreplay.conversations import ConversationFinder
 
+from bench_util import write_result
+
 
 def words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(("the", "cache", "token", "model", "prefix", "batch", "server", "answer")) for _ in range(n))
@@ -75,6 +77,10 @@ def main() -> None:
           f"{elapsed / seq * 1e6:.0f} µs per request, {elapsed / messages * 1e6:.1f} µs per message hashed")
     print(f"memory: {per_request:.0f} bytes per remembered request (both keys); "
           f"the bound, {ConversationFinder().max_keys} keys per table, is about {per_request * ConversationFinder().max_keys / 2**20:.0f} MiB")
+    path = write_result("conversation-finder", {"requests": seq, "sessions": args.sessions, "turns": args.turns, "words": args.words,
+                                                "us_per_request": elapsed / seq * 1e6, "us_per_message": elapsed / messages * 1e6,
+                                                "bytes_per_remembered_request": per_request})
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_util import write_result
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 STREAMS = {"ttft_ms": 10, "tpot_ms": 10, "reasoning_tokens": [2, 5], "content_tokens": [2, 5]}
@@ -139,9 +141,7 @@ def main() -> None:
                 results.append(res)
                 print(f"repeat {repeat} rate {rate:g} {mode}: " + (res.get("failed") or json.dumps(res["lag_us"])), flush=True)
     print(report(results))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"live-view-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps({"argv": sys.argv, "loadavg": os.getloadavg(), "results": results}, indent=1))
+    out = write_result("live-view", {"argv": sys.argv, "loadavg": os.getloadavg(), "results": results})
     print(f"raw figures: {out}")
 
 

@@ -35,6 +35,8 @@ import aiohttp
 
 from specreplay._core import SimServer, now_us
 
+from bench_util import write_result
+
 SENT = re.compile(rb'"sim_sent_us":\s*(\d+)')
 
 
@@ -121,6 +123,11 @@ def main() -> None:
     (dd, df), (pd_, pf) = results["direct"], results["proxy"]
     print(f"| **proxy − direct** | | {pct(pd_, .5) - pct(dd, .5):+.3f} ms | {pct(pd_, .9) - pct(dd, .9):+.3f} ms | "
           f"{pct(pd_, .99) - pct(dd, .99):+.3f} ms | | {pct(pf, .5) - pct(df, .5):+.3f} ms | {pct(pf, .99) - pct(df, .99):+.3f} ms |")
+    figures = {"streams": args.streams, "tpot_ms": args.tpot_ms, "seconds": args.seconds, "proxy_cpu_s": cpu, "proxied_s": proxied_s,
+               "proxy_output": out.strip(),
+               **{mode: {"chunks": len(d), **{f"delivery_{q}_ms": pct(d, q) for q in (.5, .9, .99, 1)},
+                         **{f"ttfb_{q}_ms": pct(f, q) for q in (.5, .99)}} for mode, (d, f) in results.items()}}
+    print(f"wrote {write_result('proxy-overhead', figures)}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_util import write_result
+
 import numpy as np
 import pyarrow as pa
 
@@ -158,10 +160,8 @@ def main() -> None:
             sim.terminate()
             sim.wait(timeout=10)
             ray.shutdown()
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"ray-{_dt.datetime.now():%Y%m%d-%H%M%S}.json"
-    path.write_text(json.dumps({"host": platform.node(), "cpus": os.cpu_count(), "ray_init_s": ray_init_s, "seconds": args.seconds, "reasoning_tokens": [lo, hi],
-                                "runs": runs, "transfer": transfer}, indent=1))  # fmt: skip
+    path = write_result("ray", {"host": platform.node(), "cpus": os.cpu_count(), "ray_init_s": ray_init_s, "seconds": args.seconds, "reasoning_tokens": [lo, hi],
+                                "runs": runs, "transfer": transfer})  # fmt: skip
     print(f"ray.init {ray_init_s:.1f} s; figures in {path}")
 
 

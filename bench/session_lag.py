@@ -25,6 +25,8 @@ import specreplay
 from specreplay.config import ReplayConfig
 from specreplay.replay import run_replay
 
+from bench_util import write_result
+
 SIM = {"ttft_ms": 20, "prefill_us_per_token": 0, "tpot_ms": 5, "reasoning_tokens": [10, 20], "content_tokens": [10, 20]}
 
 
@@ -64,13 +66,15 @@ def main() -> None:
     lag = (ok["sent_us"] - ok["scheduled_us"]).to_numpy(dtype=float)
     first = ok["turn_index"].to_numpy() == 0
     think = ok.loc[~first, "think_time_us"].to_numpy(dtype=float)
-    print(json.dumps({
+    figures = {
         "sessions": args.sessions, "turns": args.turns, "rate": args.rate, "think_ms": args.think_ms,
         "failed": int(df["error_kind"].notna().sum()),
         "think_time_us": pct(think),
         "lag_us_first_turns": pct(lag[first]),
         "lag_us_later_turns": pct(lag[~first]),
-    }))
+    }
+    print(json.dumps(figures))
+    print(f"wrote {write_result('session-lag', figures)}")
 
 
 if __name__ == "__main__":

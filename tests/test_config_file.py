@@ -15,6 +15,7 @@ from specreplay.cli import cli
 from specreplay.config import FIELDS, ReplayConfig
 from specreplay.config_file import load_config_file, stored_runs, to_toml
 from specreplay.errors import ConfigError
+from specreplay.samples import trace_path
 
 ROOT = Path(__file__).resolve().parent.parent
 REASONING = str(ROOT / "traces" / "reasoning-prompts.jsonl")
@@ -211,7 +212,7 @@ def test_examples_are_valid(example: Path, monkeypatch: pytest.MonkeyPatch) -> N
     configs = load_config_file(str(example), {})
     for config in configs:
         config.validate()
-        assert Path(config.trace).is_file()
+        assert Path(trace_path(config.trace)).is_file()
     if example.name == "spec-decode-ab.toml":
         assert [c.label for c in configs] == ["baseline", "ngram"]
 

@@ -4,24 +4,52 @@ so everything is reachable from Python too."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
 
-from specreplay import __version__
 from specreplay.errors import SpecreplayError
-from specreplay.commands.compare import compare
-from specreplay.commands.config import config_group
-from specreplay.commands.init import init
-from specreplay.commands.capture import capture
-from specreplay.commands.import_trace import import_cmd
-from specreplay.commands.replay import replay
-from specreplay.commands.report import report
-from specreplay.commands.rerun import rerun
-from specreplay.commands.serve import serve
-from specreplay.commands.synth import synth
+
+#: name -> (module, attribute, one-line help). A command's module is imported
+#: only when the command runs (or its own --help is asked for), so that
+#: `specreplay --help` imports neither pandas, pyarrow, numpy nor the
+#: extension. tests/test_cli_startup.py checks each line against the
+#: command's own help.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "replay": ("specreplay.commands.replay", "replay", "Replay TRACE against a server (or the embedded simulator) and measure it."),
+    "rerun": ("specreplay.commands.rerun", "rerun", "Run the benchmark recorded in RESULTS again: same trace, target, load, sweep, seed and options (the API key comes from the environment, as then)."),
+    "config": ("specreplay.commands.config", "config_group", "Benchmark configuration files."),
+    "init": ("specreplay.commands.init", "init", "Write a commented starter config."),
+    "serve": ("specreplay.commands.serve", "serve", "Serve the simulated reasoning model (OpenAI-compatible) until Ctrl-C."),
+    "capture": ("specreplay.commands.capture", "capture", "Record the requests applications send: a transparent proxy in front of UPSTREAM."),
+    "import": ("specreplay.commands.import_trace", "import_cmd", "Convert a public trace FILE of FORMAT into a specreplay trace."),
+    "synth": ("specreplay.commands.synth", "synth", "Write a synthetic trace: arrival process, length distributions, shared-prefix groups, multi-turn sessions."),
+    "compare": ("specreplay.commands.compare", "compare", "Compare runs with the first one (the base): per sweep point in both, TTFT, TTFC, TPOT, ITL and E2E (p50, p90, p99) and tokens/s, each with its change, a bootstrap confidence interval, and a verdict: faster, slower, or no significant difference."),
+    "report": ("specreplay.commands.report", "report", "Write an HTML report of RUN (a results file, or FILE:LABEL): validity findings at the top, configuration, summary, and charts (latency CDFs, TPOT and throughput over time, tokens per chunk, TTFT against prompt length, send lag)."),
+}
+
 
 class SpecreplayGroup(click.Group):
+    """The commands of COMMANDS, each imported when it is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attribute, _help = COMMANDS[cmd_name]
+        command: click.Command = getattr(importlib.import_module(module), attribute)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click's own would import every command for its one-line help.
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [(name, click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit)) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context) -> Any:
         # A user's mistake (a bad trace, config or URL) is one line, not a
         # traceback; --debug shows the traceback.
@@ -34,30 +62,18 @@ class SpecreplayGroup(click.Group):
 
 
 @click.group(cls=SpecreplayGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="specreplay")
+@click.version_option(package_name="specreplay", prog_name="specreplay")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Replay LLM request traces against inference servers, measured in Rust.
 
-    Start with: specreplay replay traces/reasoning-prompts.jsonl --rate 8
+    Start with: specreplay replay sample:reasoning-prompts --rate 8
 
     Traces: record your own traffic with `specreplay capture`, convert public
     traces with `specreplay import`, make one with `specreplay synth`.
     """
     ctx.meta["specreplay.debug"] = debug
-
-
-cli.add_command(replay)
-cli.add_command(rerun)
-cli.add_command(config_group)
-cli.add_command(init)
-cli.add_command(serve)
-cli.add_command(capture)
-cli.add_command(import_cmd)
-cli.add_command(synth)
-cli.add_command(compare)
-cli.add_command(report)
 
 
 def main(**kwargs: Any) -> None:

@@ -4,7 +4,7 @@ differences. Precedence, lowest first: the file, `SPECREPLAY_<KEY>`
 environment variables, command-line flags.
 
 ```toml
-trace = "traces/reasoning-prompts.jsonl"
+trace = "sample:reasoning-prompts"   # or a path: traces/my-trace.jsonl
 concurrency = [1, 8]
 max_tokens = 4096
 
@@ -26,6 +26,7 @@ from typing import Any
 
 from specreplay.config import FIELDS, ReplayConfig
 from specreplay.errors import ConfigError
+from specreplay.samples import config_path
 from specreplay.tomlfile import parse_toml, read_text
 
 ENV_PREFIX = "SPECREPLAY_"
@@ -109,7 +110,9 @@ def load_config_file(
     flags: Mapping[str, Any] | None = None,
 ) -> list[ReplayConfig]:
     """The runs a config file describes, each fully resolved: file defaults,
-    then the run's own keys, then the environment, then `flags`."""
+    then the run's own keys, then the environment, then `flags`. A
+    `sample:NAME` is the packaged example's file (`specreplay.samples`)."""
+    path = config_path(path)
     text = read_text(path)
     cfg = ConfigFile(path, text)
     defaults, runs = _split(parse_toml(text, path), cfg)

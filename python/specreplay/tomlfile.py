@@ -3,15 +3,10 @@ the file and the line."""
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from typing import Any
 
 from specreplay.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 
 def read_toml(path: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specreplay.errors import TraceError
+from specreplay.samples import trace_path
 from specreplay.trace import TraceReader, TraceRecord
 
 
@@ -65,7 +66,9 @@ class TraceIndex:
 
 def scan_trace(path: str | Path) -> TraceIndex:
     """Reads and checks the whole trace once, keeping only its index.
-    Raises `TraceError` naming file, line and field for the first problem."""
+    Raises `TraceError` naming file, line and field for the first problem.
+    A `sample:NAME` is the packaged sample's file (`specreplay.samples`)."""
+    path = trace_path(path)
     reader = TraceReader(path)
     sessions: dict[str, SessionTurns] = {}
     later = array("q")

@@ -13,9 +13,12 @@ from specreplay.target import list_models
 TEMPLATE = """\
 # specreplay benchmark config: `specreplay replay --config {name}`.
 # Every `specreplay replay` option can be set here (flags override it, and
-# SPECREPLAY_<OPTION> environment variables sit in between). See examples/.
+# SPECREPLAY_<OPTION> environment variables sit in between). More examples:
+# `--config sample:spec-decode-ab` (an A/B run), sample:rate-sweep, ...
 
-trace = "traces/reasoning-prompts.jsonl"   # JSON Lines, docs/trace-format.md
+# The trace: a JSON Lines file (docs/trace-format.md), or a sample shipped
+# with specreplay (sample:reasoning-prompts, sample:poisson-200).
+trace = "sample:reasoning-prompts"
 {target}
 # The API key is never written in this file: it is read from the
 # environment variable named here.

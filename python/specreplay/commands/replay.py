@@ -237,8 +237,8 @@ class ListOptionsCommand(click.Command):
 
 
 @click.command(cls=ListOptionsCommand)
-@click.argument("trace", required=False)
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML benchmark config (see examples/); flags override it.")
+@click.argument("trace", required=False)  # a path, or a shipped sample: sample:reasoning-prompts
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML benchmark config, or a shipped example: sample:spec-decode-ab, sample:rate-sweep, ...; flags override it.")
 @click.option("--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1. Without it: the embedded simulator.")
 @click.option("--model", help="Model name to send (replaces the trace's). Default: the trace's, else the server's first.")
 @click.option("--rate", multiple=True, callback=_split_lists, help="Open loop at R requests/s. Several values make a sweep: --rate 1 2 4 8")
@@ -287,6 +287,9 @@ class ListOptionsCommand(click.Command):
 @click.pass_context
 def replay(ctx: click.Context, /, **opts: Any) -> None:
     """Replay TRACE against a server (or the embedded simulator) and measure it.
+
+    TRACE is a JSON Lines file or a sample shipped with specreplay:
+    sample:reasoning-prompts, sample:poisson-200.
 
     Options can also come from a --config file (several named runs in one
     file run in turn into one results file) and SPECREPLAY_<OPTION>

@@ -10,6 +10,7 @@ import click
 
 from specreplay.commands.config import configs_of
 from specreplay.commands.replay import run_and_report
+from specreplay.samples import trace_path
 
 
 @click.command()
@@ -24,7 +25,7 @@ def rerun(results: str, output: str | None, force: bool, **opts: Any) -> None:
     as then). Under the same seed the schedule is the same."""
     configs, stored = configs_of(results)
     for config, recorded in zip(configs, stored):
-        trace = Path(config.trace)
+        trace = Path(trace_path(config.trace))
         if not trace.is_file():
             raise click.ClickException(f"{results}: the trace {config.trace} it was run with is not here")
         digest = hashlib.sha256(trace.read_bytes()).hexdigest()

@@ -228,7 +228,7 @@ async fn small_budget_ends_in_reasoning_with_length() {
     let chunks: Vec<&Value> = events.iter().filter(|e| e.is_object()).collect();
     assert!(chunks.iter().all(|e| e["choices"][0]["delta"]
         .get("content")
-        .map_or(true, |c| c == "")));
+        .is_none_or(|c| c == "")));
     let finish: Vec<&Value> = chunks
         .iter()
         .map(|e| &e["choices"][0]["finish_reason"])

@@ -79,7 +79,7 @@ pub fn split_by_side(
         None => &[(None, output)],
     };
     for &(side, total) in sides {
-        let on_side = |i: &usize| side.map_or(true, |r| is_reasoning[*i] == r);
+        let on_side = |i: &usize| side.is_none_or(|r| is_reasoning[*i] == r);
         let index: Vec<usize> = (0..weights.len()).filter(on_side).collect();
         let side_weights: Vec<u64> = index.iter().map(|&i| weights[i]).collect();
         for (i, part) in index.into_iter().zip(apportion(total, &side_weights, true)) {

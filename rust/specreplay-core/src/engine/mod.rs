@@ -18,7 +18,7 @@ mod interrupt;
 pub(crate) mod net;
 mod pacing;
 pub mod record;
-mod request;
+pub(crate) mod request;
 pub mod request_columns;
 pub mod schedule;
 mod session;

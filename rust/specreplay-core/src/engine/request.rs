@@ -180,7 +180,7 @@ async fn unless_stalled<T>(
 
 /// How many times a request is sent again after its pooled connection turned
 /// out to be closed.
-const STALE_RETRIES: usize = 2;
+pub(crate) const STALE_RETRIES: usize = 2;
 
 /// Whether the connection closed before any byte of a response: the race of
 /// reusing a keep-alive connection the server is closing. llama.cpp's server
@@ -189,7 +189,7 @@ const STALE_RETRIES: usize = 2;
 /// unless the close was seen first. No response came, so the request is sent
 /// again on a fresh connection (`sent_us` stays the first attempt's: the
 /// few microseconds lost count against the server).
-fn closed_before_response(e: &hyper_util::client::legacy::Error) -> bool {
+pub(crate) fn closed_before_response(e: &hyper_util::client::legacy::Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(h) = s.downcast_ref::<hyper::Error>() {

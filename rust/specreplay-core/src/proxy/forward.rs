@@ -22,6 +22,7 @@ use super::{
 };
 use crate::clock::now_us;
 use crate::decode::Dialect;
+use crate::engine::request::{closed_before_response, STALE_RETRIES};
 use crate::error::error_chain;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1),
@@ -309,16 +310,25 @@ pub(crate) async fn handle(
             )
         }
     };
-    let mut upstream_req = Request::new(Full::new(body));
-    *upstream_req.method_mut() = parts.method;
-    *upstream_req.uri_mut() = uri;
-    forward_headers(&parts.headers, upstream_req.headers_mut(), false);
-
-    let upstream = match shared.client.request(upstream_req).await {
-        Ok(resp) => resp,
-        Err(e) => {
-            let message = format!("upstream unreachable: {}", error_chain(&e));
-            return refuse(rec, StatusCode::BAD_GATEWAY, message);
+    let build = || {
+        let mut upstream_req = Request::new(Full::new(body.clone()));
+        *upstream_req.method_mut() = parts.method.clone();
+        *upstream_req.uri_mut() = uri.clone();
+        forward_headers(&parts.headers, upstream_req.headers_mut(), false);
+        upstream_req
+    };
+    // A pooled keep-alive connection the upstream closed as it was reused
+    // (llama.cpp closes after every stream) gave no byte of a response: sent
+    // again on a fresh connection, as the engine does (`closed_before_response`).
+    let mut resent = 0;
+    let upstream = loop {
+        match shared.client.request(build()).await {
+            Ok(resp) => break resp,
+            Err(e) if resent < STALE_RETRIES && closed_before_response(&e) => resent += 1,
+            Err(e) => {
+                let message = format!("upstream unreachable: {}", error_chain(&e));
+                return refuse(rec, StatusCode::BAD_GATEWAY, message);
+            }
         }
     };
     rec.ttfb_us = Some(now_us() - arrival_us);

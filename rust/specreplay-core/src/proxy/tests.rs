@@ -145,6 +145,71 @@ async fn unreachable_upstream_is_a_502_and_reported() {
     assert!(resp.error.as_deref().unwrap().contains("unreachable"));
 }
 
+/// Reads one HTTP/1.1 request (head and Content-Length body) from `sock`;
+/// false when the peer closed first.
+async fn read_request(sock: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if buf.len() >= end + 4 + length {
+                return true;
+            }
+        }
+        match sock.read(&mut chunk).await.unwrap() {
+            0 => return false,
+            n => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_pooled_connection_the_upstream_closed_unanswered_is_retried_on_a_fresh_one() {
+    use tokio::io::AsyncWriteExt;
+    // The first connection answers one request with keep-alive, then reads
+    // the next and closes without a byte of answer (llama.cpp's server does
+    // this after every stream); the second connection answers.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = upstream.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nkeep-alive: timeout=5\r\n\r\n{}";
+        let mut requests = 0;
+        let (mut first, _) = upstream.accept().await.unwrap();
+        assert!(read_request(&mut first).await);
+        first.write_all(OK).await.unwrap();
+        requests += 1;
+        if read_request(&mut first).await {
+            requests += 1;
+        }
+        drop(first);
+        let (mut second, _) = upstream.accept().await.unwrap();
+        assert!(read_request(&mut second).await);
+        second.write_all(OK).await.unwrap();
+        requests + 1
+    });
+    let (proxy, _rx) = ProxyServer::start(
+        config(format!("http://{addr}")),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let base = format!("http://{}", proxy.local_addr());
+    for _ in 0..2 {
+        let (status, body) = post(&base, "/v1/completions", r#"{"prompt": "x"}"#).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(&body[..], b"{}");
+    }
+    proxy.shutdown().await;
+    // Three requests reached the upstream: the second one twice.
+    assert_eq!(server.await.unwrap(), 3);
+}
+
 #[test]
 fn a_request_is_an_api_by_method_and_the_longest_path_end() {
     let shared = Shared {

