@@ -16,7 +16,7 @@ pub mod feed;
 pub(crate) mod http;
 mod interrupt;
 pub(crate) mod net;
-mod pacing;
+pub mod pacing;
 mod panics;
 pub mod record;
 mod request;
