@@ -195,7 +195,7 @@ mod tests {
         // SAFETY: plain integer queries of this thread's and another's nice.
         let nice_of = |tid: libc::id_t| unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) };
         let before = nice_of(0);
-        let (took, boosted) = std::thread::spawn(|| {
+        let (took, boosted) = std::thread::spawn(move || {
             let took = raise_nice(3);
             (took, nice_of(0))
         })
