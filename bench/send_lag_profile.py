@@ -9,8 +9,8 @@ second field), summed by thread name. Each rate runs with 1 and 2 engine
 threads (tokio's TOKIO_WORKER_THREADS) and with each pacer variant
 (SPECREPLAY_SEND_LEAD_US: 0 = the pacer starts a request's task at its due
 time; N > 0 = N µs before, the task waiting the rest on its worker) and with
-the engine threads' priority boost off, for the pacing thread only (the
-default) and for the tokio workers too (SPECREPLAY_THREAD_BOOST = 0, pacer,
+the engine threads' priority boost off (the default), for the pacing thread
+only and for the tokio workers too (SPECREPLAY_THREAD_BOOST = 0, pacer,
 all; `pacing::boost_this_thread`), all in one run, interleaved, so the machine's load falls on every variant alike.
 Records /proc/loadavg before and after: on a shared machine the figures are
 only comparable within one run.

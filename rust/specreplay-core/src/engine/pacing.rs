@@ -51,13 +51,11 @@ pub async fn until(at: Instant) {
 /// The engine's threads that may ask to run above the process's priority.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// The pacing thread: asleep but for the moments it sends, when it must
-    /// not wait for a CPU. Raised by 10 nice steps by default.
+    /// The pacing thread: asleep but for the moments it sends. Raised by 10
+    /// nice steps with `SPECREPLAY_THREAD_BOOST=pacer` or `all`.
     Pacer,
     /// The engine's tokio workers (they take the send stamps). Raised by 5
-    /// steps only with `SPECREPLAY_THREAD_BOOST=all`: raised, they take the
-    /// CPU the Python feeder needs at high rates, and the sends then wait
-    /// for the feed (docs/benchmarks.md, "Where the send lag comes from").
+    /// steps with `SPECREPLAY_THREAD_BOOST=all`.
     Worker,
 }
 
@@ -67,16 +65,19 @@ pub enum Role {
 /// machine: that run-queue wait, not the timer, made the pacing thread's
 /// share of the send lag (`bench/send_lag_profile.py`). Where lowering a
 /// niceness is not allowed (not root, no `CAP_SYS_NICE`, `RLIMIT_NICE`), the
-/// thread keeps the process's. `SPECREPLAY_THREAD_BOOST`: unset or `pacer`
-/// (the pacing thread only), `all` (workers too), `0` (none): the bench's
-/// A/B switch. Returns whether the priority was raised.
+/// thread keeps the process's. Off unless asked: `SPECREPLAY_THREAD_BOOST`
+/// = `pacer` (the pacing thread), `all` (the workers too). Measured at load
+/// 5–10 it helped in one run and hurt in the next (a boosted pacer spinning
+/// out its last 150 µs takes the CPU from a single worker; boosted workers
+/// take it from the Python feeder), so it stays an experiment until a quiet
+/// machine says otherwise (docs/benchmarks.md). Returns whether the
+/// priority was raised.
 pub fn boost_this_thread(role: Role) -> bool {
     let setting = std::env::var("SPECREPLAY_THREAD_BOOST").unwrap_or_default();
     let steps = match (setting.trim(), role) {
-        ("0" | "off", _) => return false,
+        ("pacer" | "all", Role::Pacer) => 10,
         ("all", Role::Worker) => 5,
-        (_, Role::Worker) => return false,
-        (_, Role::Pacer) => 10,
+        _ => return false,
     };
     raise_nice(steps)
 }
