@@ -151,3 +151,53 @@ def test_the_secret_header_list_is_the_core_one() -> None:
     assert not _core.is_secret_header("x-request-id")
     config = ReplayConfig(trace="t", headers={"Proxy-Authorization": "Basic c2VjcmV0", "X-Trace": "1"})
     assert config.to_metadata()["headers"] == {"Proxy-Authorization": "<redacted>", "X-Trace": "1"}
+
+
+# Run in a child process whose address space leaves no room for a thread's
+# stack: every runtime of the extension fails to start, and each call that
+# needs one says so as an EngineError, twice (the failure does not poison it).
+NO_THREADS = """
+import json, resource, sys
+import pyarrow as pa
+from specreplay import _core
+from specreplay.errors import EngineError
+from specreplay.schema import request_schema
+
+rows = [{"trace_id": "r0", "api": "chat", "url": "http://127.0.0.1:9/v1/chat/completions",
+         "body": b"{}", "arrival_s": 0.0}]
+batch = pa.RecordBatch.from_pylist(rows, schema=request_schema())
+calls = {
+    "engine": lambda: _core.start_point({"load": {"mode": "concurrency", "concurrency": 1}}, batch),
+    "simulator": lambda: _core.SimServer(),
+    "capture proxy": lambda: _core.CaptureProxy({"upstream": "http://127.0.0.1:9/v1"}),
+}
+size = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 20), resource.RLIM_INFINITY))
+out = {}
+for name, call in calls.items():
+    for attempt in range(2):
+        try:
+            call()
+            out.setdefault(name, []).append("started")
+        except EngineError as e:
+            out.setdefault(name, []).append("EngineError: " + str(e))
+        except BaseException as e:
+            out.setdefault(name, []).append(type(e).__name__ + ": " + str(e))
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(json.dumps(out))
+"""
+
+
+def test_a_runtime_that_cannot_start_is_an_engine_error() -> None:
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", NO_THREADS], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    outcomes = json.loads(child.stdout.strip().splitlines()[-1])
+    assert set(outcomes) == {"engine", "simulator", "capture proxy"}
+    for name, results in outcomes.items():
+        assert len(results) == 2
+        for result in results:
+            assert result.startswith(f"EngineError: could not start the {name}'s tokio runtime"), result
+            assert "spawn" in result, result

@@ -142,6 +142,16 @@ def test_error_rate_lists_counts_by_kind(make_results: MakeResults) -> None:
     assert "error_rate" not in codes(check(make_results(rows), Thresholds(max_error_rate=0.5, min_requests_p90=1, min_requests_p99=1)))
 
 
+def test_engine_panic_is_an_error_naming_the_first_message(make_results: MakeResults) -> None:
+    panic = {"error_kind": "engine_panic", "chunks": None, "error_message": "the engine panicked while running this request: boom"}
+    rows: list[dict[str, Any]] = [{} for _ in range(9)] + [panic]
+    finding = only(check(make_results(rows), FEW), "engine_panic")
+    assert finding.level == "error" and finding.count == 1
+    assert "1 of 10 requests" in finding.message and "request 9" in finding.message and "boom" in finding.message
+    assert codes(check(make_results(rows), FEW))[0] == "engine_panic"
+    assert "engine_panic" not in codes(check(make_results([{} for _ in range(10)]), FEW))
+
+
 def test_too_few_requests_for_p99_and_p90(make_results: MakeResults) -> None:
     eight = only(check(make_results([{} for _ in range(8)])), "too_few_requests")
     assert eight.count == 8

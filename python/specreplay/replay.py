@@ -31,7 +31,7 @@ from specreplay.chunk_tokenizer import ChunkCounter, ChunkTokenizer, recount
 from specreplay.config import Point, ReplayConfig
 from specreplay.errors import ConfigError, SpecreplayError
 from specreplay.feed import Feeder
-from specreplay.limits import ensure_open_files, peak_streams
+from specreplay.limits import ceiling_note, in_flight
 from specreplay.results import ResultsWriter, read_table
 from specreplay.server_tokenize import ServerTokenizer
 from specreplay.servermetrics import store as metrics_store
@@ -403,12 +403,15 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
     while (point := plan.next_point()) is not None:
         num_requests = plan.num_requests(run.config)
         config = run.config if num_requests == run.config.num_requests else replace(run.config, num_requests=num_requests)
-        streams = peak_streams(point.mode, point.value, config.max_concurrency, num_requests or run.trace.records)
-        ensure_open_files(streams, run.target.embedded is not None)
+        flight = in_flight(point.mode, point.value, config.max_concurrency, num_requests or run.trace.records, run.target.embedded is not None)
+        if flight.ceiling is not None:
+            hooks.note(ceiling_note(flight.ceiling, point.value if point.mode == "rate" else None))
         if plan.searching:
             run.points.append(point)
         hooks.point_started(point, index, total, label, num_requests or run.trace.records, plan.status())
         spec = _run_spec(config, point, run.headers)
+        if flight.ceiling is not None:
+            spec["max_concurrency"] = flight.ceiling
         feeder = Feeder(run.trace, config, run.target.url, model)
         finished = _run_point(spec, feeder, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us, run.start_point())
         if first:  # every point of a run replays the same turns: say it once

@@ -71,7 +71,7 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("last_token_us", pa.int64(), _US, "last chunk carrying output text"),
     Column("end_us", pa.int64(), _US, "response complete, failed or cancelled"),
     Column("http_status", pa.int32(), "", "HTTP status code; null if no response headers arrived"),
-    Column("error_kind", pa.string(), "", "null for a successful request, else one of `connect`, `http`, `stream`, `stream_error`, `decode`, `truncated`, `timeout`, `stall`, `cancelled`, `skipped_after_failure`, `worker_lost` (docs/reliability.md)"),
+    Column("error_kind", pa.string(), "", "null for a successful request, else one of `connect`, `http`, `stream`, `stream_error`, `decode`, `truncated`, `timeout`, `stall`, `cancelled`, `skipped_after_failure`, `worker_lost`, `engine_panic` (docs/reliability.md)"),
     Column("error_message", pa.string(), "", "human-readable error detail (never contains credentials)"),
     Column("finish_reason", pa.string(), "", "the server's finish reason (stop, length, max_tokens, end_turn, …)"),
     Column("prompt_tokens", pa.int64(), "tokens", "prompt tokens as reported by the server's usage"),

@@ -9,7 +9,7 @@ wrong and so never fails `--strict`. Warmup rows are left out of every check.
 
 The codes: reasoning_ate_budget, estimated_tokens, multi_token_chunks, burst_streams,
 client_saturated, engine_delay, queue_growing, error_rate, session_turns_skipped,
-acceptance_mismatch, too_few_requests, too_few_sessions, worker_lost, worker_send_lag.
+acceptance_mismatch, too_few_requests, too_few_sessions, worker_lost, worker_send_lag, engine_panic.
 """
 
 from __future__ import annotations
@@ -472,6 +472,27 @@ def _worker_lost(point: PointAnalysis) -> Finding | None:
     )
 
 
+def _engine_panic(point: PointAnalysis) -> Finding | None:
+    """A request's task panicked in the engine: a bug in specreplay, never the server's doing."""
+    rows = point.rows
+    panicked = rows[rows["error_kind"] == "engine_panic"]
+    if panicked.empty:
+        return None
+    first = panicked.iloc[0]
+    return Finding(
+        code="engine_panic",
+        level="error",
+        point=point.point,
+        count=len(panicked),
+        message=(
+            f"{len(panicked)} of {len(rows)} requests failed inside specreplay's engine (a panic; "
+            f"first: request {first['request_index']}, {first['error_message']!r}): their measurements are "
+            "gone and the point did not apply the load it names. This is a bug in specreplay; "
+            "please report it with the message."
+        ),
+    )
+
+
 def _worker_send_lag(point: PointAnalysis) -> Finding | None:
     """A distributed point's send lag per worker: which host could not keep its schedule."""
     rows = point.rows
@@ -496,6 +517,7 @@ def _worker_send_lag(point: PointAnalysis) -> Finding | None:
 #: takes an analysed sweep point and returns at most one finding.
 CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
     _reasoning_ate_budget,
+    _engine_panic,
     _worker_lost,
     _error_rate,
     _session_turns_skipped,

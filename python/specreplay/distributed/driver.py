@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from specreplay import _core
-from specreplay.distributed import clock, import_ray, split
+from specreplay.distributed import clock, import_ray, loopback, split
 from specreplay.distributed.worker import Worker
 from specreplay.errors import ConfigError, EngineError
 from specreplay.schema import engine_schema
@@ -75,14 +75,16 @@ class Cluster:
         if not ray.is_initialized():
             import logging
 
-            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
-            # "local" is also Ray's own word for "start a new instance here",
-            # never joining one that `ray start` left running on this machine.
-            kwargs["address"] = address
-            if address == LOCAL:
-                kwargs["num_cpus"] = max(workers, os.cpu_count() or 1)
+            kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
             try:
-                ray.init(**kwargs)
+                if address == LOCAL:
+                    # A new instance here (never one that `ray start` left
+                    # running), reachable from this machine only.
+                    loopback.init_local(ray, num_cpus=max(workers, os.cpu_count() or 1), **kwargs)
+                else:
+                    ray.init(address=address, include_dashboard=False, **kwargs)
+            except ConfigError:
+                raise
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise ConfigError(f"--ray {address}: could not connect to the Ray cluster ({e})") from None
             self.started_ray = True

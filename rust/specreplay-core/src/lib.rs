@@ -13,4 +13,5 @@ pub mod serve;
 pub mod sim;
 pub mod sse;
 
+pub use engine::panic_message;
 pub use error::CoreError;

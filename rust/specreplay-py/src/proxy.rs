@@ -105,11 +105,12 @@ impl CaptureProxy {
         port: u16,
     ) -> PyResult<PyClassInitializer<Self>> {
         let config: ProxyConfig = from_mapping("capture", config, ProxyConfig::validate)?;
-        let (server, captures) = start_on(py, &PROXY_RUNTIME, host, port, |addr| {
+        let runtime = PROXY_RUNTIME.get()?;
+        let (server, captures) = start_on(py, runtime, host, port, |addr| {
             ProxyServer::start(config, addr)
         })?;
         Ok(
-            PyClassInitializer::from(BackgroundServer::new(server, &PROXY_RUNTIME))
+            PyClassInitializer::from(BackgroundServer::new(server, runtime))
                 .add_subclass(CaptureProxy { captures }),
         )
     }

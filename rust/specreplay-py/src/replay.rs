@@ -62,12 +62,13 @@ pub fn start_point(
         server_stamps: spec.server_stamps,
         chunk_text: spec.chunk_text,
     };
+    let runtime = RUNTIME.get()?;
     let run = py.detach(|| {
         let prepared = requests_from_batch(&batch)?;
         if feed {
-            engine::start_streamed(spec, prepared, RUNTIME.handle())
+            engine::start_streamed(spec, prepared, runtime.handle())
         } else {
-            engine::start(spec, prepared, RUNTIME.handle())
+            engine::start(spec, prepared, runtime.handle())
         }
     });
     let run = run.map_err(Error::from)?;
@@ -92,10 +93,12 @@ impl EngineRun {
         wait_s: f64,
     ) -> PyResult<Option<ArrowBatch>> {
         let wait = Duration::from_secs_f64(wait_s.max(0.0));
+        // Started already: this run was started on it.
+        let runtime = RUNTIME.get()?;
         let records = py.detach(|| {
             let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             match guard.as_mut() {
-                Some(run) => RUNTIME.block_on(run.next_records(max_rows.max(1), wait)),
+                Some(run) => runtime.block_on(run.next_records(max_rows.max(1), wait)),
                 None => None,
             }
         });

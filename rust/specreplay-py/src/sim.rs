@@ -31,11 +31,12 @@ impl SimServer {
             Some(mapping) => from_mapping("sim", mapping, SimConfig::validate)?,
             None => SimConfig::default(),
         };
-        let server = start_on(py, &SIM_RUNTIME, host, port, |addr| {
+        let runtime = SIM_RUNTIME.get()?;
+        let server = start_on(py, runtime, host, port, |addr| {
             CoreSimServer::start(config, addr)
         })?;
         Ok(
-            PyClassInitializer::from(BackgroundServer::new(server, &SIM_RUNTIME))
+            PyClassInitializer::from(BackgroundServer::new(server, runtime))
                 .add_subclass(SimServer {}),
         )
     }

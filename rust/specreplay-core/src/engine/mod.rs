@@ -16,7 +16,8 @@ pub mod feed;
 pub(crate) mod http;
 mod interrupt;
 pub(crate) mod net;
-mod pacing;
+pub mod pacing;
+mod panics;
 pub mod record;
 pub(crate) mod request;
 pub mod request_columns;
@@ -39,6 +40,7 @@ use crate::error::CoreError;
 
 use dispatch::Releases;
 use feed::Feed;
+pub use panics::message as panic_message;
 pub use record::RequestRecord;
 use request::RequestContext;
 use schedule::Schedule;

@@ -27,6 +27,9 @@ pub enum ErrorKind {
     /// Never sent: an earlier turn of its session failed, and a user does not
     /// go on with a conversation whose answer never came.
     SkippedAfterFailure,
+    /// The engine's task for the request panicked (a bug in specreplay):
+    /// the message is the panic's; whatever the request measured is gone.
+    EnginePanic,
 }
 
 impl ErrorKind {
@@ -42,6 +45,7 @@ impl ErrorKind {
             ErrorKind::Stall => "stall",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::SkippedAfterFailure => "skipped_after_failure",
+            ErrorKind::EnginePanic => "engine_panic",
         }
     }
 }

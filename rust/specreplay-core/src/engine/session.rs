@@ -5,12 +5,13 @@
 //! session whose turn failed ends there: its later turns become rows that
 //! say so (`skipped_after_failure`), and are never sent.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::body;
 use super::feed::Unit;
+use super::panics;
 use super::record::{ErrorKind, RequestRecord};
 use super::request::execute;
 use super::spec::PreparedRequest;
@@ -33,19 +34,47 @@ enum Before {
 }
 
 /// Runs `unit`: its first turn due at `first_scheduled_us`, each later one
-/// after the one before it. Reports a row per turn sent or skipped.
+/// after the one before it. Reports a row per turn sent or skipped; a panic
+/// while running it still leaves a row for every turn it had not reported
+/// (`panics`), and the unit is counted finished either way.
 pub async fn run_unit(shared: Arc<Shared>, unit: Unit, first_scheduled_us: i64) {
+    let reported = AtomicUsize::new(0);
+    let turns = run_turns(&shared, &unit, first_scheduled_us, &reported);
+    if let Err(message) = panics::caught(turns).await {
+        for (k, request) in unit.turns.iter().enumerate() {
+            if k < reported.load(Ordering::SeqCst) {
+                continue;
+            }
+            let mut rec = record_for(&shared, &unit, k, request);
+            rec.scheduled_us = first_scheduled_us;
+            panics::mark(&mut rec, &message);
+            shared.progress.scheduled.fetch_add(1, Ordering::Relaxed);
+            report(&shared, rec);
+        }
+    }
+    shared.feed.finished();
+}
+
+/// The turns of `unit`, counting in `reported` the rows reported so far.
+async fn run_turns(
+    shared: &Arc<Shared>,
+    unit: &Unit,
+    first_scheduled_us: i64,
+    reported: &AtomicUsize,
+) {
+    let shared = shared.as_ref();
     let mut before: Option<Before> = None;
     // Live history: the answers generated so far, turn by turn.
     let mut answers: Vec<Option<String>> = Vec::new();
     for (k, request) in unit.turns.iter().enumerate() {
-        let mut rec = record_for(&shared, &unit, k, request);
+        let mut rec = record_for(shared, unit, k, request);
         let mut spliced: Option<PreparedRequest> = None;
         rec.scheduled_us = match before.take() {
             None => first_scheduled_us,
             Some(Before::Stopped) => break,
             Some(Before::Failed { at_us, what }) => {
-                skip_rest(&shared, &unit, k, at_us, &what);
+                skip_rest(shared, unit, k, at_us, &what);
+                reported.store(unit.turns.len(), Ordering::SeqCst);
                 break;
             }
             Some(Before::Ended { end_us }) => {
@@ -84,7 +113,7 @@ pub async fn run_unit(shared: Arc<Shared>, unit: Unit, first_scheduled_us: i64) 
                 due_us
             }
         };
-        send(&shared, spliced.as_ref().unwrap_or(request), &mut rec).await;
+        send(shared, spliced.as_ref().unwrap_or(request), &mut rec).await;
         if unit.dependent {
             answers.push(rec.answer.take());
             before = Some(match &rec.error {
@@ -98,9 +127,9 @@ pub async fn run_unit(shared: Arc<Shared>, unit: Unit, first_scheduled_us: i64) 
                 },
             });
         }
-        report(&shared, rec);
+        report(shared, rec);
+        reported.fetch_add(1, Ordering::SeqCst);
     }
-    shared.feed.finished();
 }
 
 /// The row of turn `k` of `unit`, before it is sent.
@@ -146,7 +175,14 @@ async fn send(shared: &Shared, request: &PreparedRequest, rec: &mut RequestRecor
         ));
     } else {
         shared.progress.sent.fetch_add(1, Ordering::Relaxed);
-        execute(&shared.ctx, request, rec).await;
+        let sent = async {
+            #[cfg(test)]
+            panics::panic_if_asked(&request.trace_id);
+            execute(&shared.ctx, request, rec).await
+        };
+        if let Err(message) = panics::caught(sent).await {
+            panics::mark(rec, &message);
+        }
     }
 }
 

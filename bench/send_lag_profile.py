@@ -1,0 +1,191 @@
+"""Where the send lag of a high-rate open loop comes from (issue 27).
+
+Runs `specreplay replay` (the CLI, as a user would) at each rate against the
+simulator in its own `specreplay serve` process, short requests (20 prompt
+tokens, 4 output), constant arrivals, and while it runs samples every thread
+of the replay process: CPU (/proc/<pid>/task/<tid>/stat, utime + stime) and
+time spent runnable but waiting for a CPU (/proc/<pid>/task/<tid>/schedstat,
+second field), summed by thread name. Each rate runs with 1 and 2 engine
+threads (tokio's TOKIO_WORKER_THREADS) and with each pacer variant
+(SPECREPLAY_SEND_LEAD_US: 0 = the pacer starts a request's task at its due
+time; N > 0 = N µs before, the task waiting the rest on its worker) and with
+the engine threads' priority boost off (the default), for the pacing thread
+only and for the tokio workers too (SPECREPLAY_THREAD_BOOST = 0, pacer,
+all; `pacing::boost_this_thread`), all in one run, interleaved, so the machine's load falls on every variant alike.
+Records /proc/loadavg before and after: on a shared machine the figures are
+only comparable within one run.
+
+    .venv/bin/python bench/send_lag_profile.py --rates 1000 2000 4000 5000 --seconds 3
+
+Writes bench/results/send-lag-profile-<time>.json and prints a table.
+Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SPECREPLAY = [sys.executable, "-m", "specreplay"]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().strip()
+
+
+def thread_sample(pid: int) -> dict[int, tuple[str, float, float, int, int]]:
+    """Per thread id: (name, CPU s, run-queue wait s, timeslices, nice)."""
+    out: dict[int, tuple[str, float, float, int, int]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            sched = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        out[int(tid)] = (name, cpu, int(sched[1]) / 1e9, int(sched[2]), int(fields[16]))
+    return out
+
+
+def by_name(first: dict[int, tuple[str, float, float, int, int]], last: dict[int, tuple[str, float, float, int, int]]) -> dict[str, dict[str, float]]:
+    """CPU, run-queue wait and timeslices between two samples, summed per
+    thread name (a thread born between them counts from zero)."""
+    names: dict[str, dict[str, float]] = {}
+    for tid, (name, cpu, wait, slices, nice) in last.items():
+        name0, cpu0, wait0, slices0, _ = first.get(tid, (name, 0.0, 0.0, 0, nice))
+        row = names.setdefault(name, {"threads": 0, "cpu_s": 0.0, "wait_s": 0.0, "slices": 0, "nice": nice})
+        row["nice"] = min(row["nice"], nice)
+        row["threads"] += 1
+        row["cpu_s"] += cpu - cpu0
+        row["wait_s"] += wait - wait0
+        row["slices"] += slices - slices0
+    for row in names.values():
+        row["wait_us_per_slice"] = 1e6 * row["wait_s"] / row["slices"] if row["slices"] else 0.0
+    return dict(sorted(names.items(), key=lambda kv: -kv[1]["cpu_s"]))
+
+
+def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, lead_us: int, boost: str, out: Path) -> dict[str, Any]:
+    env = {**os.environ, "TOKIO_WORKER_THREADS": str(threads), "SPECREPLAY_SEND_LEAD_US": str(lead_us), "SPECREPLAY_THREAD_BOOST": boost}
+    cmd = [*SPECREPLAY, "replay", str(trace), "--url", url, "--model", "specreplay-sim", "--rate", f"{rate:g}",
+           "--arrival", "constant", "--num-requests", str(n), "--no-metrics", "-o", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    first: dict[int, tuple[str, float, float, int, int]] = {}
+    last: dict[int, tuple[str, float, float, int, int]] = {}
+    while proc.poll() is None:
+        sample = thread_sample(proc.pid)
+        if sample:
+            # The point's threads exist once the engine runs: start counting there.
+            if not first and any(name.startswith("specreplay-disp") for name, *_ in sample.values()):
+                first = sample
+            if first:
+                # Counters only grow: a thread's last sample stands after it exits.
+                last.update(sample)
+        time.sleep(0.05)
+    output = proc.stdout.read().decode() if proc.stdout else ""
+    import pyarrow.feather as feather
+
+    table = feather.read_table(out, columns=["scheduled_us", "sent_us", "error_kind"])
+    lag = (np.asarray(table["sent_us"].to_numpy(zero_copy_only=False), dtype=float) - np.asarray(table["scheduled_us"].to_numpy(), dtype=float))
+    lag = lag[~np.isnan(lag)]
+    sent = np.asarray(table["sent_us"].to_numpy(zero_copy_only=False), dtype=float)
+    span_s = (np.nanmax(sent) - np.nanmin(sent)) / 1e6 if len(lag) > 1 else float("nan")
+    errors = int(sum(1 for e in table["error_kind"].to_pylist() if e is not None))
+    return {
+        "rate": rate,
+        "threads": threads,
+        "lead_us": lead_us,
+        "boost": boost,
+        "requests": int(table.num_rows),
+        "errors": errors,
+        "sent_rate": (len(lag) - 1) / span_s if span_s == span_s and span_s > 0 else None,
+        "lag_p50_us": float(np.percentile(lag, 50)),
+        "lag_p99_us": float(np.percentile(lag, 99)),
+        "lag_max_us": float(lag.max()),
+        "client_saturated": "client_saturated" in output,
+        "threads_profile": by_name(first, last) if first else {},
+        "returncode": proc.returncode,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rates", type=float, nargs="+", default=[1000, 2000, 4000, 5000])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--leads", type=int, nargs="+", default=[0, 100])
+    parser.add_argument("--boosts", nargs="+", choices=["0", "pacer", "all"], default=["0", "pacer", "all"], help="the engine threads' priority boost (SPECREPLAY_THREAD_BOOST)")
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    boosts = args.boosts
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    serve = subprocess.Popen([*SPECREPLAY, "serve", "--port", str(port), "--ttft-ms", "5", "--tpot-ms", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    results: list[dict[str, Any]] = []
+    started = {"loadavg": loadavg(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        with tempfile.TemporaryDirectory() as tmp:
+            for rate in args.rates:
+                n = int(rate * args.seconds)
+                trace = Path(tmp) / f"short-{rate:g}.jsonl"
+                subprocess.run([*SPECREPLAY, "synth", "-o", str(trace), "--num-requests", str(n), "--rate", f"{rate:g}",
+                                "--input-len", "20", "--output-len", "4", "--arrival", "constant"], check=True, capture_output=True)  # fmt: skip
+                for rep in range(args.repeats):
+                    for threads in args.threads:
+                        for lead, boost in [(lead, boost) for lead in args.leads for boost in boosts]:
+                            row = replay_once(trace, url, rate, n, threads, lead, boost, Path(tmp) / "out.arrow")
+                            row["repeat"] = rep
+                            row["loadavg_after"] = loadavg()
+                            results.append(row)
+                            print(
+                                f"rate {rate:>6g}  threads {threads}  lead {lead:>4} µs  boost {boost:<5}  sent {row['sent_rate'] or 0:8.0f}/s  "
+                                f"lag p50 {row['lag_p50_us']:8.0f}  p99 {row['lag_p99_us']:8.0f}  max {row['lag_max_us']:8.0f} µs  "
+                                f"errors {row['errors']}  {'SATURATED' if row['client_saturated'] else ''}  load {row['loadavg_after']}",
+                                flush=True,
+                            )
+                            for name, t in list(row["threads_profile"].items())[:6]:
+                                print(f"      {name:<18} x{t['threads']:<2.0f} nice {t['nice']:>3.0f}  cpu {t['cpu_s']:6.2f} s  runqueue wait {t['wait_s']:6.3f} s  ({t['wait_us_per_slice']:6.1f} µs/slice)")
+    finally:
+        serve.terminate()
+        serve.wait(timeout=10)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    doc = {"command": " ".join(sys.argv), "commit": commit, "started": started, "loadavg_end": loadavg(), "results": results}
+    out_dir = HERE / "results"
+    out_dir.mkdir(exist_ok=True)
+    path = out_dir / f"send-lag-profile-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Whole-process CPU and peak RSS of specreplay next to vLLM's Rust
+`vllm-bench`, side by side against one `specreplay serve` (issue 27,
+section 4): closed loop at each concurrency, every request 16 reasoning +
+48 answer tokens, one token per chunk every 10 ms, the two clients in turn.
+
+vllm-bench is not part of this repository: build it yourself and pass its
+binary (`git clone https://github.com/vllm-project/vllm-bench; cargo build
+--release`). Its prompts come from its `random` dataset with the built-in
+`r50k_base` tokenizer (no download; `cl100k_base` panicked in tiktoken-rs on its random ids); specreplay's from `specreplay synth`
+(20-token prompts, 64 output tokens).
+
+    .venv/bin/python bench/vllm_bench_cost.py --vllm-bench /path/to/vllm-bench --concurrency 256 1024
+
+Measured with `/usr/bin/time -f`: user + system CPU seconds and maximum RSS
+of each client process (children included for specreplay's CLI: none).
+Writes bench/results/vllm-bench-cost-<time>.json; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SPECREPLAY = [sys.executable, "-m", "specreplay"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def timed(cmd: list[str], timeout_s: float) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as out:
+        proc = subprocess.run(["/usr/bin/time", "-o", out.name, "-f", "%U %S %M %e", *cmd], capture_output=True, text=True, timeout=timeout_s)
+        user, system, rss_kib, wall = Path(out.name).read_text().split()[-4:]
+    return {
+        "cpu_s": float(user) + float(system),
+        "user_s": float(user),
+        "sys_s": float(system),
+        "rss_mib": int(rss_kib) / 1024,
+        "wall_s": float(wall),
+        "returncode": proc.returncode,
+        "tail": (proc.stdout + proc.stderr)[-600:],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vllm-bench", required=True, help="the vllm-bench binary")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[256, 1024])
+    parser.add_argument("--requests-per-stream", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    serve = subprocess.Popen(
+        [*SPECREPLAY, "serve", "--port", str(port), "--ttft-ms", "10", "--tpot-ms", "10", "--prefill-us-per-token", "0",
+         "--reasoning-tokens", "16", "16", "--content-tokens", "48", "48", "--fixed-length-reasoning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    started = {"loadavg": Path("/proc/loadavg").read_text().strip(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        with tempfile.TemporaryDirectory() as tmp:
+            for conc in args.concurrency:
+                n = conc * args.requests_per_stream
+                trace = Path(tmp) / f"t{conc}.jsonl"
+                subprocess.run([*SPECREPLAY, "synth", "-o", str(trace), "--num-requests", str(n), "--input-len", "20", "--output-len", "64"], check=True, capture_output=True)
+                for rep in range(args.repeats):
+                    clients = {
+                        "specreplay": [*SPECREPLAY, "replay", str(trace), "--url", f"{url}/v1", "--model", "specreplay-sim", "--concurrency", str(conc),
+                                       "--no-metrics", "-o", str(Path(tmp) / "out.arrow")],
+                        "vllm-bench": [args.vllm_bench, "--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions",
+                                       "--model", "specreplay-sim", "--tokenizer", "r50k_base", "--dataset-name", "random",
+                                       "--random-input-len", "20", "--random-output-len", "64", "--ignore-eos", "--num-prompts", str(n),
+                                       "--max-concurrency", str(conc), "--disable-tqdm", "--num-warmups", "0"],
+                    }  # fmt: skip
+                    for name, cmd in clients.items():
+                        row = {"client": name, "concurrency": conc, "requests": n, "repeat": rep, **timed(cmd, 600)}
+                        row["loadavg_after"] = Path("/proc/loadavg").read_text().strip()
+                        rows.append(row)
+                        print(f"{name:<11} c={conc:<5} n={n:<5} cpu {row['cpu_s']:6.2f} s  rss {row['rss_mib']:6.1f} MiB  wall {row['wall_s']:6.2f} s  rc {row['returncode']}  load {row['loadavg_after']}", flush=True)
+                        if row["returncode"] != 0:
+                            print(row["tail"])
+    finally:
+        serve.terminate()
+        serve.wait(timeout=10)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent, capture_output=True, text=True).stdout.strip()
+    out = HERE / "results" / f"vllm-bench-cost-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"command": " ".join(sys.argv), "commit": commit, "started": started, "rows": rows}, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
