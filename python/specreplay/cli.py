@@ -10,6 +10,7 @@ import click
 
 from specreplay import __version__
 from specreplay.errors import SpecreplayError
+from specreplay.commands.calibrate import calibrate
 from specreplay.commands.compare import compare
 from specreplay.commands.config import config_group
 from specreplay.commands.init import init
@@ -57,6 +58,7 @@ cli.add_command(capture)
 cli.add_command(import_cmd)
 cli.add_command(synth)
 cli.add_command(compare)
+cli.add_command(calibrate)
 cli.add_command(report)
 
 
