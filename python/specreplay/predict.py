@@ -11,10 +11,12 @@ validity checks add `predicted` and `outside_calibration` findings
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from specreplay import _core
 from specreplay.calibrate.model import ServerModel
@@ -50,11 +52,13 @@ class PredictedRun:
     """A predicted point, drained like `_core.EngineRun`: its rows were all
     computed when it started."""
 
-    def __init__(self, batches: list[pa.RecordBatch]) -> None:
+    def __init__(self, batches: list[pa.RecordBatch], point_metadata: dict[str, str]) -> None:
         self._batches = list(batches)
+        #: Results metadata of this point's rows (what it was predicted from).
+        self.point_metadata = point_metadata
         rows = sum(b.num_rows for b in self._batches)
         failed = sum(b.num_rows - b.column("error_kind").null_count for b in self._batches)
-        tokens = sum(int(pa.compute.sum(b.column("output_tokens")).as_py() or 0) for b in self._batches)
+        tokens = sum(int(pc.sum(b.column("output_tokens")).as_py() or 0) for b in self._batches)
         self._progress = _Progress(rows, rows, rows, failed, tokens)
 
     def wants_more(self) -> bool:
@@ -102,7 +106,8 @@ class Predictor:
             "span_us": stats.span_us,
             "assumptions": self.model.assumptions(concurrent),
         }
-        return PredictedRun([pa.record_batch(b) for b in out])
+        info = {"model": self.model.source, "calibration": self.model.calibration, "points": [self.points[f"{label}/{point}"]]}
+        return PredictedRun([pa.record_batch(b) for b in out], {PREDICTED_KEY: json.dumps([info])})
 
     def metadata(self) -> dict[str, Any]:
         return {

@@ -578,6 +578,10 @@ def _run_point(
         if tokenizer.failure:
             hooks.note(f"the chunks could not be counted: {tokenizer.failure}; the rows keep the estimate from the chunks' text")
     rows = writer.table(first_row)
+    point_metadata: dict[str, str] | None = getattr(run, "point_metadata", None)
+    if point_metadata:
+        # A predicted point's rows carry what it was predicted from.
+        rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}), **{k.encode(): v.encode() for k, v in point_metadata.items()}})
     if scraper is not None and len(scraper.log):
         # The point's rows as the file will hold them: with its samples.
         taken = scraper.log.table()

@@ -83,6 +83,17 @@ def _in_server(rows: pd.DataFrame, at: np.ndarray, start: str, end: str) -> np.n
     return out
 
 
+def fit_jitter(frontend: Param, prefill: Param) -> Param:
+    """frontend_jitter_us: the low-load TTFT residual as a uniform spread
+    (width √12 × RMS), at most twice the frontend (the time cannot go below 0)."""
+    if frontend.status != "fitted" or prefill.residual is None:
+        return Param("frontend_jitter_us", "unknown", needs=frontend.needs or "a fitted frontend_us")
+    width = min(prefill.residual * 12 ** 0.5, 2 * float(frontend.value))
+    capped = " (capped at twice frontend_us)" if width < prefill.residual * 12 ** 0.5 else ""
+    return Param("frontend_jitter_us", "fitted", width, None, prefill.residual, prefill.samples,
+                 "the RMS residual of the prefill fit as the width of a uniform spread" + capped)
+
+
 def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
     """frontend_us, prefill_us_per_token and prefill_us_per_cached_token from
     the TTFT of requests alone in the server until their first token."""
@@ -199,7 +210,7 @@ def fit_decode(rows: pd.DataFrame, tokens_per_step: float) -> tuple[Param, Param
     a = max(float(a), 1.0)
     fit = how + ": step = step_us × (1 + batch_step_cost × (decoding − 1)), median per batch size, weighted"
     return (Param("step_us", "fitted", a, r2, rms, len(gap), fit),
-            Param("batch_step_cost", "fitted", max(float(b) / a, 0.0), r2, rms / a, len(gap), fit),
+            Param("batch_step_cost", "fitted", max(float(b) / a, 0.0), r2, rms, len(gap), fit),
             steps_per_chunk, peak)
 
 
@@ -225,7 +236,8 @@ def fit_spec(m: pd.DataFrame, rows: pd.DataFrame) -> tuple[Param, float]:
     drafts = float(_counter_delta(m, "vllm:spec_decode_num_drafts_total").sum())
     per_pos = _counter_delta(m, "vllm:spec_decode_num_accepted_tokens_per_pos_total")
     by_pos: dict[int, float] = {}
-    for (_, labels), v in per_pos.items():
+    for key, v in per_pos.items():
+        labels = str(key[1]) if isinstance(key, tuple) else "{}"
         pos = int(json.loads(labels).get("position", 0))
         by_pos[pos] = by_pos.get(pos, 0.0) + float(v)
     if drafts <= 0 or not by_pos:
@@ -334,7 +346,8 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
                       needs="a run with speculation and one without on the same server (the step's growth per draft)")
     if spec.status == "fitted" and not spec.value:
         spec_cost = Param("spec_step_cost", "unknown", needs="a run with speculative decoding on (only matters for a draft-length what-if)")
-    params = {p.name: p for p in (frontend, prefill, cached, step, batch_cost, max_seqs, kv, ratio, delivery, spec, spec_cost)}
+    jitter = fit_jitter(frontend, prefill)
+    params = {p.name: p for p in (frontend, jitter, prefill, cached, step, batch_cost, max_seqs, kv, ratio, delivery, spec, spec_cost)}
     in_flight = 0
     for _, g in rows.groupby("group"):
         in_flight = max(in_flight, int(_in_server(g, g["sent_us"].to_numpy(dtype=np.int64), "sent_us", "end_us").max()))

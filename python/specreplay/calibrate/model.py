@@ -13,15 +13,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from specreplay.errors import ConfigError
 from specreplay.tomlfile import read_toml
+
+if TYPE_CHECKING:
+    from specreplay import _core
 
 #: The parameters of the model, in `_core.predict_point`'s names, with their
 #: unit and what they mean (docs/predict.md has the same list).
 PARAMS: dict[str, tuple[str, str]] = {
     "frontend_us": ("µs", "fixed time from arrival to the waiting queue"),
+    "frontend_jitter_us": ("µs", "width of the uniform spread of the frontend time around frontend_us"),
     "prefill_us_per_token": ("µs/token", "prefill cost per computed prompt token"),
     "prefill_us_per_cached_token": ("µs/token", "prefill cost per prompt token served from the prefix cache"),
     "step_us": ("µs", "decode step with one sequence in the batch"),
@@ -32,6 +36,13 @@ PARAMS: dict[str, tuple[str, str]] = {
     "steps_per_chunk": ("steps", "decode steps per streamed chunk (delivery)"),
     "spec_acceptance": ("probability", "conditional acceptance of each draft position (empty: no speculation)"),
     "spec_step_cost": ("fraction", "extra step cost per draft token, as a fraction of step_us"),
+}
+
+#: What a parameter's `residual` measures (the quantity its fit predicts).
+RESIDUAL_OF: dict[str, str] = {
+    "frontend_us": "µs of TTFT", "frontend_jitter_us": "µs of TTFT", "prefill_us_per_token": "µs of TTFT",
+    "prefill_us_per_cached_token": "µs of TTFT", "step_us": "µs per step", "batch_step_cost": "µs per step",
+    "max_num_seqs": "requests", "prompt_tokens_per_word": "prompt tokens", "steps_per_chunk": "tokens per chunk",
 }
 
 #: Parameters a prediction cannot run without (the others have a stated
@@ -58,6 +69,7 @@ class Param:
             out["r2"] = round(self.r2, 4)
         if self.residual is not None and math.isfinite(self.residual):
             out["residual"] = round(self.residual, 3)
+            out["residual_of"] = RESIDUAL_OF.get(self.name, PARAMS[self.name][0])
         out["samples"] = self.samples
         if self.how:
             out["how"] = self.how
@@ -73,7 +85,7 @@ class Param:
         if self.r2 is not None and math.isfinite(self.r2):
             quality.append(f"R² {self.r2:.3f}")
         if self.residual is not None and math.isfinite(self.residual):
-            quality.append(f"residual {self.residual:.3g} {unit}")
+            quality.append(f"residual {self.residual:.3g} {RESIDUAL_OF.get(self.name, unit)}")
         quality.append(f"{self.samples} samples")
         return f"{self.name} = {_show(self.value)} {unit} ({self.status}; {', '.join(quality)})"
 
@@ -163,7 +175,7 @@ class ServerModel:
             params[name] = Param(name, "what-if", value, how="set on the command line")
         return ServerModel(params, self.output, self.calibration, self.source)
 
-    def core_mapping(self, seed: int) -> dict[str, Any]:
+    def core_mapping(self, seed: int) -> _core.ServerModel:
         """The `ServerModel` mapping of `_core.predict_point`: unknown limits
         as none, an unknown cache discount or delivery as their neutral value
         (`assumptions` says which)."""
@@ -177,8 +189,9 @@ class ServerModel:
             return neutral if p.status == "unknown" else p.value
 
         prefill = float(value("prefill_us_per_token", 0.0))
-        return {
+        mapping: dict[str, Any] = {
             "frontend_us": float(value("frontend_us", 0.0)),
+            "frontend_jitter_us": float(value("frontend_jitter_us", 0.0)),
             "prefill_us_per_token": prefill,
             # Unknown: a cached token costs what a computed one does (no discount assumed).
             "prefill_us_per_cached_token": float(value("prefill_us_per_cached_token", prefill)),
@@ -197,6 +210,7 @@ class ServerModel:
             ],
             "seed": seed,
         }
+        return cast("_core.ServerModel", mapping)
 
     def assumptions(self, concurrent: bool) -> list[str]:
         """What a prediction assumes for unknown parameters, said loudly.
@@ -205,6 +219,8 @@ class ServerModel:
         p = self.params
         if p["frontend_us"].status == "unknown":
             out.append(f"frontend_us unknown: taken as 0, its time is in prefill_us_per_token ({p['frontend_us'].needs})")
+        if p["frontend_jitter_us"].status == "unknown":
+            out.append(f"frontend_jitter_us unknown: requests sent together reach the engine together ({p['frontend_jitter_us'].needs})")
         if p["prompt_tokens_per_word"].status == "unknown":
             out.append(f"prompt_tokens_per_word unknown: prompts counted one token per word ({p['prompt_tokens_per_word'].needs})")
         if p["prefill_us_per_cached_token"].status == "unknown":

@@ -26,6 +26,12 @@ pub struct OutputClass {
 pub struct ServerModel {
     /// Fixed time from arrival to the waiting queue (tokenising, the API server).
     pub frontend_us: f64,
+    /// Spread of that time: each request's is drawn uniform in
+    /// `frontend_us ± frontend_jitter_us / 2`. Requests that arrive together
+    /// then reach an idle engine apart, as on a real server, instead of
+    /// always sharing their prefill iteration.
+    #[serde(default)]
+    pub frontend_jitter_us: f64,
     /// Prefill cost per computed prompt token.
     pub prefill_us_per_token: f64,
     /// Prefill cost per prompt token served from the prefix cache.
@@ -76,6 +82,7 @@ impl ServerModel {
     pub fn validate(&self) -> Result<(), CoreError> {
         for (field, v) in [
             ("frontend_us", self.frontend_us),
+            ("frontend_jitter_us", self.frontend_jitter_us),
             ("prefill_us_per_token", self.prefill_us_per_token),
             (
                 "prefill_us_per_cached_token",
