@@ -53,11 +53,11 @@ def predict(model: Path, trace_path: str, out: Path, **load: Any) -> Path:
 def loop(
     url: str, workdir: Path, *, n: int, input_len: str, output_len: int,
     calibrate_at: tuple[dict[str, Any], ...] = ({"concurrency": [1]}, {"concurrency": [4]}),
-    held_out_concurrency: int = 2, held_out_rate_share: float = 0.6, seed: int = 1,
+    held_out_concurrency: int = 2, held_out_rate_share: float | None = 0.6, seed: int = 1,
 ) -> LoopResult:
     """Calibrates from runs at `calibrate_at`, then predicts and measures a
     held-out concurrency and a rate at `held_out_rate_share` of the highest
-    throughput calibration saw."""
+    throughput calibration saw (None: no rate point)."""
     runs: dict[str, Path] = {}
     for k, load in enumerate(calibrate_at):
         name = "calibrate-" + "-".join(f"{key}{v[0]}" for key, v in load.items())
@@ -67,9 +67,11 @@ def loop(
     model_path = workdir / "server.toml"
     model.write(model_path)
     best = max(float(summarize(specreplay.load(p))["achieved_rate_rps"].max()) for p in runs.values())
-    rate = round(best * held_out_rate_share, 3)
+    held_out: list[dict[str, Any]] = [{"concurrency": [held_out_concurrency]}]
+    if held_out_rate_share is not None:
+        held_out.append({"rate": [round(best * held_out_rate_share, 3)], "seed": seed})
     found: list[Error] = []
-    for k, load in enumerate(({"concurrency": [held_out_concurrency]}, {"rate": [rate], "seed": seed})):
+    for k, load in enumerate(held_out):
         name = "held-out-" + "-".join(f"{key}{v[0] if isinstance(v, list) else v}" for key, v in load.items())
         t = trace(workdir, name, n, input_len, output_len, seed * 100 + 50 + k)
         runs[name] = measure(url, t, workdir / f"{name}.arrow", **load)

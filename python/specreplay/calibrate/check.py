@@ -11,6 +11,7 @@ import pandas as pd
 
 #: The summary figures a prediction is checked on.
 FIGURES: tuple[str, ...] = (
+    "ttft_mean_ms", "tpot_mean_ms", "e2e_mean_ms",
     "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
     "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
     "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms",

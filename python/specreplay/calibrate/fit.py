@@ -337,15 +337,42 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
     rows, metrics, configs = _runs(paths)
     if not len(rows):
         raise ValueError("no successful measured request in " + ", ".join(paths))
-    spec, tokens_per_step = fit_spec(metrics, rows)
+    # Speculation is per run: runs with drafts and runs without are fitted apart.
+    specs = {}
+    for f in sorted(rows["file"].unique()):
+        file_metrics = metrics[metrics["group"].str.startswith(f"{f}/")] if len(metrics) else metrics
+        specs[int(f)] = fit_spec(file_metrics, rows[rows["file"] == f])
+    drafting = [f for f, (p, _) in specs.items() if p.status == "fitted" and p.value]
+    plain = [f for f, (p, _) in specs.items() if p.status == "fitted" and not p.value]
     frontend, prefill, cached = fit_prefill(rows)
-    step, batch_cost, delivery, peak_decoding = fit_decode(rows, tokens_per_step)
+    base_rows = rows[rows["file"].isin(plain)] if plain else rows[rows["file"].isin(drafting)]
+    base_tps = 1.0 if plain else specs[drafting[0]][1] if drafting else 1.0
+    step, batch_cost, delivery, peak_decoding = fit_decode(base_rows if len(base_rows) else rows, base_tps)
     max_seqs, kv = fit_limits(metrics)
     ratio = fit_prompt_ratio(rows, configs, paths)
     spec_cost = Param("spec_step_cost", "unknown",
                       needs="a run with speculation and one without on the same server (the step's growth per draft)")
-    if spec.status == "fitted" and not spec.value:
+    if drafting:
+        # The model speculates as the (first) drafting run did.
+        spec, tokens_per_step = specs[drafting[0]]
+        if plain and step.status == "fitted":
+            spec_rows = rows[rows["file"].isin(drafting)]
+            spec_step, *_ = fit_decode(spec_rows, tokens_per_step)
+            k = len(spec.value)
+            if spec_step.status == "fitted":
+                cost = max(float(spec_step.value) / float(step.value) - 1.0, 0.0) / k
+                spec_cost = Param("spec_step_cost", "fitted", cost, None, spec_step.residual, spec_step.samples,
+                                  f"the one-sequence step with {k} drafts against the step without, per draft")
+        elif not plain:
+            spec_cost = Param("spec_step_cost", "unknown",
+                              needs="a run without speculation on the same server: step_us is the step with drafts until then")
+    elif plain:
+        spec = specs[plain[0]][0]
         spec_cost = Param("spec_step_cost", "unknown", needs="a run with speculative decoding on (only matters for a draft-length what-if)")
+    else:
+        spec = next(iter(specs.values()))[0]
+    if len(plain) and len(drafting):
+        spec.how += f"; from {paths[drafting[0]]} (the runs without drafts give step_us)"
     jitter = fit_jitter(frontend, prefill)
     params = {p.name: p for p in (frontend, jitter, prefill, cached, step, batch_cost, max_seqs, kv, ratio, delivery, spec, spec_cost)}
     in_flight = 0
