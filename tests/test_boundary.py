@@ -151,3 +151,15 @@ def test_the_secret_header_list_is_the_core_one() -> None:
     assert not _core.is_secret_header("x-request-id")
     config = ReplayConfig(trace="t", headers={"Proxy-Authorization": "Basic c2VjcmV0", "X-Trace": "1"})
     assert config.to_metadata()["headers"] == {"Proxy-Authorization": "<redacted>", "X-Trace": "1"}
+
+
+def test_server_model_typed_dict_names_exactly_the_core_fields() -> None:
+    model: Any = {"frontend_us": 0, "prefill_us_per_token": 1, "step_us": 1, "batch_step_cost": 0, "__nope__": 1}
+    with pytest.raises(ConfigError) as err:
+        _core.predict_point(model, {"load": LOAD}, [requests()], [0], 0)
+    assert accepted_keys(str(err.value)) == stub_keys("ServerModel")
+    output: Any = {**model, "output": [{"api": "chat", "reasoning": [1], "content": [1], "__nope__": 1}]}
+    del output["__nope__"]
+    with pytest.raises(ConfigError) as err:
+        _core.predict_point(output, {"load": LOAD}, [requests()], [0], 0)
+    assert accepted_keys(str(err.value)) == stub_keys("OutputClass")

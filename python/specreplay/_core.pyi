@@ -269,6 +269,7 @@ class SimServer(BackgroundServer):
 def sim_knee_rate(config: SimConfig, prompt_tokens: int, output_tokens: int) -> float:
     """The capacity model's knee, requests/s (docs/simulator.md, "The knee")."""
 
+@type_check_only
 class OutputClass(TypedDict):
     """Natural output lengths of one prompt class: paired samples."""
 
@@ -276,6 +277,7 @@ class OutputClass(TypedDict):
     reasoning: list[int]
     content: list[int]
 
+@type_check_only
 class ServerModel(TypedDict, total=False):
     """A calibrated server (`specreplay_core::predict::ServerModel`; docs/predict.md)."""
 

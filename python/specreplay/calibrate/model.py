@@ -42,7 +42,7 @@ PARAMS: dict[str, tuple[str, str]] = {
 RESIDUAL_OF: dict[str, str] = {
     "frontend_us": "µs of TTFT", "frontend_jitter_us": "µs of TTFT", "prefill_us_per_token": "µs of TTFT",
     "prefill_us_per_cached_token": "µs of TTFT", "step_us": "µs per step", "batch_step_cost": "µs per step",
-    "max_num_seqs": "requests", "prompt_tokens_per_word": "prompt tokens", "steps_per_chunk": "tokens per chunk",
+    "max_num_seqs": "requests", "prompt_tokens_per_word": "prompt tokens", "steps_per_chunk": "tokens per chunk", "spec_step_cost": "µs per step",
 }
 
 #: Parameters a prediction cannot run without (the others have a stated
