@@ -32,7 +32,9 @@ TARGETS = {"p50": 0.15, "p90": 0.15, "p99": 0.25}
 def within(figure: str, error: float) -> str:
     if figure == "output_tok_s" or figure.startswith("e2e"):
         return ""
-    limit = next(v for k, v in TARGETS.items() if f"_{k}_" in figure)
+    limit = next((v for k, v in TARGETS.items() if f"_{k}_" in figure), None)
+    if limit is None:  # a mean: no target
+        return ""
     return "yes" if abs(error) <= limit else "no"
 
 
@@ -49,6 +51,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, LlamaCppServer(smollm2_gguf(), parallel=4, threads=1, ctx=4096) as server:
         result = loop(server.api_url, Path(tmp), n=args.requests, input_len=args.input_len, output_len=args.output_len)
     took = time.monotonic() - started
+    print(markdown(result.errors), flush=True)
     load_after = os.getloadavg()
     rows = ["| point | figure | predicted | measured | error | within target |", "|---|---|---|---|---|---|"]
     for e in result.errors:
@@ -77,7 +80,6 @@ The calibration:
 {chr(10).join('- ' + line for line in result.described)}
 """
     Path(args.out).write_text(text)
-    print(markdown(result.errors))
     print(f"wrote {args.out}")
 
 

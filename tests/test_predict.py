@@ -188,6 +188,10 @@ def test_cli_calibrate_then_predict_then_search_and_compare(calibrated: tuple[Pa
     # A steeper batch step: the what-if predicts slower decoding, and compare says so.
     tpot = next(line for line in result.output.splitlines() if "TPOT p50" in line)
     assert "slower" in tpot, result.output
+    html = tmp_path / "r.html"
+    result = runner.invoke(cli, ["report", str(a), "-o", str(html)])
+    assert result.exit_code == 0, result.output
+    assert "PREDICTED, not measured" in html.read_text()
     search = tmp_path / "s.arrow"
     result = runner.invoke(cli, ["replay", t, "--predict", str(model), "--find-max-rate", "--slo", "p90 ttft < 200", "--rate", "4",
                                  "--arrival", "constant", "--search-tolerance", "0.1", "-o", str(search)])

@@ -83,16 +83,10 @@ class Predictor:
     points: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def start_point(self, spec: RunSpec, feeder: Feeder, label: str, point: str) -> PredictedRun:
-        batches, laps, lap = [], [], 0
-        while not feeder.done:
-            rows, lap_end, end = feeder._collect()
-            if rows:
-                batches.append(request_batch(rows))
-                laps.append(lap)
-            if lap_end:
-                lap += 1
-            if end:
-                feeder.done = True
+        batches, laps = [], []
+        for rows, lap in feeder.drain():
+            batches.append(request_batch(rows))
+            laps.append(lap)
         load = spec["load"]
         concurrent = not (load["mode"] == "concurrency" and load["concurrency"] == 1)
         out, stats = _core.predict_point(self.model.core_mapping(self.seed), spec, batches, laps, _core.now_us())

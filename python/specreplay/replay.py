@@ -298,6 +298,8 @@ def _predictor(config: ReplayConfig) -> Predictor | None:
 
     if config.url is not None or config.ray is not None or config.tokenizer or config.server_tokenize:
         raise ConfigError("predict: a prediction sends nothing: drop url, ray, tokenizer and server_tokenize")
+    if config.max_concurrency is not None or config.retries or config.stall_timeout is not None:
+        raise ConfigError("predict: max_concurrency, retries and stall_timeout are not modelled by a prediction yet: drop them")
     model = ServerModel.read(config.predict).with_overrides(config.what_if)
     model.core_mapping(config.seed)  # refuses now, before any point, when a required parameter is unknown
     config.label = predicted_label(config.label)
