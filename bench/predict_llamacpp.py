@@ -44,12 +44,15 @@ def main() -> None:
     ap.add_argument("--input-len", default="uniform:100:300")
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--out", default=str(HERE.parent / "docs" / "predict-accuracy.md"))
+    ap.add_argument("--keep", help="keep the runs, traces and server.toml in this directory (default: a temporary one)")
     args = ap.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     load_before = os.getloadavg()
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, LlamaCppServer(smollm2_gguf(), parallel=4, threads=1, ctx=4096) as server:
-        result = loop(server.api_url, Path(tmp), n=args.requests, input_len=args.input_len, output_len=args.output_len)
+        work = Path(args.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        result = loop(server.api_url, work, n=args.requests, input_len=args.input_len, output_len=args.output_len)
     took = time.monotonic() - started
     print(markdown(result.errors), flush=True)
     load_after = os.getloadavg()

@@ -84,14 +84,13 @@ def _in_server(rows: pd.DataFrame, at: np.ndarray, start: str, end: str) -> np.n
 
 
 def fit_jitter(frontend: Param, prefill: Param) -> Param:
-    """frontend_jitter_us: the low-load TTFT residual as a uniform spread
-    (width √12 × RMS), at most twice the frontend (the time cannot go below 0)."""
-    if frontend.status != "fitted" or prefill.residual is None:
-        return Param("frontend_jitter_us", "unknown", needs=frontend.needs or "a fitted frontend_us")
-    width = min(prefill.residual * 12 ** 0.5, 2 * float(frontend.value))
-    capped = " (capped at twice frontend_us)" if width < prefill.residual * 12 ** 0.5 else ""
-    return Param("frontend_jitter_us", "fitted", width, None, prefill.residual, prefill.samples,
-                 "the RMS residual of the prefill fit as the width of a uniform spread" + capped)
+    """frontend_jitter_us is not fitted: the low-load TTFT residual is
+    mostly the machine's noise, not the spread of arrivals, and taking it as
+    one breaks up requests a real server batches together (llama.cpp
+    prefills two requests sent 3 ms apart in one batch). Unknown: requests
+    sent together reach the engine together; a what-if can spread them."""
+    return Param("frontend_jitter_us", "unknown",
+                 needs="not fitted by this version (the TTFT residual is the machine's noise more than the arrivals' spread): give it with --what-if")
 
 
 def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
