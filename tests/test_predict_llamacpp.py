@@ -3,13 +3,14 @@
 (`realservers/predict_loop.py`). Calibrated from runs at concurrency 1 and
 4, predicted and measured at concurrency 2 (held out), on fresh prompts.
 
-The bound is generous (50% on the means and tokens/s): on a shared 2-core
-machine the server's own speed moves by tens of percent between runs, and
-eight requests make noisy percentiles (at concurrency 2 TTFT is bimodal:
-a request prefills alone or behind another's prefill, and the median of
-eight lands on either mode). It catches a broken loop (a wrong unit,
-a lost batch effect, a prediction of nothing), not the precision:
-bench/predict_llamacpp.py measures that (docs/predict.md)."""
+The bounds are generous: tokens/s within 50%, the means of TTFT, TPOT
+and E2E within a factor of 3. On a shared 2-core machine the server's own
+speed moves by tens of percent between runs, and at concurrency 2 llama.cpp
+sometimes prefills the two requests in one batch (TTFT two prefills, as the
+model predicts) and sometimes apart (TTFT one prefill): the mean TTFT then
+moves by 2x between sittings (docs/predict.md). They catch a broken loop
+(a unit error, a prediction of nothing, a lost decode step), not the
+precision: bench/predict_llamacpp.py measures that (docs/predict.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from realservers.llamacpp import LlamaCppServer  # noqa: E402
 from realservers.predict_loop import loop  # noqa: E402
 from realservers.smollm2 import smollm2_gguf  # noqa: E402
 
-BOUND = 0.5
+#: Tokens/s, relative; the means, as a factor either way.
+THROUGHPUT_BOUND = 0.5
+MEAN_FACTOR = 3.0
 
 
 def test_predictions_from_a_calibrated_llamacpp_hold_at_a_held_out_concurrency(tmp_path: Path) -> None:
@@ -36,5 +39,10 @@ def test_predictions_from_a_calibrated_llamacpp_hold_at_a_held_out_concurrency(t
     assert '[params.max_num_seqs]\nstatus = "unknown"' in text
     means = {e.figure: e for e in result.errors if e.figure.endswith("_mean_ms") or e.figure == "output_tok_s"}
     assert set(means) == {"ttft_mean_ms", "tpot_mean_ms", "e2e_mean_ms", "output_tok_s"}
+    shown = [f"{x.figure} {x.predicted:.1f} vs {x.measured:.1f}" for x in result.errors]
     for e in means.values():
-        assert e.predicted > 0 and abs(e.relative) <= BOUND, [f"{x.figure} {x.predicted:.1f} vs {x.measured:.1f}" for x in result.errors]
+        assert e.predicted > 0 and e.measured > 0, shown
+        if e.figure == "output_tok_s":
+            assert abs(e.relative) <= THROUGHPUT_BOUND, shown
+        else:
+            assert 1 / MEAN_FACTOR <= e.predicted / e.measured <= MEAN_FACTOR, shown
