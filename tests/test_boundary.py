@@ -201,3 +201,13 @@ def test_a_runtime_that_cannot_start_is_an_engine_error() -> None:
         for result in results:
             assert result.startswith(f"EngineError: could not start the {name}'s tokio runtime"), result
             assert "spawn" in result, result
+def test_server_model_typed_dict_names_exactly_the_core_fields() -> None:
+    model: Any = {"frontend_us": 0, "prefill_us_per_token": 1, "step_us": 1, "batch_step_cost": 0, "__nope__": 1}
+    with pytest.raises(ConfigError) as err:
+        _core.predict_point(model, {"load": LOAD}, [requests()], [0], 0)
+    assert accepted_keys(str(err.value)) == stub_keys("ServerModel")
+    output: Any = {**model, "output": [{"api": "chat", "reasoning": [1], "content": [1], "__nope__": 1}]}
+    del output["__nope__"]
+    with pytest.raises(ConfigError) as err:
+        _core.predict_point(output, {"load": LOAD}, [requests()], [0], 0)
+    assert accepted_keys(str(err.value)) == stub_keys("OutputClass")

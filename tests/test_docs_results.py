@@ -57,6 +57,8 @@ def test_every_token_source_is_documented(name: str) -> None:
         "too_few_requests",
         "too_few_sessions",
         "acceptance_mismatch",
+        "predicted",
+        "outside_calibration",
     ],
 )
 def test_every_validity_code_is_documented(code: str) -> None:

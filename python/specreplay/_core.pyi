@@ -269,6 +269,57 @@ class SimServer(BackgroundServer):
 def sim_knee_rate(config: SimConfig, prompt_tokens: int, output_tokens: int) -> float:
     """The capacity model's knee, requests/s (docs/simulator.md, "The knee")."""
 
+@type_check_only
+class OutputClass(TypedDict):
+    """Natural output lengths of one prompt class: paired samples."""
+
+    api: str
+    reasoning: list[int]
+    content: list[int]
+
+@type_check_only
+class ServerModel(TypedDict, total=False):
+    """A calibrated server (`specreplay_core::predict::ServerModel`; docs/predict.md)."""
+
+    frontend_us: float
+    frontend_jitter_us: float
+    prefill_us_per_token: float
+    prefill_us_per_cached_token: float
+    step_us: float
+    batch_step_cost: float
+    max_num_seqs: int | None
+    kv_cache_tokens: int | None
+    prefix_caching: bool
+    prompt_tokens_per_word: float
+    steps_per_chunk: float
+    spec_acceptance: list[float]
+    spec_step_cost: float
+    output: list[OutputClass]
+    seed: int
+
+@final
+class PredictStats:
+    """What a predicted point's server went through."""
+
+    @property
+    def peak_running(self) -> int: ...
+    @property
+    def peak_waiting(self) -> int: ...
+    @property
+    def peak_kv_tokens(self) -> int: ...
+    @property
+    def iterations(self) -> int: ...
+    @property
+    def span_us(self) -> int: ...
+
+def predict_point(
+    model: ServerModel, spec: RunSpec, requests: list[ArrowArrayExportable], laps: list[int], start_us: int
+) -> tuple[list[ArrowBatch], PredictStats]:
+    """One sweep point predicted on a virtual clock: the engine's batches (docs/predict.md)."""
+
+def sim_prompt_tokens(requests: ArrowArrayExportable) -> list[int]:
+    """Each request's prompt length as the simulator counts it (a word, 4 per chat message)."""
+
 @final
 class CapturedRequest:
     """A request through the capture proxy, once its body was read."""

@@ -29,6 +29,8 @@ report read these; none derives them again. A new figure is a key of
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -62,6 +64,8 @@ class PointAnalysis:
     slo: Slo = Slo()
     server_samples: pd.DataFrame = field(default_factory=lambda: server_store.empty().to_pandas())
     """The server's Prometheus samples scraped during the point (`specreplay.load(path, metrics=True)`'s rows of it)."""
+    prediction: dict[str, Any] | None = None
+    """A predicted point: what it was predicted from (`predict.PREDICTED_KEY`'s entry for it); None when measured."""
 
     @cached_property
     def ok_rows(self) -> pd.DataFrame:
@@ -183,6 +187,7 @@ def analyse(
     if points is None:
         points = config_points(df)
     samples: pd.DataFrame = server_store.from_metadata(df.attrs).to_pandas()
+    predictions = _predictions(df)
     runs = []
     for label, rows in by_label(df):
         config = run_config_of(df, label)
@@ -195,9 +200,24 @@ def analyse(
                 max_tokens=max_tokens if max_tokens is not None else _int_or_none(config.get("max_tokens")),
                 slo=Slo.from_table(dict(config.get("slo") or {})),
                 samples=samples[samples["label"] == label],
+                predictions={p: v for (lab, p), v in predictions.items() if lab == label},
             )
         )
     return runs
+
+
+def _predictions(df: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (label, point), what a predicted point was predicted from."""
+    from specreplay.predict import PREDICTED_KEY
+
+    raw = df.attrs.get(PREDICTED_KEY)
+    if not raw:
+        return {}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for run in json.loads(raw):
+        for point in run.get("points", []):
+            out[(str(point["label"]), str(point["point"]))] = {**point, "model": run.get("model"), "calibration": run.get("calibration", {})}
+    return out
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -213,6 +233,7 @@ def analyse_run(
     max_tokens: int | None,
     slo: Slo = Slo(),
     samples: pd.DataFrame | None = None,
+    predictions: dict[str, dict[str, Any]] | None = None,
 ) -> RunAnalysis:
     """The analysis of `df`, the rows of one run, with `samples`, the
     server's metrics scraped during it (none if not given)."""
@@ -235,6 +256,7 @@ def analyse_run(
                 max_tokens=max_tokens,
                 slo=slo,
                 **({} if samples is None else {"server_samples": samples[samples["point"] == point]}),
+                prediction=(predictions or {}).get(point),
             )
         )
     return RunAnalysis(label=label, rows=data, points=tuple(out), thresholds=thresholds, max_tokens=max_tokens, slo=slo)

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "import": ("specreplay.commands.import_trace", "import_cmd", "Convert a public trace FILE of FORMAT into a specreplay trace."),
     "synth": ("specreplay.commands.synth", "synth", "Write a synthetic trace: arrival process, length distributions, shared-prefix groups, multi-turn sessions."),
     "compare": ("specreplay.commands.compare", "compare", "Compare runs with the first one (the base): per sweep point in both, TTFT, TTFC, TPOT, ITL and E2E (p50, p90, p99) and tokens/s, each with its change, a bootstrap confidence interval, and a verdict: faster, slower, or no significant difference."),
+    "calibrate": ("specreplay.commands.calibrate", "calibrate", "Fit the server model to RUNS (results files of real replays, with the server's metrics scraped): prefill cost per prompt token and per cached token, the decode step against the batch, the batch and KV limits, delivery, speculative acceptance by position, and output lengths per API."),
     "report": ("specreplay.commands.report", "report", "Write an HTML report of RUN (a results file, or FILE:LABEL): validity findings at the top, configuration, summary, and charts (latency CDFs, TPOT and throughput over time, tokens per chunk, TTFT against prompt length, send lag)."),
 }
 

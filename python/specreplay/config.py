@@ -107,6 +107,11 @@ class ReplayConfig:
     find_max_rate: bool = False
     search_tolerance: float = 0.05
     search_budget: float = 1800.0
+    #: Predict every point from this server model (`specreplay calibrate`'s
+    #: server.toml) on a virtual clock instead of sending it (docs/predict.md).
+    predict: str | None = None
+    #: What-if values for the prediction's server model (parameter → value).
+    what_if: dict[str, Any] = field(default_factory=dict)
     #: Set by the probe before a run when the server is llama.cpp: requests
     #: then ask for `timings_per_token` (its per-chunk token counts). Not an
     #: option: never read from a file, never written.
@@ -339,4 +344,6 @@ FIELDS: dict[str, FieldSpec] = {
     "find_max_rate": FieldSpec("bool"),
     "search_tolerance": FieldSpec("float", positive=True),
     "search_budget": FieldSpec("float", positive=True),
+    "predict": FieldSpec("str", optional=True),
+    "what_if": FieldSpec("table"),
 }

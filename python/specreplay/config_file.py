@@ -143,7 +143,7 @@ def apply_overrides(config: ReplayConfig, overrides: Mapping[str, Any]) -> Repla
 
 #: Keys a results file stores beside the configuration (what the run
 #: resolved), which are not options.
-DERIVED_KEYS = frozenset({"points", "trace_sha256", "target", "embedded_simulator", "served_model", "llamacpp_timings", "metrics_target"})
+DERIVED_KEYS = frozenset({"points", "trace_sha256", "target", "embedded_simulator", "served_model", "llamacpp_timings", "metrics_target", "predicted"})
 
 
 def stored_runs(run_metadata: list[dict[str, Any]], source: str) -> list[ReplayConfig]:

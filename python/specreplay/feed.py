@@ -114,6 +114,18 @@ class Feeder:
                 run.feed(request_batch(rows))
             self._mark(run, lap_end, end)
 
+    def drain(self) -> Iterator[tuple[list[dict[str, Any]], int]]:
+        """Every remaining batch's rows with the pass over the trace they
+        belong to, at once: for a prediction (`predict.Predictor`), which
+        has no engine asking."""
+        lap = 0
+        while not self.done:
+            rows, lap_end, end = self._collect()
+            if rows:
+                yield rows, lap
+            lap += lap_end
+            self.done = end
+
     def _mark(self, run: _core.EngineRun, lap_end: bool, end: bool) -> None:
         if lap_end:
             run.end_lap()

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from specreplay.analysis import RunAnalysis
     from specreplay.capacity import Answer
     from specreplay.distributed.driver import Cluster
+    from specreplay.predict import Predictor
 
 #: What starts one point: the feeder, on the local engine (`Feeder.start`),
 #: or a distributed replay's workers, each feeding its own engine its share
@@ -190,6 +191,10 @@ def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]
 
 
 def _resolve_target(config: ReplayConfig, trace: TraceIndex, headers: list[tuple[str, str]]) -> Target:
+    if config.predict is not None:
+        from specreplay.predict import PREDICT_URL
+
+        return Target(PREDICT_URL, config.model or "predicted")
     if config.url is None:
         return start_embedded(config.seed, config.sim)
     return preflight(config.url, config.model, headers, trace.all_have_model)
@@ -230,9 +235,12 @@ class _Run:
     scraper: Scraper | None = None
     tokenizer: ChunkCounter | None = None
     cluster: Cluster | None = None
+    predictor: Predictor | None = None
 
     def start_point(self) -> StartPoint:
-        """How this run's points start: here, or on its Ray workers."""
+        """How this run's points start: here, on its Ray workers, or predicted."""
+        if self.predictor is not None:
+            return self.predictor.start_point
         if self.cluster is None:
             return _local_start
         return self.cluster.start_point
@@ -254,6 +262,7 @@ class _Run:
         out["points"] = [p.to_dict() for p in self.points]
         out["trace_sha256"] = self.trace_sha256
         out["llamacpp_timings"] = self.config.llamacpp_timings
+        out["predicted"] = self.predictor is not None
         if self.target is not None:
             out["target"] = redact_url(self.target.url)
             out["embedded_simulator"] = self.target.embedded is not None
@@ -268,12 +277,34 @@ def _prepare_run(config: ReplayConfig) -> _Run:
     trace = scan_trace(config.trace)
     headers = auth_headers(config, set(trace.apis))
     tokenizer = ChunkTokenizer(config.tokenizer) if config.tokenizer else None
+    predictor = _predictor(config)
     if config.find_max_rate:
         from specreplay.capacity import SearchPlan
 
-        return _Run(config, trace, [], headers, trace.sha256, SearchPlan(config), tokenizer=tokenizer)
+        return _Run(config, trace, [], headers, trace.sha256, SearchPlan(config), tokenizer=tokenizer, predictor=predictor)
     points = config.points(trace.has_arrivals)
-    return _Run(config, trace, points, headers, trace.sha256, Plan(points), tokenizer=tokenizer)
+    return _Run(config, trace, points, headers, trace.sha256, Plan(points), tokenizer=tokenizer, predictor=predictor)
+
+
+def _predictor(config: ReplayConfig) -> Predictor | None:
+    """With `predict`: the server model (what-ifs applied) its points are
+    predicted from; the run is relabelled and scrapes nothing."""
+    if config.predict is None:
+        if config.what_if:
+            raise ConfigError("what_if changes a prediction's server model: give predict (--predict server.toml) too")
+        return None
+    from specreplay.calibrate.model import ServerModel
+    from specreplay.predict import Predictor, predicted_label
+
+    if config.url is not None or config.ray is not None or config.tokenizer or config.server_tokenize:
+        raise ConfigError("predict: a prediction sends nothing: drop url, ray, tokenizer and server_tokenize")
+    if config.max_concurrency is not None or config.retries or config.stall_timeout is not None:
+        raise ConfigError("predict: max_concurrency, retries and stall_timeout are not modelled by a prediction yet: drop them")
+    model = ServerModel.read(config.predict).with_overrides(config.what_if)
+    model.core_mapping(config.seed)  # refuses now, before any point, when a required parameter is unknown
+    config.label = predicted_label(config.label)
+    config.metrics = False
+    return Predictor(model, config.seed)
 
 
 def _runs_metadata(runs: list[_Run]) -> dict[str, str]:
@@ -332,7 +363,9 @@ def run_replay(
         for run in runs:
             assert run.target is not None
             desc = (
-                f"no --url given: replaying against the embedded simulated server at {run.target.url}"
+                f"PREDICTED, not measured: every point is computed from the server model {run.config.predict} (nothing is sent)"
+                if run.predictor is not None
+                else f"no --url given: replaying against the embedded simulated server at {run.target.url}"
                 if run.target.embedded is not None
                 else f"target {redact_url(run.target.url)}" + (f", model {run.target.model}" if run.target.model else "")
             )
@@ -379,6 +412,11 @@ def run_replay(
             clusters = [r.cluster.metadata() for r in runs if r.cluster is not None]
             if clusters:
                 extra[WORKERS_KEY] = json.dumps(clusters[0] if len(clusters) == 1 else clusters)
+            predictors = [r.predictor.metadata() for r in runs if r.predictor is not None]
+            if predictors:
+                from specreplay.predict import PREDICTED_KEY
+
+                extra[PREDICTED_KEY] = json.dumps(predictors)
             if len(samples):
                 extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
             result.points = [p for r in runs for p in r.points]
@@ -403,15 +441,19 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
     while (point := plan.next_point()) is not None:
         num_requests = plan.num_requests(run.config)
         config = run.config if num_requests == run.config.num_requests else replace(run.config, num_requests=num_requests)
-        flight = in_flight(point.mode, point.value, config.max_concurrency, num_requests or run.trace.records, run.target.embedded is not None)
-        if flight.ceiling is not None:
-            hooks.note(ceiling_note(flight.ceiling, point.value if point.mode == "rate" else None))
+        # A prediction opens no connection: no open files to make room for.
+        ceiling = None
+        if run.predictor is None:
+            flight = in_flight(point.mode, point.value, config.max_concurrency, num_requests or run.trace.records, run.target.embedded is not None)
+            ceiling = flight.ceiling
+        if ceiling is not None:
+            hooks.note(ceiling_note(ceiling, point.value if point.mode == "rate" else None))
         if plan.searching:
             run.points.append(point)
         hooks.point_started(point, index, total, label, num_requests or run.trace.records, plan.status())
         spec = _run_spec(config, point, run.headers)
-        if flight.ceiling is not None:
-            spec["max_concurrency"] = flight.ceiling
+        if ceiling is not None:
+            spec["max_concurrency"] = ceiling
         feeder = Feeder(run.trace, config, run.target.url, model)
         finished = _run_point(spec, feeder, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us, run.start_point())
         if first:  # every point of a run replays the same turns: say it once
@@ -544,6 +586,10 @@ def _run_point(
         if tokenizer.failure:
             hooks.note(f"the chunks could not be counted: {tokenizer.failure}; the rows keep the estimate from the chunks' text")
     rows = writer.table(first_row)
+    point_metadata: dict[str, str] | None = getattr(run, "point_metadata", None)
+    if point_metadata:
+        # A predicted point's rows carry what it was predicted from.
+        rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}), **{k.encode(): v.encode() for k, v in point_metadata.items()}})
     if scraper is not None and len(scraper.log):
         # The point's rows as the file will hold them: with its samples.
         taken = scraper.log.table()

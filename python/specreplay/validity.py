@@ -515,7 +515,46 @@ def _worker_send_lag(point: PointAnalysis) -> Finding | None:
 
 #: Every check, in the order its findings are listed within a level. Each
 #: takes an analysed sweep point and returns at most one finding.
+def _outside_calibration(point: PointAnalysis) -> Finding | None:
+    p = point.prediction
+    if p is None:
+        return None
+    cal = p.get("calibration") or {}
+    beyond = []
+    seen = cal.get("max_in_flight")
+    if isinstance(seen, int) and p.get("peak_running", 0) > seen:
+        beyond.append(f"{p['peak_running']} requests running at once, the calibration runs saw at most {seen} in flight")
+    if p.get("peak_waiting", 0) and isinstance(seen, int) and p["peak_running"] + p["peak_waiting"] > seen:
+        beyond.append(f"{p['peak_waiting']} waiting at the peak")
+    if not beyond and not p.get("assumptions"):
+        return None
+    parts = beyond + [a for a in p.get("assumptions", []) if "what-if" in a or "unknown" in a]
+    return Finding(
+        code="outside_calibration",
+        # Beyond the measured range: a warning; only assumptions (unknowns, what-ifs): a note.
+        level="warning" if beyond else "note",
+        point=point.point,
+        count=len(point.rows),
+        message="predicted beyond what the calibration measured: " + "; ".join(parts),
+    )
+
+
+def _predicted(point: PointAnalysis) -> Finding | None:
+    p = point.prediction
+    if p is None:
+        return None
+    return Finding(
+        code="predicted",
+        level="note",
+        point=point.point,
+        count=len(point.rows),
+        message=f"PREDICTED, not measured: computed from the server model {p.get('model')} on a virtual clock (docs/predict.md)",
+    )
+
+
 CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
+    _predicted,
+    _outside_calibration,
     _reasoning_ate_budget,
     _engine_panic,
     _worker_lost,

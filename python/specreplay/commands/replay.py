@@ -54,6 +54,18 @@ def parse_extra_body(value: str | None) -> dict[str, Any]:
     return body
 
 
+def parse_what_if(value: str) -> tuple[str, Any]:
+    """`--what-if KEY=VALUE`: the value as JSON (a number, a list), else as written."""
+    key, sep, raw = value.partition("=")
+    if not sep or not key.strip():
+        raise click.BadParameter(f"expected KEY=VALUE (e.g. max_num_seqs=8), got {value!r}", param_hint="--what-if")
+    try:
+        parsed: Any = json.loads(raw)
+    except json.JSONDecodeError:
+        parsed = raw.strip()
+    return key.strip(), parsed
+
+
 def load_sim_config(path: str | None) -> dict[str, Any]:
     if path is None:
         return {}
@@ -162,6 +174,8 @@ def _flag_values(ctx: click.Context, opts: dict[str, Any]) -> dict[str, Any]:
             flags["concurrency"] = [int(c) for c in value] if all(float(c).is_integer() for c in value) else value
         elif name == "slo":
             flags["slo"] = {**flags.get("slo", {}), **table_from_expressions(value)}
+        elif name == "what_if":
+            flags["what_if"] = dict(parse_what_if(v) for v in value)
         elif name == "slo_ttft_token":
             flags["slo"] = {**flags.get("slo", {}), "ttft_token": value}
         else:
@@ -283,6 +297,8 @@ class ListOptionsCommand(click.Command):
 @click.option("--find-max-rate", is_flag=True, default=None, help="Search for the highest request rate whose --slo targets hold (open loop; --rate R is where it starts).")
 @click.option("--search-tolerance", type=float, help="--find-max-rate stops when the highest rate that held and the lowest that did not are this close (relative). Default 0.05.")
 @click.option("--search-budget", type=float, help="--find-max-rate stops after this many seconds. Default 1800.")
+@click.option("--predict", type=click.Path(dir_okay=False, exists=True), help="Predict every point from this server model (`specreplay calibrate` writes it) on a virtual clock instead of sending anything; the run is labelled predicted.")
+@click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE", help="With --predict: change one parameter of the server model (max_num_seqs=8, batch_step_cost=0.05, spec_draft_len=3, spec_acceptance=0.7, …). Repeatable.")
 @click.option("--status-interval", type=float, default=10.0, show_default=True, help="When the output is not a terminal: seconds between two status lines.")
 @click.pass_context
 def replay(ctx: click.Context, /, **opts: Any) -> None:

@@ -9,6 +9,7 @@ mod arrow;
 mod config;
 mod decode;
 mod errors;
+mod predict;
 mod prompt;
 mod proxy;
 mod replay;
@@ -25,6 +26,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay::start_point, m)?)?;
     m.add_function(wrap_pyfunction!(decode::decode_response, m)?)?;
     m.add_function(wrap_pyfunction!(sim::sim_knee_rate, m)?)?;
+    m.add_function(wrap_pyfunction!(predict::predict_point, m)?)?;
+    m.add_function(wrap_pyfunction!(predict::sim_prompt_tokens, m)?)?;
+    m.add_class::<predict::PredictStats>()?;
     m.add_function(wrap_pyfunction!(tokens::reconcile_chunk_tokens, m)?)?;
     m.add_class::<replay::EngineRun>()?;
     m.add_class::<replay::EngineProgress>()?;

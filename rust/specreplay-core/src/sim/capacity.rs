@@ -48,6 +48,16 @@ impl Capacity {
         (step_us as f64 * (1.0 + extra)).round() as u64
     }
 
+    /// Whether the batch admits a request holding `kv` KV-cache tokens when
+    /// `running` requests holding `kv_used` are in it: a slot free and room
+    /// in the KV budget (the admission rule of `engine`, and of `predict`).
+    pub fn admits(&self, running: usize, kv_used: u64, kv: u64) -> bool {
+        running < self.max_num_seqs as usize
+            && self
+                .kv_budget()
+                .map_or(true, |budget| kv_used + kv <= budget)
+    }
+
     /// The KV-cache budget, `None` when there is none.
     pub fn kv_budget(&self) -> Option<u64> {
         (self.kv_cache_tokens > 0).then_some(self.kv_cache_tokens)

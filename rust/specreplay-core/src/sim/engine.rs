@@ -177,12 +177,7 @@ impl Engine {
                 continue;
             }
             let kv = Job::kv_tokens(&head.script);
-            let full = self.running.len() >= self.capacity.max_num_seqs as usize
-                || self
-                    .capacity
-                    .kv_budget()
-                    .is_some_and(|budget| self.kv_used + kv > budget);
-            if full {
+            if !self.capacity.admits(self.running.len(), self.kv_used, kv) {
                 break;
             }
             let job = self.waiting.pop_front().expect("the head exists");

@@ -1,0 +1,173 @@
+//! `ServerModel`: what a prediction knows about the server, the values
+//! `specreplay calibrate` fitted (docs/predict.md). The Python layer reads
+//! `server.toml`, applies what-if overrides, and hands the plain values
+//! here; a parameter the calibration could not measure arrives as `None`
+//! and the prediction says what it assumed instead (`Assumption`).
+
+use serde::Deserialize;
+
+use crate::error::CoreError;
+use crate::sim::capacity::{Capacity, MAX_NUM_SEQS};
+
+/// The natural output lengths of one prompt class: paired samples of
+/// reasoning and content tokens, drawn per request.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputClass {
+    /// The request dialect this class describes (`chat`, `completions`, …).
+    pub api: String,
+    pub reasoning: Vec<u32>,
+    pub content: Vec<u32>,
+}
+
+/// The server's costs and limits, µs and tokens.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerModel {
+    /// Fixed time from arrival to the waiting queue (tokenising, the API server).
+    pub frontend_us: f64,
+    /// Spread of that time: each request's is drawn uniform in
+    /// `frontend_us ± frontend_jitter_us / 2`. Requests that arrive together
+    /// then reach an idle engine apart, as on a real server, instead of
+    /// always sharing their prefill iteration.
+    #[serde(default)]
+    pub frontend_jitter_us: f64,
+    /// Prefill cost per computed prompt token.
+    pub prefill_us_per_token: f64,
+    /// Prefill cost per prompt token served from the prefix cache.
+    #[serde(default)]
+    pub prefill_us_per_cached_token: f64,
+    /// The one-sequence decode step without speculation.
+    pub step_us: f64,
+    /// Extra step time per decoding sequence beyond the first, as a fraction
+    /// of the one-sequence step (`Capacity::batch_step_cost`).
+    pub batch_step_cost: f64,
+    /// Batch limit; `None`: unknown, predicted without one.
+    #[serde(default)]
+    pub max_num_seqs: Option<u32>,
+    /// KV-cache budget, tokens; `None`: unknown or none.
+    #[serde(default)]
+    pub kv_cache_tokens: Option<u64>,
+    /// Reuse cached prompt blocks (a cached prefix costs
+    /// `prefill_us_per_cached_token` per token).
+    #[serde(default)]
+    pub prefix_caching: bool,
+    /// Server prompt tokens per token the simulator's rule counts (one per
+    /// word, four per chat message): the tokenizer's ratio.
+    #[serde(default = "one")]
+    pub prompt_tokens_per_word: f64,
+    /// Decode steps per delivered chunk (1: a chunk per step).
+    #[serde(default = "one")]
+    pub steps_per_chunk: f64,
+    /// Conditional acceptance of each draft position (empty: no speculation).
+    #[serde(default)]
+    pub spec_acceptance: Vec<f64>,
+    /// Extra step cost of each draft token, as a fraction of `step_us`.
+    #[serde(default)]
+    pub spec_step_cost: f64,
+    /// Natural output lengths by prompt class.
+    #[serde(default)]
+    pub output: Vec<OutputClass>,
+    /// Seed of the per-request draws (output lengths, acceptance runs).
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl ServerModel {
+    /// Checks ranges; the error names the field.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        for (field, v) in [
+            ("frontend_us", self.frontend_us),
+            ("frontend_jitter_us", self.frontend_jitter_us),
+            ("prefill_us_per_token", self.prefill_us_per_token),
+            (
+                "prefill_us_per_cached_token",
+                self.prefill_us_per_cached_token,
+            ),
+            ("step_us", self.step_us),
+            ("batch_step_cost", self.batch_step_cost),
+            ("spec_step_cost", self.spec_step_cost),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(CoreError::config(
+                    format!("model.{field}"),
+                    format!("must be a finite number >= 0, got {v}"),
+                ));
+            }
+        }
+        for (field, v) in [
+            ("prompt_tokens_per_word", self.prompt_tokens_per_word),
+            ("steps_per_chunk", self.steps_per_chunk),
+        ] {
+            if !v.is_finite() || v <= 0.0 {
+                return Err(CoreError::config(
+                    format!("model.{field}"),
+                    format!("must be a finite number > 0, got {v}"),
+                ));
+            }
+        }
+        if self.step_us + self.prefill_us_per_token <= 0.0 {
+            return Err(CoreError::config(
+                "model.step_us",
+                "step_us and prefill_us_per_token are both 0: time would never advance",
+            ));
+        }
+        if let Some(n) = self.max_num_seqs {
+            if !(1..=MAX_NUM_SEQS).contains(&n) {
+                return Err(CoreError::config(
+                    "model.max_num_seqs",
+                    format!("must be in [1, {MAX_NUM_SEQS}], got {n}"),
+                ));
+            }
+        }
+        if self.spec_acceptance.len() > 64 {
+            return Err(CoreError::config(
+                "model.spec_acceptance",
+                "at most 64 draft positions",
+            ));
+        }
+        for (i, a) in self.spec_acceptance.iter().enumerate() {
+            if !(0.0..=1.0).contains(a) {
+                return Err(CoreError::config(
+                    format!("model.spec_acceptance[{i}]"),
+                    format!("must be a probability in [0, 1], got {a}"),
+                ));
+            }
+        }
+        for (i, class) in self.output.iter().enumerate() {
+            if class.reasoning.len() != class.content.len() || class.content.is_empty() {
+                return Err(CoreError::config(
+                    format!("model.output[{i}]"),
+                    "reasoning and content must be paired samples, at least one",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The simulator's capacity model with these limits: the prediction
+    /// schedules with the same formulas as the simulated server.
+    pub fn capacity(&self) -> Capacity {
+        Capacity {
+            max_num_seqs: self.max_num_seqs.unwrap_or(MAX_NUM_SEQS),
+            kv_cache_tokens: self.kv_cache_tokens.unwrap_or(0),
+            batch_step_cost: self.batch_step_cost,
+            prefix_caching: self.prefix_caching,
+        }
+    }
+
+    /// The one-sequence decode step with the configured drafts, µs.
+    pub fn decode_step_us(&self) -> u64 {
+        let drafts = self.spec_acceptance.len() as f64;
+        (self.step_us * (1.0 + self.spec_step_cost * drafts)).round() as u64
+    }
+
+    /// The output-length class of `api`, if calibrated.
+    pub fn output_class(&self, api: &str) -> Option<&OutputClass> {
+        self.output.iter().find(|c| c.api == api)
+    }
+}

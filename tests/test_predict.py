@@ -1,0 +1,216 @@
+"""Calibration and prediction against the embedded simulator, whose own
+knobs are the ground truth (docs/predict.md).
+
+The simulator's capacity model is the server: runs at concurrency 1 and 8
+(batch limit 4, so requests wait) are calibrated, and the fit must recover
+the knobs within the tolerances below. They are wide enough for the
+timer's 1 ms resolution and a shared machine (a step here is 10 ms, a prefill 8 to 80 ms), narrow
+enough that a wrong formula fails: a fit that ignored the batch would put
+batch_step_cost at 0, one that counted prefill iterations as steps would
+double it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import specreplay
+from specreplay import validity
+from specreplay.calibrate.fit import calibrate
+from specreplay.calibrate.model import ServerModel
+from specreplay.cli import cli
+from specreplay.config import ReplayConfig
+from specreplay.errors import ConfigError
+from specreplay.replay import run_replay
+from specreplay.schema import COLUMNS
+from specreplay.summary import summarize
+from specreplay.synth import SynthConfig, write_synth
+
+SIM: dict[str, Any] = {
+    "seed": 3, "ttft_ms": 5, "prefill_us_per_token": 400, "tpot_ms": 10,
+    "capacity": {"max_num_seqs": 4, "batch_step_cost": 0.2, "prefix_caching": False},
+}
+#: Relative tolerances of the recovered knobs.
+TOLERANCE = {"prefill_us_per_token": 0.10, "step_us": 0.10, "batch_step_cost": 0.30}
+
+
+def trace(tmp: Path, name: str, n: int = 40, seed: int = 1) -> str:
+    path = tmp / f"{name}.jsonl"
+    write_synth(SynthConfig(num_requests=n, input_len="uniform:20:200", output_len="20", seed=seed), path)
+    return str(path)
+
+
+def run(tmp: Path, name: str, trace_path: str, sim: dict[str, Any] = SIM, **load: Any) -> Path:
+    out = tmp / f"{name}.arrow"
+    run_replay(ReplayConfig(trace=trace_path, sim=sim, output=str(out), label=name, metrics_interval=0.1, **load))
+    return out
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ServerModel]:
+    tmp = tmp_path_factory.mktemp("calibrate")
+    t = trace(tmp, "t")
+    runs = [run(tmp, "c1", t, concurrency=[1]), run(tmp, "c8", t, concurrency=[8])]
+    model = calibrate([str(p) for p in runs])
+    model.write(tmp / "server.toml")
+    return tmp, model
+
+
+def test_calibration_recovers_the_simulators_knobs(calibrated: tuple[Path, ServerModel]) -> None:
+    _, model = calibrated
+    p = model.params
+    truth = {"prefill_us_per_token": 400.0, "step_us": 10000.0, "batch_step_cost": 0.2}
+    for name, want in truth.items():
+        assert p[name].status == "fitted", p[name]
+        assert abs(p[name].value - want) <= TOLERANCE[name] * want, (name, p[name].value, want)
+        assert p[name].samples > 0 and p[name].r2 is not None  # its value depends on the machine's noise
+    # The frontend: ttft_ms plus the HTTP round trip on loopback and the
+    # timer's lateness (a millisecond or two, more on a loaded machine).
+    assert 5000 <= p["frontend_us"].value <= 15000, p["frontend_us"]
+    assert p["max_num_seqs"].status == "fitted" and p["max_num_seqs"].value == 4
+    assert p["prompt_tokens_per_word"].value == pytest.approx(1.0, abs=0.01)
+    assert p["steps_per_chunk"].value == pytest.approx(1.0, abs=0.01)
+    assert p["spec_acceptance"].status == "fitted" and p["spec_acceptance"].value == []
+    # What the runs could not show is unknown, with the run that would show it.
+    for name in ("prefill_us_per_cached_token", "kv_cache_tokens", "spec_step_cost"):
+        assert p[name].status == "unknown" and p[name].needs, p[name]
+    assert model.calibration["max_in_flight"] == 8
+
+
+def test_the_file_round_trips_with_fit_quality(calibrated: tuple[Path, ServerModel]) -> None:
+    tmp, model = calibrated
+    text = (tmp / "server.toml").read_text()
+    assert 'status = "unknown"' in text and "needs = " in text and "r2 = " in text and "samples = " in text
+    again = ServerModel.read(tmp / "server.toml")
+    assert again.params["step_us"].value == pytest.approx(model.params["step_us"].value)
+    assert again.core_mapping(0) == model.core_mapping(0)
+
+
+def test_a_concurrency_one_run_leaves_the_batch_unknown(calibrated: tuple[Path, ServerModel]) -> None:
+    tmp, _ = calibrated
+    model = calibrate([str(tmp / "c1.arrow")])
+    assert model.params["batch_step_cost"].status == "unknown"
+    assert "concurrency" in model.params["batch_step_cost"].needs
+    assert model.params["max_num_seqs"].status == "unknown"
+    assert any("batch_step_cost unknown" in a for a in model.assumptions(concurrent=True))
+
+
+def test_speculative_acceptance_by_position_is_recovered(tmp_path: Path) -> None:
+    sim = {**SIM, "spec_draft_len": 3, "spec_acceptance": 0.6}
+    out = run(tmp_path, "spec", trace(tmp_path, "s", n=20), sim=sim, concurrency=[2])
+    acceptance = calibrate([str(out)]).params["spec_acceptance"]
+    assert acceptance.status == "fitted" and len(acceptance.value) == 3
+    for a in acceptance.value:
+        assert a == pytest.approx(0.6, abs=0.1), acceptance.value
+
+
+def test_predict_produces_a_replays_columns_labelled_predicted(calibrated: tuple[Path, ServerModel], tmp_path: Path) -> None:
+    tmp, _ = calibrated
+    t = trace(tmp_path, "held", seed=7)
+    out = tmp_path / "p.arrow"
+    run_replay(ReplayConfig(trace=t, predict=str(tmp / "server.toml"), concurrency=[4], output=str(out)))
+    df = specreplay.load(out)
+    assert list(df.columns) == [c.name for c in COLUMNS]
+    assert len(df) == 40 and df["error_kind"].isna().all()
+    assert (df["label"] == "predicted").all()
+    assert json.loads(df.attrs["specreplay.config"])["predicted"] is True
+    assert json.loads(df.attrs["specreplay.predicted"])[0]["points"][0]["point"] == "concurrency=4"
+    assert (df["output_tokens"] == 20).all() and (df["chunk_count"] == 20).all()
+    assert (df["first_token_us"] > df["sent_us"]).all() and (df["end_us"] >= df["last_token_us"]).all()
+    codes = {f.code for f in validity.check(df)}
+    assert "predicted" in codes
+
+
+def test_a_prediction_is_close_to_the_simulator_at_a_held_out_concurrency(calibrated: tuple[Path, ServerModel], tmp_path: Path) -> None:
+    tmp, _ = calibrated
+    t = trace(tmp_path, "held", seed=7)
+    measured = summarize(specreplay.load(run(tmp_path, "real", t, concurrency=[4]))).iloc[0]
+    out = tmp_path / "p.arrow"
+    run_replay(ReplayConfig(trace=t, predict=str(tmp / "server.toml"), concurrency=[4], output=str(out)))
+    predicted = summarize(specreplay.load(out)).iloc[0]
+    for figure in ("ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms", "output_tok_s"):
+        assert predicted[figure] == pytest.approx(measured[figure], rel=0.25), (figure, predicted[figure], measured[figure])
+
+
+def test_beyond_the_calibrated_range_a_prediction_says_so(calibrated: tuple[Path, ServerModel], tmp_path: Path) -> None:
+    tmp, _ = calibrated
+    out = tmp_path / "p.arrow"
+    t = trace(tmp_path, "held", seed=7)
+    run_replay(ReplayConfig(trace=t, predict=str(tmp / "server.toml"), concurrency=[16], what_if={"max_num_seqs": 32}, output=str(out)))
+    found = {f.code: f for f in validity.check(specreplay.load(out))}
+    assert found["outside_calibration"].level == "warning"
+    assert "16 requests running at once" in found["outside_calibration"].message
+    assert "what-if" in found["outside_calibration"].message
+
+
+def test_what_if_batch_limit_changes_the_queue(calibrated: tuple[Path, ServerModel], tmp_path: Path) -> None:
+    tmp, _ = calibrated
+    t = trace(tmp_path, "held", seed=7)
+    ttft = {}
+    for limit in (1, 8):
+        out = tmp_path / f"p{limit}.arrow"
+        run_replay(ReplayConfig(trace=t, predict=str(tmp / "server.toml"), concurrency=[8], what_if={"max_num_seqs": limit}, output=str(out)))
+        ttft[limit] = summarize(specreplay.load(out)).iloc[0]["ttft_p50_ms"]
+    # One slot: each request waits for the seven before it.
+    assert ttft[1] > 3 * ttft[8]
+
+
+def test_predict_refuses_without_a_decode_step(calibrated: tuple[Path, ServerModel], tmp_path: Path) -> None:
+    tmp, _ = calibrated
+    text = (tmp / "server.toml").read_text().replace('[params.step_us]\nstatus = "fitted"', '[params.step_us]\nstatus = "unknown"')
+    (tmp_path / "bad.toml").write_text(text)
+    with pytest.raises(ConfigError, match="cannot predict without step_us"):
+        run_replay(ReplayConfig(trace=trace(tmp_path, "t"), predict=str(tmp_path / "bad.toml"), concurrency=[1], output=str(tmp_path / "x.arrow")))
+
+
+def test_cli_calibrate_then_predict_then_search_and_compare(calibrated: tuple[Path, ServerModel], tmp_path: Path) -> None:
+    tmp, _ = calibrated
+    runner = CliRunner()
+    model = tmp_path / "server.toml"
+    result = runner.invoke(cli, ["calibrate", str(tmp / "c1.arrow"), str(tmp / "c8.arrow"), "-o", str(model)])
+    assert result.exit_code == 0, result.output
+    assert "step_us = " in result.output and "kv_cache_tokens: unknown" in result.output
+    t = trace(tmp_path, "held", seed=7)
+    a, b = tmp_path / "a.arrow", tmp_path / "b.arrow"
+    result = runner.invoke(cli, ["replay", t, "--predict", str(model), "--concurrency", "4", "-o", str(a)])
+    assert result.exit_code == 0, result.output
+    assert "PREDICTED" in result.output and "predicted · concurrency=4" in result.output
+    result = runner.invoke(cli, ["replay", t, "--predict", str(model), "--concurrency", "4", "--what-if", "batch_step_cost=0.4",
+                                 "--label", "slower", "-o", str(b)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(cli, ["compare", str(a), str(b)])
+    assert result.exit_code == 0, result.output
+    # A steeper batch step: the what-if predicts slower decoding, and compare says so.
+    tpot = next(line for line in result.output.splitlines() if "TPOT p50" in line)
+    assert "slower" in tpot, result.output
+    html = tmp_path / "r.html"
+    result = runner.invoke(cli, ["report", str(a), "-o", str(html)])
+    assert result.exit_code == 0, result.output
+    assert "PREDICTED, not measured" in html.read_text()
+    search = tmp_path / "s.arrow"
+    result = runner.invoke(cli, ["replay", t, "--predict", str(model), "--find-max-rate", "--slo", "p90 ttft < 200", "--rate", "4",
+                                 "--arrival", "constant", "--search-tolerance", "0.1", "-o", str(search)])
+    assert result.exit_code == 0, result.output
+    assert "max rate holding the SLOs" in result.output
+    capacity = json.loads(specreplay.load(search).attrs["specreplay.capacity"])
+    assert capacity["predicted"]["max_rate"] > 0
+
+
+def test_a_prediction_reruns_as_a_prediction_with_the_same_rows(calibrated: tuple[Path, ServerModel], tmp_path: Path) -> None:
+    tmp, _ = calibrated
+    t = trace(tmp_path, "held", seed=7)
+    first, again = tmp_path / "p.arrow", tmp_path / "again.arrow"
+    run_replay(ReplayConfig(trace=t, predict=str(tmp / "server.toml"), concurrency=[4], output=str(first)))
+    result = CliRunner().invoke(cli, ["rerun", str(first), "-o", str(again)])
+    assert result.exit_code == 0, result.output
+    a, b = specreplay.load(first), specreplay.load(again)
+    assert (b["label"] == "predicted").all()
+    # A virtual clock: the same schedule to the µs, from a different start.
+    for df in (a, b):
+        df["ttft"] = df["first_token_us"] - df["sent_us"]
+    assert a.set_index("trace_id")["ttft"].sort_index().tolist() == b.set_index("trace_id")["ttft"].sort_index().tolist()
