@@ -241,6 +241,7 @@ class ListOptionsCommand(click.Command):
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML benchmark config (see examples/); flags override it.")
 @click.option("--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1. Without it: the embedded simulator.")
 @click.option("--model", help="Model name to send (replaces the trace's). Default: the trace's, else the server's first.")
+@click.option("--model-mix", help="Draw each request's model: 'base:0.7,lora-a:0.2,lora-b:0.1' (weights, seeded by --seed; a session keeps one model). Results have a `model` column; the summary gives figures per model.")
 @click.option("--rate", multiple=True, callback=_split_lists, help="Open loop at R requests/s. Several values make a sweep: --rate 1 2 4 8")
 @click.option("--speedup", multiple=True, callback=_split_lists, help="Open loop at the trace's own arrival times, X times faster.")
 @click.option("--concurrency", multiple=True, callback=_split_lists, help="Closed loop with N requests in flight. Several values make a sweep.")

@@ -17,7 +17,7 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Fields};
 
 use super::body;
-use super::spec::{PreparedRequest, Turn};
+use super::spec::{Media, PreparedRequest, Turn};
 use crate::error::CoreError;
 use crate::prompt::PromptBlocks;
 
@@ -31,8 +31,13 @@ pub const REQUIRED_COLUMNS: [(&str, DataType); 5] = [
 ];
 
 /// Columns a batch may leave out (then all null); nullable.
-pub fn optional_columns() -> [(&'static str, DataType); 6] {
+pub fn optional_columns() -> [(&'static str, DataType); 11] {
     [
+        ("model", DataType::Utf8),
+        ("media_count", DataType::Int32),
+        ("media_bytes", DataType::Int64),
+        ("media_pixels", DataType::Int64),
+        ("media_seconds", DataType::Float64),
         ("session_id", DataType::Utf8),
         ("turn_index", DataType::Int32),
         ("think_time_us", DataType::Int64),
@@ -197,6 +202,11 @@ pub fn requests_from_batch(batch: &RecordBatch) -> Result<Vec<PreparedRequest>, 
         .transpose()?;
     let prompt_at: Option<&Int64Array> = optional(batch, "prompt_at")?;
     let history_at: Option<&ListArray> = optional(batch, "history_at")?;
+    let models: Option<&StringArray> = optional(batch, "model")?;
+    let media_count: Option<&Int32Array> = optional(batch, "media_count")?;
+    let media_bytes: Option<&Int64Array> = optional(batch, "media_bytes")?;
+    let media_pixels: Option<&Int64Array> = optional(batch, "media_pixels")?;
+    let media_seconds: Option<&Float64Array> = optional(batch, "media_seconds")?;
     if let Some(list) = history_at {
         typed::<Int64Array>(list.values().as_ref(), "history_at")?;
     }
@@ -222,6 +232,13 @@ pub fn requests_from_batch(batch: &RecordBatch) -> Result<Vec<PreparedRequest>, 
                 body,
                 arrivals.value(i),
             )?;
+            request.model = value(models, i, StringArray::value).map(Arc::from);
+            request.media = value(media_count, i, Int32Array::value).map(|count| Media {
+                count,
+                bytes: value(media_bytes, i, Int64Array::value).unwrap_or(0),
+                pixels: value(media_pixels, i, Int64Array::value).unwrap_or(0),
+                seconds: value(media_seconds, i, Float64Array::value).unwrap_or(0.0),
+            });
             let history = match value(history_at, i, ListArray::value) {
                 None => Vec::new(),
                 Some(slots) => {
