@@ -19,6 +19,7 @@ bytes: its bytes are fetched by the server, not sent.
 from __future__ import annotations
 
 import base64
+import builtins
 import binascii
 import hashlib
 import io
@@ -45,7 +46,7 @@ class MediaStats:
     pixels: int = 0
     seconds: float = 0.0
 
-    def add(self, data: bytes | None) -> None:
+    def add(self, data: builtins.bytes | None) -> None:
         self.count += 1
         if data is None:
             return

@@ -58,7 +58,11 @@ def draw(mix: tuple[tuple[str, float], ...], seed: int, key: str) -> str:
 
 
 def model_for(record: TraceRecord, config: ReplayConfig, model: str | None) -> str | None:
-    """The model to put in `record`'s body (None: leave the body's)."""
+    """The model to put in `record`'s body (None: leave the body's).
+    `model` is `--model`, else the server's default: the default fills in
+    only a body that names no model, so a trace's own models stay."""
     if config.model_mix:
         return draw(parse_mix(config.model_mix), config.seed, record.session_id if record.session_id is not None else record.id)
+    if config.model is None and "model" in record.body:
+        return None
     return model

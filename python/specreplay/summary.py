@@ -183,12 +183,17 @@ def point_summary(point: PointAnalysis) -> dict[str, Any]:
 def _numbers(rows: pd.DataFrame, column: str) -> pd.Series:
     """`column` as float; NaN throughout when a file of an earlier version lacks it."""
     if column not in rows.columns:
-        return pd.Series(math.nan, index=rows.index, dtype="float64")
+        missing: pd.Series = pd.Series(np.full(len(rows), math.nan), index=rows.index)
+        return missing
     return metrics.as_float(rows, column)
 
 
 def _retrieval(rows: pd.DataFrame) -> pd.Series:
-    return rows["api"].isin(RETRIEVAL_APIS) if "api" in rows.columns else pd.Series(False, index=rows.index)
+    if "api" not in rows.columns:
+        none: pd.Series = pd.Series(np.zeros(len(rows), dtype=bool), index=rows.index)
+        return none
+    mask: pd.Series = rows["api"].isin(RETRIEVAL_APIS)
+    return mask
 
 
 def kind_figures(rows: pd.DataFrame, ok: pd.DataFrame, duration_s: float) -> dict[str, Any]:

@@ -148,8 +148,10 @@ def _pct(part: float, whole: float) -> str:
 def _column(rows: pd.DataFrame, name: str) -> pd.Series:
     """`name` as float, 0 where a file of an earlier version has no such column."""
     if name not in rows.columns:
-        return pd.Series(0.0, index=rows.index)
-    return metrics.as_float(rows, name)
+        zeros: pd.Series = pd.Series(np.zeros(len(rows)), index=rows.index)
+        return zeros
+    values: pd.Series = metrics.as_float(rows, name)
+    return values
 
 
 def _reasoning_ate_budget(point: PointAnalysis) -> Finding | None:

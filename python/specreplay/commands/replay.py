@@ -25,7 +25,7 @@ from specreplay.live import PLAIN_INTERVAL_S, LiveView
 from specreplay.replay import FinishedPoint, Hooks, Progress, run_replay
 from specreplay.results import VALIDITY_KEY, to_frame
 from specreplay.slo import merge_tables, table_from_expressions
-from specreplay.summary import request_lines
+from specreplay.summary import by_model, request_lines
 from specreplay.target import Target
 from specreplay.tomlfile import read_toml
 
@@ -114,7 +114,7 @@ class ConsoleHooks(Hooks):
             if self.per_request:
                 print_per_request(self.out, request_lines(run.rows))
             print_summary(self.out, run.summary, run.findings, run.slo, {p.point: p.slo_verdicts for p in run.points},
-                          {p.point: p.ttft_by_turn for p in run.points})
+                          {p.point: p.ttft_by_turn for p in run.points}, {p.point: by_model(p) for p in run.points})
             self.found.append((run.label, run.findings))
         self.analysed_rows += finished.rows.num_rows
 

@@ -14,7 +14,7 @@
 //! in proportion to their text (`apportion`), so the per-chunk counts still
 //! add up to the output tokens (`ChunkTokenSource`).
 
-use crate::decode::{Channel, Record, Timings, Usage};
+use crate::decode::{Channel, Dialect, Record, Timings, Usage};
 
 use super::apportion::split_by_side;
 use super::record::{Chunk, ChunkTokenSource, RequestRecord, Stamp, TokenSource, ToolCallText};
@@ -284,9 +284,13 @@ impl StreamAccount {
             .map(|c| i64::from(c.tokens))
             .sum();
         let tool = tool.clamp(0, (output - reasoning).max(0));
-        if let Some(items) = self.items.filter(|_| self.chunks.is_empty()) {
+        let retrieval = rec
+            .api
+            .parse::<Dialect>()
+            .is_ok_and(|d| d.is_retrieval());
+        if retrieval || (self.items.is_some() && self.chunks.is_empty()) {
             // Embeddings, rerank: items and input tokens, no output.
-            rec.items = Some(items as i64);
+            rec.items = self.items.map(|n| n as i64);
             rec.token_source = self.saw_usage.then_some(TokenSource::Usage);
         } else {
             rec.reasoning_tokens = Some(reasoning);
