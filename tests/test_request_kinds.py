@@ -21,7 +21,8 @@ import pandas as pd
 import pytest
 
 import specreplay
-from specreplay import media, models
+from specreplay import media, models, report
+from specreplay.comparison import compare
 from specreplay.analysis import analyse
 from specreplay.config import ReplayConfig
 from specreplay.replay import run_replay
@@ -207,6 +208,19 @@ def test_a_mixed_trace_counts_each_kind_in_its_own_columns(tmp_path: Path, serve
     per_model = {r["model"]: r for r in by_model(point)}
     assert set(per_model) == {"base", "lora-a"} and per_model["lora-a"]["requests"] == 3
     assert [f.code for f in check(df) if f.code in ("tool_args_cut", "reasoning_ate_budget")] == []
+
+    # compare shows each kind (one number per run: not resampled) and each model; A/A says nothing.
+    frame = compare(df, df, force=True, resamples=50)
+    kinds = frame.set_index("metric")
+    for metric in ("embeddings_e2e_p50_ms", "rerank_items_s", "tool_call_tok_s", "ttft_media_p50_ms", "model[lora-a].ttft_p50_ms"):
+        assert kinds.loc[metric, "verdict"] == "not resampled" and kinds.loc[metric, "change"] == 0, metric
+    assert not frame["verdict"].isin(["faster", "slower"]).any()
+    # E2E compared is the generating requests' only, as in the summary.
+    assert kinds.loc["e2e_p50_ms", "value"] == pytest.approx(row["e2e_p50_ms"])
+    # The report has the kinds' table and the per-model one.
+    html = report.build(str(tmp_path / "run.arrow"))
+    for text in ("Request kinds", "Per model", "emb. items/s", "lora-a", "TTFT p50 with media"):
+        assert text in html, text
 
 
 def test_tool_arguments_cut_at_max_tokens_are_flagged_loudly(tmp_path: Path, server: str) -> None:
