@@ -25,6 +25,7 @@ import hashlib
 import io
 import struct
 import wave
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,24 +130,38 @@ def _b64(text: str) -> bytes | None:
         return None
 
 
+#: Most base64 text `MediaStore` keeps: the objects used last, so a session's
+#: image or one shared by every request is encoded once, and a trace of
+#: distinct images does not hold them all.
+CACHE_CHARS = 64 << 20
+
+
 class MediaStore:
-    """The media files of one trace, read and base64-encoded once each."""
+    """The media files of one trace, read and base64-encoded once each
+    while they are among the last used (`CACHE_CHARS`)."""
 
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
-        self._b64: dict[str, str] = {}
+        self._b64: OrderedDict[str, str] = OrderedDict()
+        self._chars = 0
         self._stats: dict[str, MediaStats] = {}
 
     def _encoded(self, ref: str) -> str:
         name = ref[len(REF_PREFIX) :]
         cached = self._b64.get(name)
-        if cached is None:
+        if cached is not None:
+            self._b64.move_to_end(name)
+        else:
             if self.directory is None or "/" in name or not (self.directory / name).is_file():
                 where = str(self.directory / name) if self.directory is not None else name
                 raise TraceError(where, None, None, f"media {ref!r} not found (stored media live beside the trace, in TRACE.media/)")
             data = (self.directory / name).read_bytes()
             cached = base64.b64encode(data).decode("ascii")
             self._b64[name] = cached
+            self._chars += len(cached)
+            while self._chars > CACHE_CHARS and len(self._b64) > 1:
+                _, dropped = self._b64.popitem(last=False)
+                self._chars -= len(dropped)
             one = MediaStats()
             one.add(data)
             self._stats[name] = one
