@@ -96,7 +96,7 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("predecessor_end_us", pa.int64(), _US, "dependent sessions: `end_us` of the session's previous turn (on a skipped turn, of the failed one); null for a first turn and in independent mode"),
     Column("think_time_us", pa.int64(), "µs", "dependent sessions: the think time waited after the previous turn ended, so `scheduled_us` = `predecessor_end_us` + `think_time_us`; null for a first turn, a skipped one and in independent mode"),
     Column("chunk_token_source", pa.string(), "", "how `chunk_tokens` was obtained: " + ", ".join(CHUNK_TOKEN_SOURCES) + "; null without chunks"),
-    Column("tool_call_tokens", pa.int64(), "tokens", "output tokens of tool-call arguments: the sum of the tool chunks' `chunk_tokens` (so obtained as `chunk_token_source` says; the server's usage gives the total only); null for embeddings and rerank"),
+    Column("tool_call_tokens", pa.int64(), "tokens", "output tokens of tool calls: the sum of the tool chunks' `chunk_tokens` (so obtained as `chunk_token_source` says; the server's usage gives the total only), plus the tokens after the last chunk when that chunk is a tool call's (a closing tag, the EOS); null for embeddings and rerank"),
     Column("tool_calls", pa.int32(), "", "tool calls the server made (chat `tool_calls`, Anthropic `tool_use` blocks, Responses `function_call` items); null when it made none"),
     Column("tool_args_valid", pa.bool_(), "", "whether every tool call's arguments are one complete JSON value (false: cut, as at max_tokens; the `tool_args_cut` finding); null without tool calls"),
     Column("items", pa.int64(), "", "embeddings and rerank: embeddings returned or documents scored; null for the generating APIs"),

@@ -275,19 +275,26 @@ impl StreamAccount {
             }
         };
         // The answer side splits into content and tool-call text as its
-        // chunks' counts do (`chunk_token_source` says how they were had);
-        // tokens no chunk carried (the EOS) stay with the content.
-        let tool: i64 = self
+        // chunks' counts do (`chunk_token_source` says how they were had).
+        // Tokens after the last chunk (a closing `</tool_call>`, the EOS)
+        // go with the last chunk's side: a stream that ends in a call ends
+        // with the call's tokens.
+        let mut tool: i64 = self
             .chunks
             .iter()
             .filter(|c| c.channel == Channel::Tool)
             .map(|c| i64::from(c.tokens))
             .sum();
+        if self
+            .chunks
+            .last()
+            .is_some_and(|c| c.channel == Channel::Tool)
+        {
+            let carried: i64 = self.chunks.iter().map(|c| i64::from(c.tokens)).sum();
+            tool += (output - carried).max(0);
+        }
         let tool = tool.clamp(0, (output - reasoning).max(0));
-        let retrieval = rec
-            .api
-            .parse::<Dialect>()
-            .is_ok_and(|d| d.is_retrieval());
+        let retrieval = rec.api.parse::<Dialect>().is_ok_and(|d| d.is_retrieval());
         if retrieval || (self.items.is_some() && self.chunks.is_empty()) {
             // Embeddings, rerank: items and input tokens, no output.
             rec.items = self.items.map(|n| n as i64);

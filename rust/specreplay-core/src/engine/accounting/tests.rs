@@ -394,9 +394,9 @@ fn tool_call_tokens_are_output_beside_reasoning_and_content() {
         rec.tool_call_tokens.unwrap(),
         rec.output_tokens.unwrap(),
     );
-    assert_eq!((r, t, o), (2, 5, 9));
-    // The EOS no chunk carried stays with the content.
-    assert_eq!(c, 2);
+    // The EOS no chunk carried goes with the last chunk's side: the call.
+    assert_eq!((r, t, o), (2, 6, 9));
+    assert_eq!(c, 1);
     assert_eq!(r + c + t, o);
     assert_eq!(rec.tool_calls, Some(1));
     assert_eq!(rec.tool_args_valid, Some(true));
