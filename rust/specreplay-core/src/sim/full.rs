@@ -8,12 +8,11 @@ use bytes::Bytes;
 use hyper::{header, Response, StatusCode};
 
 use super::fault::{self, ConnControl, FaultKind, StagedBody, StagedEnd};
-use super::generate::shutting_down;
+use super::http::{json, shutting_down, SimBody};
 use super::pace::Pacer;
 use super::render::{self, Renderer, Usage};
-use super::routes::{json, SimBody};
 use super::script::Script;
-use super::server::Shared;
+use super::shared::Shared;
 
 /// The whole answer of `script`, at its last step's deadline.
 pub(super) async fn answer(

@@ -15,25 +15,16 @@ use hyper::{header, Request, Response, StatusCode};
 
 use super::fault::{self, ConnControl, FaultKind, Forced, FAULT_HEADER};
 use super::full;
+use super::http::{error, shutting_down, SimBody};
 use super::pace::Pacer;
 use super::render::Renderer;
 use super::request::{Endpoint, SimRequest};
-use super::routes::{error, SimBody};
 use super::script::Script;
-use super::server::Shared;
+use super::shared::Shared;
 use super::stream::{SseStream, StreamFault};
 
 /// Largest request body read (a long prompt fits; a runaway upload does not).
 const MAX_BODY: usize = 64 << 20;
-
-/// What the simulator says while it shuts down, in place of an answer.
-pub(super) fn shutting_down() -> Response<SimBody> {
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "server_error",
-        "the server is shutting down",
-    )
-}
 
 pub(super) async fn generate(
     shared: &Shared,

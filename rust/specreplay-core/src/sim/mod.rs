@@ -18,6 +18,8 @@ mod engine;
 pub mod fault;
 mod full;
 mod generate;
+mod hash;
+mod http;
 pub mod metrics;
 mod pace;
 pub mod prefix;
@@ -26,6 +28,7 @@ pub mod request;
 mod routes;
 pub mod script;
 mod server;
+mod shared;
 pub mod stream;
 
 pub use config::{Capacity, ReasoningField, SimConfig};

@@ -7,6 +7,7 @@
 
 use serde_json::Value;
 
+use super::hash::Fnv1a;
 use super::prefix::PromptTokens;
 
 /// Which endpoint the request came to.
@@ -186,29 +187,6 @@ fn push_prompt(prompt: &Value, tokens: &mut PromptTokens) -> Result<(), String> 
         _ => return Err("'prompt' must be a string or a list of token ids".to_string()),
     }
     Ok(())
-}
-
-/// 64-bit FNV-1a: stable across Rust versions and platforms, unlike `DefaultHasher`.
-pub(super) struct Fnv1a(u64);
-
-impl Fnv1a {
-    pub(super) fn new() -> Self {
-        Fnv1a(0xcbf2_9ce4_8422_2325)
-    }
-
-    pub(super) fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-        // A separator so that ("ab","c") and ("a","bc") differ.
-        self.0 ^= 0xff;
-        self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-    }
-
-    pub(super) fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 #[cfg(test)]
