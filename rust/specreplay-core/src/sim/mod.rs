@@ -14,6 +14,7 @@
 
 pub mod capacity;
 pub mod config;
+mod embed;
 mod engine;
 pub mod fault;
 mod full;
@@ -30,7 +31,8 @@ pub mod script;
 mod server;
 mod shared;
 pub mod stream;
+pub mod structured;
 
-pub use config::{Capacity, ReasoningField, SimConfig};
+pub use config::{Capacity, ModelSpec, ReasoningField, SimConfig};
 pub use fault::{FaultKind, FAULT_HEADER};
 pub use server::SimServer;

@@ -1,6 +1,8 @@
-//! Routing: `/health`, `/v1/models`, `/sim/stats`, `/v1/chat/completions`,
-//! `/v1/completions`, and JSON errors for the rest. A generation request goes
-//! on to `generate`.
+//! Routing: `/health`, `/v1/models`, `/sim/stats`, `/metrics`, the
+//! generating endpoints (`/v1/chat/completions`, `/v1/completions`,
+//! `/v1/responses`, `/v1/messages`: on to `generate`), the pooling ones
+//! (`/v1/embeddings`, `/v1/rerank`, `/v1/score`: on to `embed`), and JSON
+//! errors for the rest.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -9,6 +11,7 @@ use std::time::Instant;
 use hyper::body::Incoming;
 use hyper::{header, Method, Request, Response, StatusCode};
 
+use super::embed::{pool, Pooling};
 use super::fault::ConnControl;
 use super::generate::generate;
 use super::http::{error, json, SimBody};
@@ -29,7 +32,11 @@ pub(crate) async fn handle(
         (Method::GET, "/health") => json(StatusCode::OK, Vec::new()),
         (Method::GET, "/v1/models") => json(
             StatusCode::OK,
-            render::models_body(&shared.model, shared.created, shared.config.max_model_len),
+            render::models_body(
+                shared.models.iter().map(|m| &*m.name),
+                shared.created,
+                shared.config.max_model_len,
+            ),
         ),
         (Method::GET, "/sim/stats") => json(StatusCode::OK, shared.stats.to_json()),
         (Method::GET, "/metrics") => {
@@ -46,6 +53,21 @@ pub(crate) async fn handle(
         (Method::POST, "/v1/completions") => {
             generate(&shared, &control, Endpoint::Completions, req, arrived).await
         }
+        (Method::POST, "/v1/responses") => {
+            generate(&shared, &control, Endpoint::Responses, req, arrived).await
+        }
+        (Method::POST, "/v1/messages") => {
+            generate(&shared, &control, Endpoint::Messages, req, arrived).await
+        }
+        (Method::POST, "/v1/embeddings") => {
+            pool(&shared, &control, Pooling::Embeddings, req, arrived).await
+        }
+        (Method::POST, "/v1/rerank" | "/rerank" | "/v2/rerank") => {
+            pool(&shared, &control, Pooling::Rerank, req, arrived).await
+        }
+        (Method::POST, "/v1/score" | "/score") => {
+            pool(&shared, &control, Pooling::Score, req, arrived).await
+        }
         (
             _,
             "/health"
@@ -53,7 +75,15 @@ pub(crate) async fn handle(
             | "/sim/stats"
             | "/metrics"
             | "/v1/chat/completions"
-            | "/v1/completions",
+            | "/v1/completions"
+            | "/v1/responses"
+            | "/v1/messages"
+            | "/v1/embeddings"
+            | "/v1/rerank"
+            | "/rerank"
+            | "/v2/rerank"
+            | "/v1/score"
+            | "/score",
         ) => error(
             StatusCode::METHOD_NOT_ALLOWED,
             "invalid_request_error",

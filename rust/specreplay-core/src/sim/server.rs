@@ -41,7 +41,8 @@ impl SimServer {
                 EngineHandle::spawn(&config, capacity, metrics.clone(), shutdown)
             });
             let shared = Arc::new(Shared {
-                model: Arc::from(config.model.as_str()),
+                models: Shared::served_models(&config),
+                media: config.media_rule(),
                 config,
                 created,
                 next_id: AtomicU64::new(0),
