@@ -32,6 +32,7 @@ mod server;
 mod shared;
 pub mod stream;
 pub mod structured;
+mod words;
 
 pub use config::{Capacity, ModelSpec, ReasoningField, SimConfig};
 pub use fault::{FaultKind, FAULT_HEADER};

@@ -16,6 +16,7 @@ use rand_chacha::ChaCha8Rng;
 use super::config::SimConfig;
 use super::request::{Endpoint, SimRequest};
 use super::structured::{Structured, ToolCall};
+pub use super::words::{CONTENT_WORDS, REASONING_WORDS};
 
 /// Why the generation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,31 +38,6 @@ impl Finish {
         }
     }
 }
-
-/// Words of the reasoning phase: none of them appears in `CONTENT_WORDS`.
-pub const REASONING_WORDS: [&str; 16] = [
-    "hmm",
-    "wait",
-    "so",
-    "consider",
-    "suppose",
-    "check",
-    "maybe",
-    "think",
-    "then",
-    "therefore",
-    "alternatively",
-    "verify",
-    "assume",
-    "because",
-    "hence",
-    "recall",
-];
-/// Words of the answer.
-pub const CONTENT_WORDS: [&str; 16] = [
-    "the", "answer", "is", "clear", "and", "simple", "result", "here", "final", "value", "we",
-    "get", "this", "one", "yes", "done",
-];
 
 /// The text of some tokens, by where it goes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
-use super::script::CONTENT_WORDS;
+use super::words::CONTENT_WORDS;
 
 /// Characters of JSON per token (a typical BPE tokenizer on JSON).
 pub const CHARS_PER_TOKEN: usize = 4;
