@@ -131,3 +131,47 @@ def test_cli_serve_with_models_from_file_and_flag(tmp_path: Path) -> None:
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def test_replay_against_the_embedded_sim_serves_every_dialect_media_and_models(tmp_path: Path) -> None:
+    """`specreplay replay` without --url: an image request, a Responses and an
+    Anthropic request on a second model name, and a tool-calling request."""
+    import pyarrow as pa
+    from click.testing import CliRunner
+
+    from specreplay.cli import cli
+
+    image = {"type": "image_url", "image_url": {"url": png_uri(280, 280)}}
+    tools = [{"type": "function", "function": {"name": "w", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    rows = [
+        {"id": "img", "arrival": 0.0, "api": "chat", "body": {"model": "base", "max_tokens": 500,
+         "messages": [{"role": "user", "content": [{"type": "text", "text": "what is this"}, image]}]}},
+        {"id": "resp", "arrival": 0.0, "api": "responses", "body": {"model": "lora-a", "input": "why is the sky blue", "max_output_tokens": 500}},
+        {"id": "anth", "arrival": 0.0, "api": "anthropic", "body": {"model": "lora-a", "max_tokens": 500,
+         "messages": [{"role": "user", "content": "why is the sky blue"}]}},
+        {"id": "tool", "arrival": 0.0, "api": "chat", "body": {"model": "base", "messages": [{"role": "user", "content": "weather?"}], "tools": tools}},
+    ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sim = tmp_path / "sim.toml"
+    sim.write_text(
+        'model = "base"\nttft_ms = 5\nprefill_us_per_token = 0\ntpot_ms = 1\nreasoning_tokens = [5, 10]\n'
+        'content_tokens = [3, 5]\n\n[[models]]\nname = "lora-a"\ntpot_ms = 2\n'
+    )
+    out = tmp_path / "r.arrow"
+    result = CliRunner().invoke(cli, ["replay", str(trace), "--concurrency", "2", "--sim-config", str(sim), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    with pa.OSFile(str(out)) as f:
+        table = pa.ipc.open_file(f).read_all()
+    rows_by_id = {r["trace_id"]: r for r in table.to_pylist()}
+    assert all(r["error_kind"] is None and r["http_status"] == 200 for r in rows_by_id.values())
+    # 3 words + 4 template tokens + 100 image tokens (280×280 at one token per 28×28 pixels).
+    assert rows_by_id["img"]["prompt_tokens"] == 107
+    assert rows_by_id["resp"]["prompt_tokens"] == rows_by_id["anth"]["prompt_tokens"] == 9
+    assert rows_by_id["resp"]["finish_reason"] == "stop"
+    assert rows_by_id["anth"]["finish_reason"] == "end_turn"
+    assert rows_by_id["tool"]["finish_reason"] == "tool_calls"
+    # The text answers (tool-call tokens are the client's own column, issue 24's other half).
+    for name in ("img", "resp", "anth"):
+        r = rows_by_id[name]
+        assert r["reasoning_tokens"] + r["content_tokens"] == r["output_tokens"]
