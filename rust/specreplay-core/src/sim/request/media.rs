@@ -58,8 +58,13 @@ impl MediaRule {
             if !meta.ends_with(";base64") {
                 return Err(format!("image data URI '{meta}' is not base64"));
             }
-            let head = decode_prefix(data, HEADER_BYTES)?;
-            let [w, h] = image_size(&head).ok_or_else(|| {
+            // Most headers sit in the first bytes; a JPEG's frame may follow
+            // large EXIF and ICC segments.
+            let mut size = image_size(&decode_prefix(data, 4096)?);
+            if size.is_none() {
+                size = image_size(&decode_prefix(data, HEADER_BYTES)?);
+            }
+            let [w, h] = size.ok_or_else(|| {
                 format!(
                     "cannot read the size of the '{meta}' image (PNG, JPEG, GIF and WebP are read)"
                 )
@@ -282,5 +287,34 @@ mod tests {
         // One second at 128 kbit/s.
         assert_eq!(rule.audio(&b64(&vec![0; 16_000]), "mp3").unwrap().0, 25);
         assert!(rule.audio("AAAA", "flac").is_err());
+    }
+
+    /// Files written by real encoders (Pillow 13, Python's `wave`), in
+    /// tests/vectors/media/.
+    #[test]
+    fn real_files() {
+        macro_rules! vector {
+            ($name:literal) => {
+                include_bytes!(concat!("../../../tests/vectors/media/", $name)).as_slice()
+            };
+        }
+        for (bytes, size) in [
+            (vector!("rect.png"), [300, 200]),
+            (vector!("rect.gif"), [300, 200]),
+            (vector!("lossy.webp"), [300, 200]),
+            (vector!("lossless.webp"), [300, 200]),
+            (vector!("alpha.webp"), [301, 199]),
+            (vector!("progressive.jpg"), [301, 199]),
+            (vector!("big-comment.jpg"), [300, 200]),
+        ] {
+            assert_eq!(image_size(bytes), Some(size));
+        }
+        // The frame header lies past the first 4 KiB: the second, longer look finds it.
+        let rule = MediaRule::default();
+        let uri = format!("data:image/jpeg;base64,{}", b64(vector!("big-comment.jpg")));
+        assert_eq!(rule.image_url(&uri).unwrap().0, rule.image_tokens(300, 200));
+        // 1.5 s at 25 tokens a second.
+        let wav = b64(vector!("tone-1500ms.wav"));
+        assert_eq!(rule.audio(&wav, "wav").unwrap().0, 38);
     }
 }
