@@ -309,3 +309,53 @@ def test_model_mix_and_model_are_exclusive() -> None:
         ReplayConfig(trace="t", model_mix="a:1,b").validate()
     with pytest.raises(ConfigError, match="not both"):
         ReplayConfig(trace="t", model="m", model_mix="a:1").validate()
+
+
+def test_done_when_a_mixed_trace_replays_against_the_embedded_simulator(tmp_path: Path) -> None:
+    """Issue 24's "Done when": image requests, a tool-calling session,
+    embeddings and rerank calls and two model names, replayed against the
+    embedded simulator; each kind counted in its own columns, the summary,
+    compare and report showing each."""
+    sim: dict[str, Any] = {
+        "ttft_ms": 5, "prefill_us_per_token": 40, "tpot_ms": 1, "reasoning_tokens": [3, 5], "content_tokens": [4, 6],
+        "model": "base", "models": [{"name": "lora-a", "tpot_ms": 4}],
+        "image_patch_px": 28, "image_merge": 1, "tool_call_rate": 1.0, "embedding_dim": 8,
+    }  # fmt: skip
+    png = _png(560, 560)  # 20 × 20 patches: 400 prompt tokens more than the text alone
+    trace = tmp_path / "mixed.jsonl"
+    _mixed_trace(trace, png)
+    df = _replay(tmp_path, trace=str(trace), sim=sim, concurrency=[2], max_tokens=64, metrics=False)
+    assert df["error_kind"].isna().all(), df["error_message"].dropna().tolist()
+    by_id = df.set_index("trace_id")
+    # Media: charged as prompt tokens by the simulator, recorded per request on our side.
+    assert by_id.loc["img0", "prompt_tokens"] >= by_id.loc["txt0", "prompt_tokens"] + 400
+    assert (by_id.loc["img0", "media_count"], by_id.loc["img0", "media_pixels"]) == (1, 560 * 560)
+    # Tool calls: every request with tools answered with a call, its tokens in their own column.
+    agent = df[df["trace_id"].str.startswith("agent")]
+    assert (agent["finish_reason"] == "tool_calls").all() and (agent["tool_calls"] >= 1).all() and agent["tool_args_valid"].all()
+    assert (agent["tool_call_tokens"] > 0).all()
+    gen = df[~df["api"].isin(["embeddings", "rerank"])]
+    assert (gen["reasoning_tokens"] + gen["content_tokens"] + gen["tool_call_tokens"] == gen["output_tokens"]).all()
+    assert (gen["token_source"] == "continuous_usage").all()
+    text = gen[gen["trace_id"].str.startswith("txt")]
+    assert (text["tool_call_tokens"] == 0).all() and (text["content_tokens"] > 0).all()
+    # Embeddings and rerank: items and input tokens from the simulator's usage, no output.
+    emb, rr = df[df["api"] == "embeddings"], df[df["api"] == "rerank"]
+    assert (emb["items"] == 4).all() and (emb["prompt_tokens"] > 0).all() and emb["output_tokens"].isna().all()
+    assert (rr["items"] == 2).all() and rr["first_token_us"].isna().all()
+    # Two models, each at its own speed (lora-a decodes 4x slower).
+    assert set(gen["model"]) == {"base", "lora-a"}
+    point = analyse(df)[0].points[0]
+    per_model = {r["model"]: r for r in by_model(point)}
+    assert per_model["lora-a"]["tpot_p50_ms"] > 2 * per_model["base"]["tpot_p50_ms"]
+    # The summary reports each kind with its figures.
+    row = summarize(df).iloc[0]
+    assert (row["embeddings_requests"], row["rerank_requests"], row["media_requests"], row["tool_call_requests"]) == (3, 3, 3, 2)
+    assert row["embeddings_e2e_p50_ms"] > 0 and row["embeddings_items_s"] > 0 and row["rerank_input_tok_s"] > 0
+    # Prefill of 400 more tokens at 40 µs each: TTFT with the image is later.
+    assert row["ttft_media_p50_ms"] > row["ttft_text_p50_ms"] + 10
+    assert row["tool_call_tok_s"] > 0
+    frame = compare(df, df, force=True, resamples=50).set_index("metric")
+    assert {"rerank_e2e_p50_ms", "tool_call_tok_s", "ttft_media_p50_ms", "model[lora-a].tpot_p50_ms"} <= set(frame.index)
+    html = report.build(str(tmp_path / "run.arrow"))
+    assert "Request kinds" in html and "Per model" in html and "rerank E2E p50" in html
