@@ -359,3 +359,52 @@ def test_done_when_a_mixed_trace_replays_against_the_embedded_simulator(tmp_path
     assert {"rerank_e2e_p50_ms", "tool_call_tok_s", "ttft_media_p50_ms", "model[lora-a].tpot_p50_ms"} <= set(frame.index)
     html = report.build(str(tmp_path / "run.arrow"))
     assert "Request kinds" in html and "Per model" in html and "rerank E2E p50" in html
+
+
+def test_openai_batch_import_names_the_endpoints_and_stores_images_once(tmp_path: Path) -> None:
+    from specreplay.errors import TraceError
+    from specreplay.importers import import_trace
+
+    png = _png(8, 8)
+    uri = "data:image/png;base64," + base64.b64encode(png).decode()
+    image_body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": uri}}]}]}
+    lines = [
+        {"custom_id": "c1", "method": "POST", "url": "/v1/chat/completions", "body": image_body},
+        {"custom_id": "c2", "method": "POST", "url": "/v1/chat/completions", "body": image_body},
+        {"custom_id": "e1", "method": "POST", "url": "/v1/embeddings", "body": {"model": "m", "input": "hello"}},
+        {"custom_id": "r1", "method": "POST", "url": "/v1/rerank", "body": {"model": "m", "query": "q", "documents": ["a", "b"]}},
+    ]
+    source = tmp_path / "batch.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "trace.jsonl"
+    import_trace("openai-batch", source, out)
+    recs = load_trace(out).records
+    assert [(r.id, r.api) for r in recs] == [("c1", "chat"), ("c2", "chat"), ("e1", "embeddings"), ("r1", "rerank")]
+    assert len(list(media.media_dir(out).iterdir())) == 1 and uri.encode() not in out.read_bytes()
+    resolved, _ = media.MediaStore(media.media_dir(out)).resolve(recs[1].body)
+    assert resolved == image_body
+    source.write_text(json.dumps({"custom_id": "x", "url": "/v1/images/generations", "body": {}}) + "\n")
+    with pytest.raises(TraceError, match="line 1.*unknown endpoint|unknown endpoint"):
+        import_trace("openai-batch", source, tmp_path / "bad.jsonl")
+
+
+def test_capture_stores_a_sessions_repeated_image_once(tmp_path: Path) -> None:
+    from specreplay._core import SimServer
+    from specreplay.capture import BackgroundCapture
+
+    uri = "data:image/png;base64," + base64.b64encode(_png(16, 16)).decode()
+    first = [{"role": "user", "content": [{"type": "text", "text": "what?"}, {"type": "image_url", "image_url": {"url": uri}}]}]
+    out = tmp_path / "cap.jsonl"
+    with SimServer(config={"ttft_ms": 1, "tpot_ms": 1, "reasoning_tokens": [0, 0], "content_tokens": [3, 3]}) as sim, BackgroundCapture(sim.url, out) as cap:
+        import urllib.request
+
+        messages = first
+        for _ in range(3):
+            req = urllib.request.Request(cap.url + "/chat/completions", json.dumps({"messages": messages, "max_tokens": 3}).encode(), {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                answer = json.load(resp)["choices"][0]["message"]["content"]
+            messages = messages + [{"role": "assistant", "content": answer}, {"role": "user", "content": "and?"}]
+    recs = load_trace(out).records
+    assert len(recs) == 3 and len({r.session_id for r in recs}) == 1
+    # Three turns, the image in each: one file, and the trace holds references.
+    assert len(list(media.media_dir(out).iterdir())) == 1 and uri.encode() not in out.read_bytes()
