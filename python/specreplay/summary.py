@@ -6,7 +6,8 @@ Which requests count (warmup rows are always left out):
 - send lag: every measured request that was sent (the client's own delay does
   not depend on how the server answered);
 - TTFT, TTFC, TPOT, TPS, ITL, E2E and tokens/s: successful requests only
-  (`error_kind` null).
+  (`error_kind` null), and of TTFT, TPOT and E2E only those that generate:
+  embeddings and rerank requests have figures of their own (`kind_figures`).
 
 Percentiles are pandas' `Series.quantile` with linear interpolation between
 the two nearest samples (numpy's default "linear" method); NaN samples (a
@@ -103,8 +104,10 @@ def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> p
     achieved_rate_rps (ok requests / duration), send_rate_rps (requests sent
     per second between first and last send), scheduled_rate_rps,
     `<latency>_<stat>_ms` for every latency in `LATENCIES` and stat in
-    `STATS`, tps_<stat> (per-request tokens/s), output_tok_s, reasoning_tok_s,
-    content_tok_s (tokens of ok requests / duration), chunks, multi_token_chunks
+    `STATS` (generating requests: embeddings and rerank have their own),
+    tps_<stat> (per-request tokens/s), output_tok_s, reasoning_tok_s,
+    content_tok_s, tool_call_tok_s (tokens of ok requests / duration), the
+    request kinds' figures (`kind_figures`), chunks, multi_token_chunks
     (share of chunks with a known count above 1), bursts (ok requests left
     out of TPOT, TPS and ITL: `metrics.bursts`), the client's own figures
     (`client_figures`), the server's (`servermetrics.figures.FIGURES`: NaN
