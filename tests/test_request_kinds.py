@@ -408,3 +408,23 @@ def test_capture_stores_a_sessions_repeated_image_once(tmp_path: Path) -> None:
     assert len(recs) == 3 and len({r.session_id for r in recs}) == 1
     # Three turns, the image in each: one file, and the trace holds references.
     assert len(list(media.media_dir(out).iterdir())) == 1 and uri.encode() not in out.read_bytes()
+
+
+def test_tool_calls_of_every_dialect_against_the_simulator(tmp_path: Path) -> None:
+    """Chat tool_calls deltas, Anthropic tool_use blocks (input_json_delta) and
+    Responses function_call items (function_call_arguments.delta) all count
+    as tool-call output."""
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    records = [
+        {"id": "chat", "api": "chat", "body": {"messages": [{"role": "user", "content": "go"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}], "max_tokens": 64}},
+        {"id": "anthropic", "api": "anthropic", "body": {"messages": [{"role": "user", "content": "go"}], "tools": [{"name": "f", "input_schema": schema}], "max_tokens": 64}},
+        {"id": "responses", "api": "responses", "body": {"input": "go", "tools": [{"type": "function", "name": "f", "parameters": schema}], "max_output_tokens": 64}},
+    ]
+    trace = tmp_path / "dialects.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records))
+    sim = {"ttft_ms": 2, "prefill_us_per_token": 0, "tpot_ms": 1, "reasoning_tokens": [3, 5], "content_tokens": [2, 4], "tool_call_rate": 1.0}
+    df = _replay(tmp_path, trace=str(trace), sim=sim, concurrency=[1], metrics=False)
+    assert df["error_kind"].isna().all(), df["error_message"].dropna().tolist()
+    assert sorted(df["api"]) == ["anthropic", "chat", "responses"]
+    assert (df["tool_calls"] == 1).all() and df["tool_args_valid"].all() and (df["tool_call_tokens"] > 0).all()
+    assert (df["reasoning_tokens"] + df["content_tokens"] + df["tool_call_tokens"] == df["output_tokens"]).all()
