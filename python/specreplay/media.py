@@ -28,6 +28,7 @@ import wave
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from specreplay.errors import TraceError
@@ -57,6 +58,12 @@ class MediaStats:
             self.pixels += size[0] * size[1]
         else:
             self.seconds += audio_seconds(data)
+
+
+def _stats_of(data: bytes) -> MediaStats:
+    one = MediaStats()
+    one.add(data)
+    return one
 
 
 def media_dir(trace_path: str | Path) -> Path:
@@ -145,35 +152,63 @@ class MediaStore:
         self._b64: OrderedDict[str, str] = OrderedDict()
         self._chars = 0
         self._stats: dict[str, MediaStats] = {}
+        self._put: Callable[[str, str], str] = lambda ref, prefix: prefix + self._encoded(ref)
+
+    def _file(self, ref: str) -> Path:
+        name = ref[len(REF_PREFIX) :]
+        if self.directory is None or "/" in name or not (self.directory / name).is_file():
+            where = str(self.directory / name) if self.directory is not None else name
+            raise TraceError(where, None, None, f"media {ref!r} not found (stored media live beside the trace, in TRACE.media/)")
+        return self.directory / name
 
     def _encoded(self, ref: str) -> str:
         name = ref[len(REF_PREFIX) :]
         cached = self._b64.get(name)
         if cached is not None:
             self._b64.move_to_end(name)
-        else:
-            if self.directory is None or "/" in name or not (self.directory / name).is_file():
-                where = str(self.directory / name) if self.directory is not None else name
-                raise TraceError(where, None, None, f"media {ref!r} not found (stored media live beside the trace, in TRACE.media/)")
-            data = (self.directory / name).read_bytes()
-            cached = base64.b64encode(data).decode("ascii")
-            self._b64[name] = cached
-            self._chars += len(cached)
-            while self._chars > CACHE_CHARS and len(self._b64) > 1:
-                _, dropped = self._b64.popitem(last=False)
-                self._chars -= len(dropped)
-            one = MediaStats()
-            one.add(data)
-            self._stats[name] = one
+            return cached
+        data = self._file(ref).read_bytes()
+        self._stats.setdefault(name, _stats_of(data))
+        cached = base64.b64encode(data).decode("ascii")
+        self._b64[name] = cached
+        self._chars += len(cached)
+        while self._chars > CACHE_CHARS and len(self._b64) > 1:
+            _, dropped = self._b64.popitem(last=False)
+            self._chars -= len(dropped)
         return cached
 
     def _ref_stats(self, ref: str) -> MediaStats:
-        self._encoded(ref)
-        return self._stats[ref[len(REF_PREFIX) :]]
+        """A stored object's stats: its file read once (the engine reads it
+        again to send it; only the stats, a few numbers, are kept here)."""
+        name = ref[len(REF_PREFIX) :]
+        stats = self._stats.get(name)
+        if stats is None:
+            stats = self._stats[name] = _stats_of(self._file(ref).read_bytes())
+        return stats
 
     def resolve(self, body: dict[str, Any]) -> tuple[dict[str, Any], MediaStats]:
         """`body` with stored media put back (a copy where anything changed;
         nested values are otherwise shared), and its media's stats."""
+        return self._walk(body, lambda ref, prefix: prefix + self._encoded(ref))
+
+    def mark(self, body: dict[str, Any]) -> tuple[dict[str, Any], MediaStats, list[tuple[str, str, str]]]:
+        """`body` with a mark where each stored object's data goes (the
+        engine writes it: `media_at`), its media's stats, and per mark
+        (mark, file, prefix)."""
+        slots: list[tuple[str, str, str]] = []
+
+        def put(ref: str, prefix: str) -> str:
+            self._ref_stats(ref)  # the file exists: fail here, naming it, not in the engine
+            assert self.directory is not None
+            mark = f"\x00specreplay:media:{len(slots)}\x00"
+            slots.append((mark, str(self.directory / ref[len(REF_PREFIX) :]), prefix))
+            return mark
+
+        body, stats = self._walk(body, put)
+        return body, stats, slots
+
+    def _walk(self, body: dict[str, Any], put: Callable[[str, str], str]) -> tuple[dict[str, Any], MediaStats]:
+        self._put = put
         stats = MediaStats()
         key = "messages" if "messages" in body else "input" if isinstance(body.get("input"), list) else None
         if key is None:
@@ -211,8 +246,7 @@ class MediaStore:
             if url.startswith(REF_PREFIX):
                 one = self._ref_stats(url)
                 self._merge(stats, one)
-                mime = MIME.get(url.rsplit(".", 1)[-1], "application/octet-stream")
-                uri = f"data:{mime};base64,{self._encoded(url)}"
+                uri = self._put(url, f"data:{_mime(url)};base64,")
                 return {**part, kind: {**inner, "url": uri} if isinstance(inner, dict) else uri}
             stats.add(_decode_data_uri(url))
             return part
@@ -223,7 +257,7 @@ class MediaStore:
                 return part
             if data.startswith(REF_PREFIX):
                 self._merge(stats, self._ref_stats(data))
-                return {**part, "input_audio": {**inner, "data": self._encoded(data)}}
+                return {**part, "input_audio": {**inner, "data": self._put(data, "")}}
             stats.add(_b64(data))
             return part
         if kind in ("image", "input_image"):
@@ -233,15 +267,14 @@ class MediaStore:
                 data = source["data"]
                 if data.startswith(REF_PREFIX):
                     self._merge(stats, self._ref_stats(data))
-                    return {**part, "source": {**source, "data": self._encoded(data)}}
+                    return {**part, "source": {**source, "data": self._put(data, "")}}
                 stats.add(_b64(data))
                 return part
             url = part.get("image_url")
             if isinstance(url, str):
                 if url.startswith(REF_PREFIX):
                     self._merge(stats, self._ref_stats(url))
-                    mime = MIME.get(url.rsplit(".", 1)[-1], "application/octet-stream")
-                    return {**part, "image_url": f"data:{mime};base64,{self._encoded(url)}"}
+                    return {**part, "image_url": self._put(url, f"data:{_mime(url)};base64,")}
                 stats.add(_decode_data_uri(url))
                 return part
             stats.add(None)
@@ -289,6 +322,10 @@ def dedup_body(body: dict[str, Any], directory: Path) -> dict[str, Any]:
             parts.append(part)
         out.append({**message, "content": parts})
     return {**body, key: out}
+
+
+def _mime(ref: str) -> str:
+    return MIME.get(ref.rsplit(".", 1)[-1], "application/octet-stream")
 
 
 def _ext(mime: str) -> str:

@@ -119,6 +119,11 @@ PROMPT_BLOCKS_TYPE = pa.struct([
     pa.field("hash_ids", pa.list_(pa.uint64()), nullable=False),
     pa.field("seed", pa.uint64(), nullable=False),
 ])
+MEDIA_AT_TYPE = pa.list_(pa.struct([
+    pa.field("at", pa.int64(), nullable=False),
+    pa.field("file", pa.string(), nullable=False),
+    pa.field("prefix", pa.string(), nullable=False),
+]))
 REQUEST_COLUMNS: tuple[Column, ...] = (
     Column("trace_id", pa.string(), "", "the trace record's `id`", nullable=False),
     Column("api", pa.string(), "", "request dialect: chat, completions, responses, anthropic, embeddings or rerank", nullable=False),
@@ -131,6 +136,7 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
     Column("prompt_blocks", PROMPT_BLOCKS_TYPE, "", "the record's `prompt_blocks`: the engine synthesizes the prompt's text into the body"),
     Column("prompt_at", pa.int64(), "bytes", "with prompt_blocks: where the text goes, a byte offset between the quotes of an empty JSON string in `body`"),
     Column("history_at", pa.list_(pa.int64()), "bytes", "live history only: element j is where the answer generated for the session's turn j goes (as `prompt_at`; null: not in this body); the recorded answers are left out of `body`"),
+    Column("media_at", MEDIA_AT_TYPE, "bytes", "stored media: where each object's data goes in `body` (an offset between the quotes of an empty JSON string, as `prompt_at`), the file it is read from and the text before it (a data URI's `data:image/png;base64,`); the engine writes prefix + base64"),
     Column("model", pa.string(), "", "the model the body asks for, copied to the row"),
     Column("media_count", pa.int32(), "", "media parts in the body (`media.MediaStats`), copied to the row; null: none"),
     Column("media_bytes", pa.int64(), "bytes", "their decoded size"),

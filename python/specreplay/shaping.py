@@ -227,19 +227,23 @@ def request_row(
     (`base` is the target's base URL; `media`, the trace's stored media)."""
     blocks = record.prompt_blocks
     body = _with_prompt(record, _PROMPT_MARK) if blocks is not None else dict(record.body)
-    body, stats = (media or _NO_MEDIA).resolve(body)
-    body = dict(body)
+    # Stored media: a mark where the data goes, written by the engine (`media_at`).
+    store = media or _NO_MEDIA
+    unmarked = body
+    body, stats, media_slots = store.mark(body)
     model = model_for(record, config, model)
     answers = turn.answers if turn is not None else []
-    if answers:
-        messages = list(body["messages"])
-        for at, j in answers:
-            messages[at] = _with_answer_mark(messages[at], _answer_mark(j))
-        body["messages"] = messages
-    shaped = _shaped(body, record.api, config, model)
+    shaped = _shaped(_with_answers(body, answers), record.api, config, model)
     raw = json.dumps(shaped, ensure_ascii=False).encode()
-    marks = ([_PROMPT_MARK] if blocks is not None else []) + [_answer_mark(j) for _, j in answers]
+    marks = ([_PROMPT_MARK] if blocks is not None else []) + [_answer_mark(j) for _, j in answers] + [m for m, _, _ in media_slots]
     raw, places = _take_marks(raw, marks)
+    media_places = places[len(places) - len(media_slots) :]
+    places = places[: len(places) - len(media_slots)]
+    if any(p is None for p in media_places):
+        # A mark not found once (never in a valid trace, but never guess): the data, put in here.
+        shaped = _shaped(_with_answers(store.resolve(unmarked)[0], answers), record.api, config, model)
+        raw, places = _take_marks(json.dumps(shaped, ensure_ascii=False).encode(), marks[: len(places)])
+        media_slots, media_places = [], []
     prompt_at: int | None = places.pop(0) if blocks is not None else None
     if blocks is not None and prompt_at is None:
         # The mark was not found once (it cannot be in a valid trace's text,
@@ -265,12 +269,24 @@ def request_row(
         },
         "prompt_at": prompt_at,
         "history_at": history,
+        "media_at": [{"at": at, "file": file, "prefix": prefix} for at, (_, file, prefix) in zip(media_places, media_slots)] or None,
         "model": shaped.get("model") if isinstance(shaped.get("model"), str) else None,
         "media_count": stats.count or None,
         "media_bytes": stats.bytes if stats.count else None,
         "media_pixels": stats.pixels if stats.count else None,
         "media_seconds": stats.seconds if stats.count else None,
     }
+
+
+def _with_answers(body: dict[str, Any], answers: list[tuple[int, int]]) -> dict[str, Any]:
+    """A copy of `body` (one level deep) with the live answers' marks in its messages."""
+    body = dict(body)
+    if answers:
+        messages = list(body["messages"])
+        for at, j in answers:
+            messages[at] = _with_answer_mark(messages[at], _answer_mark(j))
+        body["messages"] = messages
+    return body
 
 
 def _take_marks(raw: bytes, marks: list[str]) -> tuple[bytes, list[int | None]]:

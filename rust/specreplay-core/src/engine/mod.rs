@@ -15,6 +15,7 @@ mod dispatch;
 pub mod feed;
 pub(crate) mod http;
 mod interrupt;
+pub mod media;
 pub(crate) mod net;
 mod pacing;
 pub mod record;
