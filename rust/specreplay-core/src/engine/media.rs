@@ -66,12 +66,12 @@ pub fn encoded(file: &str) -> Result<Arc<str>, CoreError> {
     Ok(text)
 }
 
+/// Per slot, ascending by place: where it was in the body and the bytes it added.
+pub type Added = Vec<(usize, usize)>;
+
 /// `body` with every slot's data written, and the bytes each slot added
 /// (by its place in `body`, ascending), to move later offsets by.
-pub fn with_media(
-    body: &[u8],
-    slots: &[MediaSlot],
-) -> Result<(Vec<u8>, Vec<(usize, usize)>), CoreError> {
+pub fn with_media(body: &[u8], slots: &[MediaSlot]) -> Result<(Vec<u8>, Added), CoreError> {
     let data: Vec<Arc<str>> = slots
         .iter()
         .map(|s| encoded(&s.file))
@@ -83,7 +83,7 @@ pub fn with_media(
         texts.push((slot.at, text));
     }
     let out = super::body::insert_all(body, &mut texts, "media_at")?;
-    let mut added: Vec<(usize, usize)> = slots
+    let mut added: Added = slots
         .iter()
         .zip(&data)
         .map(|(s, d)| (s.at, s.prefix.len() + d.len()))
