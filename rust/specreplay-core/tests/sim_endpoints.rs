@@ -150,6 +150,16 @@ async fn faults_apply_to_every_dialect() {
             ("error", Some("error")),
             "{path}"
         );
+        let broken = send(addr, "POST", path, Some(body), Some("malformed_json")).await;
+        let unparsed = broken
+            .body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| serde_json::from_str::<Value>(d).is_err())
+            .count();
+        assert!(unparsed >= 1, "{path}: {}", broken.body);
+        let poisoned = send(addr, "POST", path, Some(body), Some("invalid_utf8")).await;
+        assert!(poisoned.body.contains('\u{FFFD}'), "{path}");
         let cut = send(addr, "POST", path, Some(body), Some("missing_done")).await;
         let last = cut.events().pop().unwrap().0;
         assert!(
