@@ -103,7 +103,7 @@ impl MediaRule {
 
 /// A name for media bytes: their length and both ends (hashing a whole
 /// multi-megabyte image per request would cost more than the rest).
-fn name_of(data: &str) -> u64 {
+pub(super) fn name_of(data: &str) -> u64 {
     let bytes = data.as_bytes();
     let ends = 4096.min(bytes.len());
     let mut h = Fnv1a::new();

@@ -183,9 +183,49 @@ impl SimRequest {
     }
 }
 
+/// The canonical text of `v` for the prompt hash: serde_json's compact,
+/// deterministic `Display`, with each media blob (a string over
+/// `BLOB_BYTES` with no whitespace near its start: base64) named by its
+/// length and ends instead of spelled out. Re-serializing a megabyte of
+/// base64 and hashing it byte by byte cost more than the rest of the request
+/// (`bench/sim_media.rs`).
 pub(super) fn value_text(v: &Value) -> String {
-    // serde_json's `Display` is compact and deterministic for a given value.
-    v.to_string()
+    if has_blob(v) {
+        named_blobs(v).to_string()
+    } else {
+        v.to_string()
+    }
+}
+
+/// Strings longer than this may be media blobs.
+const BLOB_BYTES: usize = 16 << 10;
+
+fn is_blob(s: &str) -> bool {
+    s.len() > BLOB_BYTES && !s.as_bytes()[..256].iter().any(u8::is_ascii_whitespace)
+}
+
+fn has_blob(v: &Value) -> bool {
+    match v {
+        Value::String(s) => is_blob(s),
+        Value::Array(items) => items.iter().any(has_blob),
+        Value::Object(map) => map.values().any(has_blob),
+        _ => false,
+    }
+}
+
+fn named_blobs(v: &Value) -> Value {
+    match v {
+        Value::String(s) if is_blob(s) => {
+            Value::String(format!("blob:{}:{:016x}", s.len(), media::name_of(s)))
+        }
+        Value::Array(items) => Value::Array(items.iter().map(named_blobs).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), named_blobs(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 #[cfg(test)]

@@ -222,3 +222,23 @@ fn media_parts_are_charged_in_every_dialect() {
         "{err}"
     );
 }
+
+#[test]
+fn a_media_blob_is_hashed_by_name_and_text_as_before() {
+    use serde_json::json;
+    let blob = |fill: u8| {
+        let mut s = vec![b'A'; 40_000];
+        s[20_000] = fill;
+        String::from_utf8(s).unwrap()
+    };
+    let uri = |b: &str| json!([{"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{b}")}}]);
+    let short = json!([{"role": "user", "content": "a b"}]);
+    assert_eq!(value_text(&short), short.to_string());
+    let long_text = json!([{"role": "user", "content": "word ".repeat(10_000)}]);
+    assert_eq!(value_text(&long_text), long_text.to_string());
+    // The same blob gives the same text; a blob of another length another.
+    let a = value_text(&uri(&blob(b'A')));
+    assert!(a.len() < 200, "{a}");
+    assert_eq!(a, value_text(&uri(&blob(b'A'))));
+    assert_ne!(a, value_text(&uri(&blob(b'A')[..39_996])));
+}
