@@ -235,7 +235,7 @@ def test_decode_response_binding() -> None:
 
 
 def test_requests_are_told_apart_by_method_and_path(tmp_path: Path) -> None:
-    # A path the upstream has under a prefix is kept; other requests are forwarded only.
+    # A path the upstream has under a prefix is kept (embeddings too: a trace API); other requests are forwarded only.
     paths = [("POST", "/openai/deployments/gpt/chat/completions", {"messages": []}),
              ("POST", "/v1/completions/", {"prompt": "p"}),
              ("GET", "/v1/chat/completions", None),
@@ -250,9 +250,9 @@ def test_requests_are_told_apart_by_method_and_path(tmp_path: Path) -> None:
     trace_path = tmp_path / "trace.jsonl"
     with SimServer(config=SIM) as sim, BackgroundCapture(sim.url, trace_path) as cap:
         asyncio.run(send(origin(cap.url)))
-    assert cap.stats is not None and (cap.stats.recorded, cap.stats.passed_through) == (2, 2)
+    assert cap.stats is not None and (cap.stats.recorded, cap.stats.passed_through) == (3, 1)
     recs = load_trace(trace_path).records
-    assert [(r.api, r.path) for r in recs] == [("chat", "/openai/deployments/gpt/chat/completions"), ("completions", "/v1/completions/")]
+    assert [(r.api, r.path) for r in recs] == [("chat", "/openai/deployments/gpt/chat/completions"), ("completions", "/v1/completions/"), ("embeddings", None)]
 
 
 def test_capture_cli_stops_on_max_requests_and_on_ctrl_c(tmp_path: Path) -> None:

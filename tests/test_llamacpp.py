@@ -284,3 +284,42 @@ def test_the_servers_tokenize_counts_the_chunks_after_the_point(tmp_path: Path, 
     # tokens are whole words), so /tokenize counts bytes: reconciled with the
     # 24 tokens, every chunk keeps at least one, none is zero.
     assert all(min(k) >= 1 for k in df["chunk_tokens"])
+
+
+# --- tool calls (llama.cpp with --jinja parses the scripted model's <tool_call>) ---
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+@pytest.fixture(scope="module")
+def tool_caller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaCppServer]:
+    from realservers.scripted_model import TOOL_CALL, TOOL_TEMPLATE
+
+    path = tmp_path_factory.mktemp("models") / "tools.gguf"
+    write_scripted_gguf(path, [], TOOL_CALL, close_think=True, template=TOOL_TEMPLATE)
+    with LlamaCppServer(path, jinja=True) as server:
+        yield server
+
+
+def test_tool_calls_from_llamacpp_are_output_of_their_own(tmp_path: Path, tool_caller: LlamaCppServer) -> None:
+    whole = tool_caller.post("/chat/completions", {"messages": QUESTION, "tools": TOOLS, "max_tokens": 100})
+    call = whole["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert (call["name"], json.loads(call["arguments"])) == ("get_weather", {"city": "Paris"})
+    df = replay(tmp_path, tool_caller, write_trace(tmp_path / "t.jsonl", 4, tools=TOOLS), max_tokens=100)
+    assert (df["finish_reason"] == "tool_calls").all()
+    assert (df["tool_calls"] == 1).all() and df["tool_args_valid"].all()
+    assert (df["output_tokens"] == whole["usage"]["completion_tokens"]).all()
+    assert (df["reasoning_tokens"] + df["content_tokens"] + df["tool_call_tokens"] == df["output_tokens"]).all()
+    # The call's tokens are tool-call output; only the EOS, which made no chunk, is left to the content.
+    assert (df["tool_call_tokens"] >= df["output_tokens"] - 1).all() and (df["tool_call_tokens"] > 0).all()
+    for _, row in df.iterrows():
+        assert set(channels(row)) == {"tool"}
+    assert "tool_args_cut" not in {f.code for f in validity.check(df)}
+
+
+def test_a_tool_call_cut_at_max_tokens_is_flagged(tmp_path: Path, tool_caller: LlamaCppServer) -> None:
+    df = replay(tmp_path, tool_caller, write_trace(tmp_path / "t.jsonl", 2, tools=TOOLS), max_tokens=4)
+    assert (df["finish_reason"] == "length").all()
+    assert (df["tool_call_tokens"] > 0).all(), df[["content_tokens", "tool_call_tokens"]]
+    found = {f.code: f.level for f in validity.check(df)}
+    assert found.get("tool_args_cut") == "error"

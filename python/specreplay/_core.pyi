@@ -112,6 +112,24 @@ class SimConfig(TypedDict, total=False):
     fault_slow_headers_ms: float
     fault_retry_after_s: int
     fault_oversized_bytes: int
+    models: list[SimModel]
+    image_patch_px: int
+    image_merge: int
+    image_url_size: list[int] | tuple[int, int]
+    audio_tokens_per_s: float
+    video_tokens: int
+    tool_call_rate: float
+    embedding_dim: int
+
+@type_check_only
+class SimModel(TypedDict, total=False):
+    """One more model the simulator serves (`[[sim.models]]`, sim/config.rs
+    `ModelSpec`): its name, and the speed keys it overrides."""
+
+    name: str
+    ttft_ms: float
+    prefill_us_per_token: float
+    tpot_ms: float
 
 @type_check_only
 class SimCapacity(TypedDict, total=False):

@@ -44,6 +44,7 @@ from specreplay.conversations import ConversationFinder
 from specreplay.errors import ConfigError
 from specreplay.shaping import redact_url
 from specreplay.text import Redactor
+from specreplay.media import dedup_body, media_dir
 from specreplay.trace import APIS, RESPONSE_INT_FIELDS, RESPONSE_STR_FIELDS, TraceRecord
 
 
@@ -248,6 +249,8 @@ class CaptureProxy:
             self.stats.errors += 1
         self._conversations.finish(ev.seq, not failed, ev.answer)
         body = self.redactor.body(p.body) if self.redactor is not None else p.body
+        # A multimodal session repeats its images in every turn: each is stored once, beside the trace.
+        body = dedup_body(body, media_dir(self.output))
         default_path = "/v1" + APIS[p.api][0]
         # A request admitted before an earlier arrival whose body was still
         # being read would come out a hair negative: clamp (the trace forbids it).

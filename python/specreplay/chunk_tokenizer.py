@@ -120,6 +120,15 @@ def recount(counter: ChunkCounter, rows: pa.RecordBatch, text: pa.Array, chars: 
     return _replace_rows(rows, picked, reconciled)
 
 
+def _tool_tokens(chunk_tokens: pa.Array, chunk_channel: pa.Array) -> pa.Array:
+    """Per row: the tokens of its tool-call chunks (channel 2)."""
+    tokens = pc.list_flatten(chunk_tokens).to_numpy(zero_copy_only=False)
+    channels = pc.list_flatten(chunk_channel).to_numpy(zero_copy_only=False)
+    parents = pc.list_parent_indices(chunk_tokens).to_numpy(zero_copy_only=False)
+    sums = np.bincount(parents, weights=np.where(channels == 2, tokens, 0), minlength=len(chunk_tokens))
+    return pa.array(sums.astype("int64"))
+
+
 def _replace_rows(rows: pa.RecordBatch, picked: np.ndarray, reconciled: pa.RecordBatch) -> pa.RecordBatch:
     """`rows` with the rows at `picked` given the reconciled counts."""
     # Where each row's new value comes from: its own, or the reconciled row.
@@ -132,10 +141,15 @@ def _replace_rows(rows: pa.RecordBatch, picked: np.ndarray, reconciled: pa.Recor
         return pc.if_else(mask, new.take(take), rows.column(name))
 
     reasoning = merged("reasoning_tokens", reconciled.column("reasoning_tokens"))
+    chunk_tokens = merged("chunk_tokens", reconciled.column("chunk_tokens"))
+    tool = _tool_tokens(chunk_tokens, rows.column("chunk_channel"))
+    tool = pc.if_else(mask, pc.if_else(pc.is_null(rows.column("tool_call_tokens")), pa.nulls(rows.num_rows, pa.int64()), tool), rows.column("tool_call_tokens"))
+    content = pc.subtract(pc.subtract(rows.column("output_tokens"), reasoning), pc.fill_null(tool, 0))
     columns = {
-        "chunk_tokens": merged("chunk_tokens", reconciled.column("chunk_tokens")),
+        "chunk_tokens": chunk_tokens,
         "reasoning_tokens": reasoning,
-        "content_tokens": pc.if_else(mask, pc.subtract(rows.column("output_tokens"), reasoning), rows.column("content_tokens")),
+        "tool_call_tokens": tool,
+        "content_tokens": pc.if_else(mask, content, rows.column("content_tokens")),
         "chunk_token_source": pc.if_else(mask, pa.scalar("tokenizer"), rows.column("chunk_token_source")),
     }
     arrays = [columns[f.name].cast(f.type) if f.name in columns else rows.column(i) for i, f in enumerate(rows.schema)]

@@ -64,6 +64,7 @@ from specreplay.errors import InvalidRunError
 from specreplay.quantiles import UnitQuantiles, weighted_quantiles
 from specreplay.results import load, partial_path, run_config_of
 from specreplay.servermetrics.compare import server_rows
+from specreplay.trace import RETRIEVAL_APIS
 from specreplay.validity import Finding, Thresholds
 
 #: (summary prefix, display name) of the latencies compared, in table order.
@@ -356,10 +357,61 @@ def compare_runs(
             }
             for metric, name, unit, base_value, value in server_rows(base_point.summary, other_point.summary)
         ]  # fmt: skip
+        rows += [
+            {
+                "base": base.name, "run": other.name, "point": point, "metric": metric, "name": name, "unit": unit,
+                "base_value": base_value, "value": value,
+                "change": value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan,
+                "ci_low": math.nan, "ci_high": math.nan, "verdict": NOT_RESAMPLED, "paired": paired,
+                "base_requests": b.n_ok, "requests": o.n_ok,
+            }
+            for metric, name, unit, base_value, value in kind_rows(base_point, other_point)
+        ]  # fmt: skip
         sessions = _session_rows(base_point, other_point, same_trace, resamples, _rng(seed, point + " sessions"), alpha, min_change)
         rows += [{"base": base.name, "run": other.name, **row} for row in sessions]
     frame: pd.DataFrame = pd.DataFrame(rows, columns=list(COLUMNS))
     return frame
+
+
+#: (summary column, display name, unit) of the request kinds' figures compared
+#: when either run had such requests (docs/compare.md, "Request kinds").
+KIND_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("tool_call_tok_s", "tool-call tok/s", "tok/s"),
+    ("ttft_media_p50_ms", "TTFT p50 with media", "ms"),
+    ("ttft_text_p50_ms", "TTFT p50 without media", "ms"),
+    ("embeddings_e2e_p50_ms", "embeddings E2E p50", "ms"),
+    ("embeddings_e2e_p99_ms", "embeddings E2E p99", "ms"),
+    ("embeddings_items_s", "embeddings items/s", "items/s"),
+    ("embeddings_input_tok_s", "embeddings input tok/s", "tok/s"),
+    ("rerank_e2e_p50_ms", "rerank E2E p50", "ms"),
+    ("rerank_e2e_p99_ms", "rerank E2E p99", "ms"),
+    ("rerank_items_s", "rerank items/s", "items/s"),
+    ("rerank_input_tok_s", "rerank input tok/s", "tok/s"),
+)
+#: Which requests a kind's figures need (summary count column).
+_KIND_COUNT = {"tool_call": "tool_call_requests", "ttft": "media_requests", "embeddings": "embeddings_requests", "rerank": "rerank_requests"}
+
+
+def kind_rows(base: PointAnalysis, other: PointAnalysis) -> list[tuple[str, str, str, float, float]]:
+    """(metric, name, unit, base value, value) of the request kinds either
+    point had (tool calls, media, embeddings, rerank), and per model (TTFT
+    p50/p99, TPOT p50, output tok/s) for the models both points asked for:
+    one number per run each, not resampled."""
+    from specreplay.summary import by_model
+
+    out = []
+    for metric, name, unit in KIND_METRICS:
+        count = _KIND_COUNT[metric.split("_")[0] if not metric.startswith("tool_call") else "tool_call"]
+        if int(base.summary.get(count, 0) or 0) or int(other.summary.get(count, 0) or 0):
+            out.append((metric, name, unit, float(base.summary.get(metric, math.nan)), float(other.summary.get(metric, math.nan))))
+    theirs = {r["model"]: r for r in by_model(other)}
+    for mine in by_model(base):
+        match = theirs.get(mine["model"])
+        if match is None:
+            continue
+        for key, label, unit in (("ttft_p50_ms", "TTFT p50", "ms"), ("ttft_p99_ms", "TTFT p99", "ms"), ("tpot_p50_ms", "TPOT p50", "ms"), ("output_tok_s", "output tok/s", "tok/s")):
+            out.append((f"model[{mine['model']}].{key}", f"{label} [{mine['model']}]", unit, float(mine[key]), float(match[key])))
+    return out
 
 
 #: (summary column, display name, quantile) of the session figures compared.
@@ -489,9 +541,11 @@ class _PointData:
         ids = [record_id(str(t)) for t in rows["trace_id"]]
         samples: dict[str, _Samples] = {}
         index = np.arange(len(rows))
+        # Embeddings and rerank have their own figures (`kind_rows`), as in the summary.
+        generating = ~rows["api"].isin(RETRIEVAL_APIS).to_numpy(dtype=bool) if "api" in rows.columns else np.ones(len(rows), dtype=bool)
         for prefix in ("ttft", "ttfc", "tpot", "e2e"):
             values = rows[f"{prefix}_us"].to_numpy(dtype="float64")
-            keep = ok & ~np.isnan(values)
+            keep = ok & ~np.isnan(values) & generating
             samples[prefix] = _sorted(values[keep] / 1000.0, np.ones(int(keep.sum()), dtype="int64"), index[keep])
         # ITL per token: a gap g ending a chunk of k tokens is k samples of g / k,
         # kept as one value of weight k that belongs to the chunk's request.

@@ -54,6 +54,8 @@ class ReplayConfig:
     trace: str = ""
     url: str | None = None
     model: str | None = None
+    #: `--model-mix 'base:0.7,lora-a:0.3'`: each request's model drawn (`models`).
+    model_mix: str | None = None
     rate: list[float] = field(default_factory=list)
     speedup: list[float] = field(default_factory=list)
     concurrency: list[int] = field(default_factory=list)
@@ -142,6 +144,15 @@ class ReplayConfig:
             raise ConfigError("preconnect: an open-loop run opens max_concurrency connections before the clock; set max_concurrency too")
         from specreplay.validity import Thresholds
 
+        if self.model_mix is not None:
+            from specreplay.models import parse_mix
+
+            try:
+                parse_mix(self.model_mix)
+            except ValueError as e:
+                raise ConfigError(f"model_mix: {e}") from None
+            if self.model is not None:
+                raise ConfigError("give model or model_mix, not both")
         try:
             Thresholds.from_dict(self.thresholds)
         except (TypeError, ValueError) as e:
@@ -305,6 +316,7 @@ FIELDS: dict[str, FieldSpec] = {
     "trace": FieldSpec("str"),
     "url": FieldSpec("url", optional=True),
     "model": FieldSpec("str", optional=True),
+    "model_mix": FieldSpec("str", optional=True),
     "rate": FieldSpec("list[float]", positive=True),
     "speedup": FieldSpec("list[float]", positive=True),
     "concurrency": FieldSpec("list[int]", minimum=1),

@@ -109,12 +109,15 @@ def print_summary(
     slo: Slo | None = None,
     verdicts: Mapping[str, Sequence[TargetVerdict]] | None = None,
     ttft_by_turn: Mapping[str, pd.DataFrame] | None = None,
+    models: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> None:
     """Per sweep point of a `summary.summarize` frame: a heading line (counts,
     duration, rates), a table of latencies in ms, a throughput line, with
     `slo` its goodput and the `verdicts` on its targets (by point), a
     sessions line when the point had sessions (with the point's TTFT by turn
-    index from `ttft_by_turn`, by point name, when given), and the
+    index from `ttft_by_turn`, by point name, when given), lines for the
+    request kinds beyond text chat (`kind_lines`) and, per point in
+    `models`, its figures per model (`summary.by_model`), and the
     `findings` on that point (those whose `point` is the row's), if any."""
     for _, row in summary.iterrows():
         console.print(Text(_point_heading(row), style="bold"))
@@ -129,6 +132,11 @@ def print_summary(
         if not _missing(share):
             throughput += f"  ·  multi-token chunks {float(share):.0%} of {int(row['chunks'])}"
         console.print(Text(throughput))
+        for line in kind_lines(row):
+            console.print(Text(line))
+        per_model = (models or {}).get(str(row["point"]))
+        if per_model:
+            console.print(_model_table(per_model))
         client = _client_line(row)
         if client:
             console.print(Text(client, style="dim"))
@@ -138,6 +146,45 @@ def print_summary(
             print_slo(console, row, slo, (verdicts or {}).get(str(row["point"]), ()))
         print_finding_lines(console, [f for f in findings if f.point == row["point"]])
         console.print()
+
+
+def kind_lines(row: pd.Series) -> list[str]:
+    """Lines for the request kinds beyond text chat (docs/results.md,
+    "Request kinds"): tool calls, embeddings and rerank (E2E only: no
+    tokens are generated, so no TTFT or TPOT), and TTFT with and without
+    media. None when the point had none of them."""
+    out = []
+    tool_requests = int(row.get("tool_call_requests", 0) or 0)
+    if tool_requests:
+        out.append(f"  tool calls: {tool_requests} requests  ·  tool-call output {fmt_rate(row.get('tool_call_tok_s'))} tok/s")
+    for api in ("embeddings", "rerank"):
+        n = int(row.get(f"{api}_requests", 0) or 0)
+        if n:
+            out.append(
+                f"  {api}: {n} requests ({int(row.get(f'{api}_ok', 0) or 0)} ok)  ·  "
+                f"E2E p50 {fmt_ms(row.get(f'{api}_e2e_p50_ms'))} / p90 {fmt_ms(row.get(f'{api}_e2e_p90_ms'))} / p99 {fmt_ms(row.get(f'{api}_e2e_p99_ms'))} ms  ·  "
+                f"{fmt_rate(row.get(f'{api}_items_s'))} items/s  ·  {fmt_rate(row.get(f'{api}_input_tok_s'))} input tok/s  "
+                "(not streamed: no TTFT or TPOT; left out of the table above)"
+            )
+    media = int(row.get("media_requests", 0) or 0)
+    if media:
+        out.append(
+            f"  media: {media} requests  ·  TTFT p50 with media {fmt_ms(row.get('ttft_media_p50_ms'))} ms, "
+            f"without {fmt_ms(row.get('ttft_text_p50_ms'))} ms  ·  p99 {fmt_ms(row.get('ttft_media_p99_ms'))} / {fmt_ms(row.get('ttft_text_p99_ms'))} ms"
+        )
+    return out
+
+
+def _model_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="per model", title_justify="left")
+    for name in ("model", "requests", "ok", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "E2E p50 ms", "output tok/s"):
+        table.add_column(name, justify="left" if name == "model" else "right")
+    for r in rows:
+        table.add_row(
+            str(r["model"]), str(r["requests"]), str(r["ok"]), fmt_ms(r["ttft_p50_ms"]), fmt_ms(r["ttft_p99_ms"]),
+            fmt_ms(r["tpot_p50_ms"]), fmt_ms(r["e2e_p50_ms"]), fmt_rate(r["output_tok_s"]),
+        )
+    return table
 
 
 def _client_line(row: pd.Series) -> str:

@@ -29,6 +29,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from specreplay import _core
 from specreplay.config import ReplayConfig
 from specreplay.errors import TraceError
+from specreplay.media import MediaStore, media_dir
 from specreplay.shaping import Conversation, SessionTurn, base_url, request_batch, request_row
 from specreplay.think_time import ThinkTimes
 from specreplay.trace import MAX_LINE_BYTES, TraceRecord, parse_line, read_lines_at
@@ -69,6 +70,7 @@ class Feeder:
         self.limit = config.num_requests
         self.loops = (self.limit is not None and self.limit > index.records) or (self.limit is None and config.duration is not None)
         self.think = ThinkTimes(config)
+        self.media = MediaStore(media_dir(index.path))
         self.fed = 0
         self.units = 0
         self.done = False
@@ -212,7 +214,7 @@ class Feeder:
                 think = self.think.us(previous, rec, k) if self.dependent and previous is not None else None
                 answers = conversation.places(rec, k) if conversation is not None else []
                 turn = SessionTurn(rec.session_id, k, think, answers)
-            rows.append(request_row(rec, self.config, self.base, self.model, turn))
+            rows.append(request_row(rec, self.config, self.base, self.model, turn, self.media))
             previous = rec
         return rows
 

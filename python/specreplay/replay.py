@@ -38,6 +38,7 @@ from specreplay.servermetrics import store as metrics_store
 from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
 from specreplay.shaping import auth_headers, base_url, body_with_prompt, redact_url
 from specreplay.target import Target, preflight, probe_usage, start_embedded
+from specreplay.media import MediaStore, media_dir
 from specreplay.trace import APIS
 from specreplay.trace_index import TraceIndex, scan_trace
 
@@ -205,7 +206,8 @@ def _probe_continuous_usage(config: ReplayConfig, trace: TraceIndex, target: Tar
     if first is None:
         return
     url = base_url(target.url) + APIS[first.api][0]
-    body = body_with_prompt(first)
+    body, _ = MediaStore(media_dir(trace.path)).resolve(body_with_prompt(first))
+    body = dict(body)
     if target.model or config.model:
         body["model"] = config.model or target.model
     probe = probe_usage(url, first.api, body, headers)

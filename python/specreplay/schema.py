@@ -60,7 +60,7 @@ RUN_COLUMNS: tuple[Column, ...] = (
 ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("request_index", pa.int64(), "", "position of the request in the point's schedule, from 0"),
     Column("trace_id", pa.string(), "", "the trace record's `id` (with `#k` appended on the k-th loop over the trace)"),
-    Column("api", pa.string(), "", "request dialect: chat, completions, responses or anthropic"),
+    Column("api", pa.string(), "", "request dialect: chat, completions, responses, anthropic, or the non-streamed embeddings and rerank"),
     Column("warmup", pa.bool_(), "", "true for the first `--warmup` requests: kept in the file, left out of summaries"),
     Column("scheduled_us", pa.int64(), _US, "when the schedule said the request should be sent"),
     Column("sent_us", pa.int64(), _US, "when the engine started sending it"),
@@ -77,8 +77,8 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("prompt_tokens", pa.int64(), "tokens", "prompt tokens as reported by the server's usage"),
     Column("cached_tokens", pa.int64(), "tokens", "prompt tokens served from the prefix cache, if reported"),
     Column("reasoning_tokens", pa.int64(), "tokens", "output tokens spent on reasoning"),
-    Column("content_tokens", pa.int64(), "tokens", "output tokens of the answer (content plus tool-call text)"),
-    Column("output_tokens", pa.int64(), "tokens", "reasoning_tokens + content_tokens"),
+    Column("content_tokens", pa.int64(), "tokens", "output tokens of the answer's content (tool-call arguments are `tool_call_tokens`); null for embeddings and rerank"),
+    Column("output_tokens", pa.int64(), "tokens", "reasoning_tokens + content_tokens + tool_call_tokens; null for embeddings and rerank"),
     Column("token_source", pa.string(), "", "how the counts were obtained: " + ", ".join(TOKEN_SOURCES)),
     Column("chunk_count", pa.int32(), "chunks", "number of streamed chunks that carried output text"),
     Column("chunk_ts_us", pa.list_(pa.int64()), _US, "per text-carrying chunk: when the kernel received the socket read that completed it (its receive stamp, see `stamp_source`); the engine's own stamp where there is none"),
@@ -96,6 +96,15 @@ ENGINE_COLUMNS: tuple[Column, ...] = (
     Column("predecessor_end_us", pa.int64(), _US, "dependent sessions: `end_us` of the session's previous turn (on a skipped turn, of the failed one); null for a first turn and in independent mode"),
     Column("think_time_us", pa.int64(), "µs", "dependent sessions: the think time waited after the previous turn ended, so `scheduled_us` = `predecessor_end_us` + `think_time_us`; null for a first turn, a skipped one and in independent mode"),
     Column("chunk_token_source", pa.string(), "", "how `chunk_tokens` was obtained: " + ", ".join(CHUNK_TOKEN_SOURCES) + "; null without chunks"),
+    Column("tool_call_tokens", pa.int64(), "tokens", "output tokens of tool calls: the sum of the tool chunks' `chunk_tokens` (so obtained as `chunk_token_source` says; the server's usage gives the total only), plus the tokens after the last chunk when that chunk is a tool call's (a closing tag, the EOS); null for embeddings and rerank"),
+    Column("tool_calls", pa.int32(), "", "tool calls the server made (chat `tool_calls`, Anthropic `tool_use` blocks, Responses `function_call` items); null when it made none"),
+    Column("tool_args_valid", pa.bool_(), "", "whether every tool call's arguments are one complete JSON value (false: cut, as at max_tokens; the `tool_args_cut` finding); null without tool calls"),
+    Column("items", pa.int64(), "", "embeddings and rerank: embeddings returned or documents scored; null for the generating APIs"),
+    Column("model", pa.string(), "", "the model the request asked for (`--model`, `--model-mix`, or the trace record's body); null when the body names none"),
+    Column("media_count", pa.int32(), "", "media parts in the request (image_url, input_audio, video_url, Anthropic and Responses images); null without any"),
+    Column("media_bytes", pa.int64(), "bytes", "their decoded size (a URL part: 0, its bytes are not in the request)"),
+    Column("media_pixels", pa.int64(), "pixels", "images' width × height, summed (0 where the size could not be read)"),
+    Column("media_seconds", pa.float64(), "s", "audio clips' length, summed (WAV; 0 where it could not be read)"),
 )
 
 COLUMNS: tuple[Column, ...] = RUN_COLUMNS + ENGINE_COLUMNS
@@ -110,9 +119,14 @@ PROMPT_BLOCKS_TYPE = pa.struct([
     pa.field("hash_ids", pa.list_(pa.uint64()), nullable=False),
     pa.field("seed", pa.uint64(), nullable=False),
 ])
+MEDIA_AT_TYPE = pa.list_(pa.struct([
+    pa.field("at", pa.int64(), nullable=False),
+    pa.field("file", pa.string(), nullable=False),
+    pa.field("prefix", pa.string(), nullable=False),
+]))
 REQUEST_COLUMNS: tuple[Column, ...] = (
     Column("trace_id", pa.string(), "", "the trace record's `id`", nullable=False),
-    Column("api", pa.string(), "", "request dialect: chat, completions, responses or anthropic", nullable=False),
+    Column("api", pa.string(), "", "request dialect: chat, completions, responses, anthropic, embeddings or rerank", nullable=False),
     Column("url", pa.string(), "", "where it is sent: the target's base URL + the API's path", nullable=False),
     Column("body", pa.binary(), "", "the JSON body as sent (shaped: streaming, usage requested, overrides), but for the text the engine puts in (below)", nullable=False),
     Column("arrival_s", pa.float64(), "s", "arrival offset in the trace (0 when it has none)", nullable=False),
@@ -122,6 +136,12 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
     Column("prompt_blocks", PROMPT_BLOCKS_TYPE, "", "the record's `prompt_blocks`: the engine synthesizes the prompt's text into the body"),
     Column("prompt_at", pa.int64(), "bytes", "with prompt_blocks: where the text goes, a byte offset between the quotes of an empty JSON string in `body`"),
     Column("history_at", pa.list_(pa.int64()), "bytes", "live history only: element j is where the answer generated for the session's turn j goes (as `prompt_at`; null: not in this body); the recorded answers are left out of `body`"),
+    Column("media_at", MEDIA_AT_TYPE, "bytes", "stored media: where each object's data goes in `body` (an offset between the quotes of an empty JSON string, as `prompt_at`), the file it is read from and the text before it (a data URI's `data:image/png;base64,`); the engine writes prefix + base64"),
+    Column("model", pa.string(), "", "the model the body asks for, copied to the row"),
+    Column("media_count", pa.int32(), "", "media parts in the body (`media.MediaStats`), copied to the row; null: none"),
+    Column("media_bytes", pa.int64(), "bytes", "their decoded size"),
+    Column("media_pixels", pa.int64(), "pixels", "images' width × height, summed"),
+    Column("media_seconds", pa.float64(), "s", "audio clips' length, summed"),
 )
 
 

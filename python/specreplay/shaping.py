@@ -21,7 +21,9 @@ import pyarrow as pa
 from specreplay import _core
 from specreplay.config import ReplayConfig
 from specreplay.schema import request_schema
-from specreplay.trace import APIS, TraceRecord
+from specreplay.media import MediaStore
+from specreplay.models import model_for
+from specreplay.trace import APIS, RETRIEVAL_APIS, TraceRecord
 
 #: Which body field carries the output budget, per API. Chat keeps whichever
 #: of the two names the recorded body used (OpenAI's newer models want
@@ -33,6 +35,8 @@ _BUDGET_FIELD = {"chat": "max_tokens", "completions": "max_tokens", "responses":
 _AT_MOST_BUDGET = ("min_tokens",)
 
 _FILLER = _core.Filler()
+#: Resolves nothing (a body without stored media), counts inline media.
+_NO_MEDIA = MediaStore(None)
 
 
 def base_url(url: str) -> str:
@@ -82,6 +86,10 @@ def _shaped(body: dict[str, Any], api: str, config: ReplayConfig, model: str | N
     """`body` (a copy of a record's) with replay's changes."""
     if model is not None:
         body["model"] = model
+    if api in RETRIEVAL_APIS:
+        # One JSON answer, no tokens generated: nothing to stream or budget.
+        body.update(config.extra_body)
+        return body
     # Measurement needs the stream: per-chunk times exist only there.
     body["stream"] = True
     if api in ("chat", "completions"):
@@ -171,7 +179,29 @@ class Conversation:
 
 
 def _is_answer(message: Any) -> bool:
-    return isinstance(message, dict) and message.get("role") == "assistant" and isinstance(message.get("content"), str)
+    return isinstance(message, dict) and message.get("role") == "assistant" and (isinstance(message.get("content"), str) or _first_call(message) is not None)
+
+
+def _first_call(message: dict[str, Any]) -> dict[str, Any] | None:
+    """The first tool call of an assistant message, when its arguments are a
+    JSON string (chat): live history puts the call the server made there."""
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls and isinstance(calls[0], dict):
+        function = calls[0].get("function")
+        if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+            return calls[0]
+    return None
+
+
+def _with_answer_mark(message: dict[str, Any], mark: str) -> dict[str, Any]:
+    """The assistant `message` with `mark` where the live answer goes: its
+    first tool call's arguments when it made one, else its content."""
+    call = _first_call(message)
+    if call is None:
+        return {**message, "content": mark}
+    calls = list(message["tool_calls"])
+    calls[0] = {**call, "function": {**call["function"], "arguments": mark}}
+    return {**message, "tool_calls": calls}
 
 
 @dataclass(frozen=True)
@@ -185,25 +215,40 @@ class SessionTurn:
     answers: list[tuple[int, int]] = field(default_factory=list)
 
 
-def request_row(record: TraceRecord, config: ReplayConfig, base: str, model: str | None, turn: SessionTurn | None = None) -> dict[str, Any]:
+def request_row(
+    record: TraceRecord,
+    config: ReplayConfig,
+    base: str,
+    model: str | None,
+    turn: SessionTurn | None = None,
+    media: MediaStore | None = None,
+) -> dict[str, Any]:
     """One request as the engine takes it: a row of `schema.REQUEST_COLUMNS`
-    (`base` is the target's base URL)."""
+    (`base` is the target's base URL; `media`, the trace's stored media)."""
     blocks = record.prompt_blocks
     body = _with_prompt(record, _PROMPT_MARK) if blocks is not None else dict(record.body)
+    # Stored media: a mark where the data goes, written by the engine (`media_at`).
+    store = media or _NO_MEDIA
+    unmarked = body
+    body, stats, media_slots = store.mark(body)
+    model = model_for(record, config, model)
     answers = turn.answers if turn is not None else []
-    if answers:
-        messages = list(body["messages"])
-        for at, j in answers:
-            messages[at] = {**messages[at], "content": _answer_mark(j)}
-        body["messages"] = messages
-    raw = json.dumps(_shaped(body, record.api, config, model), ensure_ascii=False).encode()
-    marks = ([_PROMPT_MARK] if blocks is not None else []) + [_answer_mark(j) for _, j in answers]
+    shaped = _shaped(_with_answers(body, answers), record.api, config, model)
+    raw = json.dumps(shaped, ensure_ascii=False).encode()
+    marks = ([_PROMPT_MARK] if blocks is not None else []) + [_answer_mark(j) for _, j in answers] + [m for m, _, _ in media_slots]
     raw, places = _take_marks(raw, marks)
+    media_places = places[len(places) - len(media_slots) :]
+    places = places[: len(places) - len(media_slots)]
+    if any(p is None for p in media_places):
+        # A mark not found once (never in a valid trace, but never guess): the data, put in here.
+        shaped = _shaped(_with_answers(store.resolve(unmarked)[0], answers), record.api, config, model)
+        raw, places = _take_marks(json.dumps(shaped, ensure_ascii=False).encode(), marks[: len(places)])
+        media_slots, media_places = [], []
     prompt_at: int | None = places.pop(0) if blocks is not None else None
     if blocks is not None and prompt_at is None:
         # The mark was not found once (it cannot be in a valid trace's text,
         # but never guess): the prompt's text, built here.
-        raw = json.dumps(shape_body(record, config, model), ensure_ascii=False).encode()
+        raw = json.dumps(_shaped(dict(body_with_prompt(record)), record.api, config, model), ensure_ascii=False).encode()
         places = [None] * len(places)
     history: list[int | None] | None = None
     if turn is not None and answers:
@@ -224,7 +269,24 @@ def request_row(record: TraceRecord, config: ReplayConfig, base: str, model: str
         },
         "prompt_at": prompt_at,
         "history_at": history,
+        "media_at": [{"at": at, "file": file, "prefix": prefix} for at, (_, file, prefix) in zip(media_places, media_slots)] or None,
+        "model": shaped.get("model") if isinstance(shaped.get("model"), str) else None,
+        "media_count": stats.count or None,
+        "media_bytes": stats.bytes if stats.count else None,
+        "media_pixels": stats.pixels if stats.count else None,
+        "media_seconds": stats.seconds if stats.count else None,
     }
+
+
+def _with_answers(body: dict[str, Any], answers: list[tuple[int, int]]) -> dict[str, Any]:
+    """A copy of `body` (one level deep) with the live answers' marks in its messages."""
+    body = dict(body)
+    if answers:
+        messages = list(body["messages"])
+        for at, j in answers:
+            messages[at] = _with_answer_mark(messages[at], _answer_mark(j))
+        body["messages"] = messages
+    return body
 
 
 def _take_marks(raw: bytes, marks: list[str]) -> tuple[bytes, list[int | None]]:
@@ -255,7 +317,7 @@ def request_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=request_schema())
 
 
-def prepare(records: list[TraceRecord], config: ReplayConfig, url: str, model: str | None) -> pa.RecordBatch:
+def prepare(records: list[TraceRecord], config: ReplayConfig, url: str, model: str | None, media: MediaStore | None = None) -> pa.RecordBatch:
     """The requests of `records`, each on its own, as one batch the engine
     takes whole (`_core.start_point`; it loops over them for more). With
     `--num-requests N` under their number only the first N are built.
@@ -263,7 +325,7 @@ def prepare(records: list[TraceRecord], config: ReplayConfig, url: str, model: s
     base = base_url(url)
     if config.num_requests is not None:
         records = records[: config.num_requests]
-    return request_batch([request_row(rec, config, base, model) for rec in records])
+    return request_batch([request_row(rec, config, base, model, media=media) for rec in records])
 
 
 def auth_headers(config: ReplayConfig, apis: set[str]) -> list[tuple[str, str]]:

@@ -6,7 +6,8 @@ Which requests count (warmup rows are always left out):
 - send lag: every measured request that was sent (the client's own delay does
   not depend on how the server answered);
 - TTFT, TTFC, TPOT, TPS, ITL, E2E and tokens/s: successful requests only
-  (`error_kind` null).
+  (`error_kind` null), and of TTFT, TPOT and E2E only those that generate:
+  embeddings and rerank requests have figures of their own (`kind_figures`).
 
 Percentiles are pandas' `Series.quantile` with linear interpolation between
 the two nearest samples (numpy's default "linear" method); NaN samples (a
@@ -24,6 +25,7 @@ import pandas as pd
 
 from specreplay import metrics
 from specreplay.servermetrics import figures as server_figures
+from specreplay.trace import RETRIEVAL_APIS
 
 if TYPE_CHECKING:
     from specreplay.analysis import PointAnalysis
@@ -102,8 +104,10 @@ def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> p
     achieved_rate_rps (ok requests / duration), send_rate_rps (requests sent
     per second between first and last send), scheduled_rate_rps,
     `<latency>_<stat>_ms` for every latency in `LATENCIES` and stat in
-    `STATS`, tps_<stat> (per-request tokens/s), output_tok_s, reasoning_tok_s,
-    content_tok_s (tokens of ok requests / duration), chunks, multi_token_chunks
+    `STATS` (generating requests: embeddings and rerank have their own),
+    tps_<stat> (per-request tokens/s), output_tok_s, reasoning_tok_s,
+    content_tok_s, tool_call_tok_s (tokens of ok requests / duration), the
+    request kinds' figures (`kind_figures`), chunks, multi_token_chunks
     (share of chunks with a known count above 1), bursts (ok requests left
     out of TPOT, TPS and ITL: `metrics.bursts`), the client's own figures
     (`client_figures`), the server's (`servermetrics.figures.FIGURES`: NaN
@@ -150,15 +154,18 @@ def point_summary(point: PointAnalysis) -> dict[str, Any]:
         "scheduled_rate_rps": (len(scheduled) - 1) / scheduled_span_s if scheduled_span_s > 0 else math.nan,
     }
     itl = {"itl_chunk_us": point.itl_chunk_us, "itl_token_us": point.itl_token_us}
+    # Embeddings and rerank have no tokens to time: their E2E is theirs (below).
+    generating = ok[~_retrieval(ok)]
     for name, column in LATENCIES.items():
-        samples = rows[column] if name == "send_lag" else itl[column] if column in itl else ok[column]
+        samples = rows[column] if name == "send_lag" else itl[column] if column in itl else generating[column]
         for stat, figure in describe(samples, scale=1000.0).items():
             row[f"{name}_{stat}_ms"] = figure
     for stat, figure in describe(ok["tps"]).items():
         row[f"tps_{stat}"] = figure
-    for kind in ("output", "reasoning", "content"):
-        total = float(metrics.as_float(ok, f"{kind}_tokens").sum())
+    for kind in ("output", "reasoning", "content", "tool_call"):
+        total = float(_numbers(ok, f"{kind}_tokens").sum())
         row[f"{kind}_tok_s"] = total / duration_s if duration_s > 0 else math.nan
+    row.update(kind_figures(rows, ok, duration_s))
     tokens = point.chunks["tokens"].dropna()
     row["chunks"] = len(point.chunks)
     row["bursts"] = int(ok["burst"].sum()) if "burst" in ok.columns else 0
@@ -174,6 +181,87 @@ def point_summary(point: PointAnalysis) -> dict[str, Any]:
     row["decode_chunk_tokens_mean"] = server_figures.decode_tokens_per_chunk(point.chunks)
     row["tokens_beyond_chunks"] = server_figures.tokens_beyond_one_per_chunk(rows)
     return row
+
+
+def _numbers(rows: pd.DataFrame, column: str) -> pd.Series:
+    """`column` as float; NaN throughout when a file of an earlier version lacks it."""
+    if column not in rows.columns:
+        missing: pd.Series = pd.Series(np.full(len(rows), math.nan), index=rows.index)
+        return missing
+    return metrics.as_float(rows, column)
+
+
+def _retrieval(rows: pd.DataFrame) -> pd.Series:
+    if "api" not in rows.columns:
+        none: pd.Series = pd.Series(np.zeros(len(rows), dtype=bool), index=rows.index)
+        return none
+    mask: pd.Series = rows["api"].isin(RETRIEVAL_APIS)
+    return mask
+
+
+def kind_figures(rows: pd.DataFrame, ok: pd.DataFrame, duration_s: float) -> dict[str, Any]:
+    """Figures of the request kinds beyond text chat (docs/results.md, "Request kinds"):
+
+    - `tool_call_requests`: ok requests the server answered with a tool call;
+    - per non-streamed API (embeddings, rerank): `<api>_requests`, `<api>_ok`,
+      `<api>_e2e_<stat>_ms` (their latency: no TTFT or TPOT, no tokens are
+      generated), `<api>_items_s` (items per second of the point) and
+      `<api>_input_tok_s` (input tokens per second, from the server's usage);
+    - `media_requests` (ok requests with media parts) and TTFT split by
+      requests with and without media, `ttft_media_<stat>_ms` and
+      `ttft_text_<stat>_ms` (generating requests only);
+    - `models`: requests per model, most first (`by_model` has their figures).
+    """
+    per_s = duration_s if duration_s > 0 else math.nan
+    out: dict[str, Any] = {"tool_call_requests": int((_numbers(ok, "tool_calls").fillna(0) > 0).sum())}
+    for api in sorted(RETRIEVAL_APIS):
+        mine = rows[rows["api"] == api] if "api" in rows.columns else rows.iloc[:0]
+        mine_ok = ok[ok["api"] == api] if "api" in ok.columns else ok.iloc[:0]
+        out[f"{api}_requests"] = len(mine)
+        out[f"{api}_ok"] = len(mine_ok)
+        for stat, figure in describe(mine_ok["e2e_us"], scale=1000.0).items():
+            out[f"{api}_e2e_{stat}_ms"] = figure
+        out[f"{api}_items_s"] = float(_numbers(mine_ok, "items").sum()) / per_s if len(mine_ok) else math.nan
+        out[f"{api}_input_tok_s"] = float(_numbers(mine_ok, "prompt_tokens").sum()) / per_s if len(mine_ok) else math.nan
+    generating = ok[~_retrieval(ok)]
+    media = _numbers(generating, "media_count").fillna(0) > 0
+    out["media_requests"] = int(media.sum())
+    for split, mask in (("media", media), ("text", ~media)):
+        for stat, figure in describe(generating["ttft_us"][mask], scale=1000.0).items():
+            out[f"ttft_{split}_{stat}_ms"] = figure
+    models = rows["model"].dropna() if "model" in rows.columns else pd.Series(dtype="object")
+    out["models"] = ", ".join(f"{name}: {n}" for name, n in models.value_counts().items())
+    return out
+
+
+#: `by_model`'s columns after label, point and model.
+MODEL_FIGURES: tuple[str, ...] = ("requests", "ok", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p50_ms", "output_tok_s")
+
+
+def by_model(point: PointAnalysis) -> list[dict[str, Any]]:
+    """One row per model the point's requests asked for (`model` column):
+    requests, ok, TTFT p50/p99, TPOT p50, E2E p50 and output tokens/s over
+    the point's duration. Empty when no request names a model, or only one
+    does (the point's own figures are that model's)."""
+    rows, ok = point.rows, point.ok_rows
+    if "model" not in rows.columns or rows["model"].dropna().nunique() < 2:
+        return []
+    sent = metrics.as_float(rows, "sent_us").dropna()
+    duration_s = _span_s(sent, metrics.as_float(rows, "end_us"))
+    out = []
+    for name in rows["model"].dropna().value_counts().index:
+        mine, mine_ok = rows[rows["model"] == name], ok[ok["model"] == name]
+        generating = mine_ok[~_retrieval(mine_ok)]
+        ttft = describe(generating["ttft_us"], scale=1000.0)
+        out.append({
+            "label": point.label, "point": point.point, "model": str(name),
+            "requests": len(mine), "ok": len(mine_ok),
+            "ttft_p50_ms": ttft["p50"], "ttft_p99_ms": ttft["p99"],
+            "tpot_p50_ms": describe(generating["tpot_us"], scale=1000.0)["p50"],
+            "e2e_p50_ms": describe(mine_ok["e2e_us"], scale=1000.0)["p50"],
+            "output_tok_s": float(_numbers(mine_ok, "output_tokens").sum()) / duration_s if duration_s > 0 else math.nan,
+        })
+    return out
 
 
 def client_figures(rows: pd.DataFrame, chunk_frame: pd.DataFrame) -> dict[str, Any]:
@@ -225,6 +313,7 @@ PER_REQUEST_COLUMNS: tuple[str, ...] = (
     "trace_id",
     "reasoning_tokens",
     "content_tokens",
+    "tool_call_tokens",
     "output_tokens",
     "token_source",
     "ttft_ms",
@@ -248,8 +337,8 @@ def request_lines(data: pd.DataFrame) -> pd.DataFrame:
     """`per_request`'s listing of rows that already have the derived columns
     (an analysis' `rows`)."""
     out = pd.DataFrame(index=data.index)
-    for column in ("point", "request_index", "trace_id", "reasoning_tokens", "content_tokens", "output_tokens", "token_source"):
-        out[column] = data[column]
+    for column in ("point", "request_index", "trace_id", "reasoning_tokens", "content_tokens", "tool_call_tokens", "output_tokens", "token_source"):
+        out[column] = data[column] if column in data.columns else None
     for name in ("ttft", "ttfc", "tpot", "e2e"):
         out[f"{name}_ms"] = data[f"{name}_us"] / 1000.0
     out["tps"] = data["tps"]

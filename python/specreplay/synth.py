@@ -26,6 +26,7 @@ from typing import Any
 from specreplay.distributions import Dist
 from specreplay.errors import ConfigError
 from specreplay.text import PromptMaker, Tokenizer
+from specreplay.synth_media import IMAGE_FORMATS, draw_image, parse_size, write_audio
 from specreplay.trace import TraceRecord
 
 ARRIVALS = ("poisson", "constant", "gamma")
@@ -47,6 +48,14 @@ class SynthConfig:
     api: str = "chat"
     model: str | None = None
     seed: int = 0
+    #: Images in each new user message (chat), drawn by `synth_media`.
+    images: int = 0
+    image_size: str = "512x512"
+    image_format: str = "png"
+    #: Distinct images to draw them from (0: every image its own).
+    image_pool: int = 0
+    #: An audio clip of this many seconds in each new user message (0: none).
+    audio_seconds: float = 0.0
 
     def validate(self) -> None:
         if self.num_requests < 1:
@@ -63,6 +72,15 @@ class SynthConfig:
             raise ConfigError("--prefix-groups and --prefix-len go together (both positive)")
         if self.api not in ("chat", "completions"):
             raise ConfigError(f"--api: expected chat or completions, got {self.api!r}")
+        if self.images < 0 or self.image_pool < 0:
+            raise ConfigError("--images and --image-pool must not be negative")
+        if not (self.audio_seconds >= 0 and math.isfinite(self.audio_seconds)):
+            raise ConfigError(f"--audio-seconds: must be a non-negative number, got {self.audio_seconds}")
+        if (self.images or self.audio_seconds) and self.api != "chat":
+            raise ConfigError("--images and --audio-seconds need --api chat (media are chat content parts)")
+        if self.image_format not in IMAGE_FORMATS:
+            raise ConfigError(f"--image-format: expected one of {', '.join(IMAGE_FORMATS)}, got {self.image_format!r}")
+        parse_size(self.image_size)
 
 
 def _gap(rng: random.Random, c: SynthConfig) -> float:
@@ -73,8 +91,55 @@ def _gap(rng: random.Random, c: SynthConfig) -> float:
     return rng.expovariate(c.rate)
 
 
-def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[TraceRecord]:
+class _Media:
+    """Draws the media of the new user messages and says where they go:
+    into `directory` once each (a reference in the body), or inline."""
+
+    def __init__(self, config: SynthConfig, directory: Path | None) -> None:
+        self.config = config
+        self.directory = directory
+        self.rng = random.Random(f"media:{config.seed}")
+        self.size = parse_size(config.image_size)
+        self.pool: list[str] = []
+
+    def _place(self, data: bytes, ext: str, mime: str) -> str:
+        from specreplay import media
+
+        if self.directory is not None:
+            return media.store(self.directory, data, ext)
+        import base64
+
+        return f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
+
+    def _image(self) -> str:
+        c = self.config
+        if c.image_pool and len(self.pool) >= c.image_pool:
+            return self.pool[self.rng.randrange(len(self.pool))]
+        ext = "png" if c.image_format == "png" else "jpeg"
+        url = self._place(draw_image(self.rng, self.size, c.image_format), ext, f"image/{ext}")
+        if c.image_pool:
+            self.pool.append(url)
+        return url
+
+    def parts(self, text: str) -> str | list[dict[str, Any]]:
+        c = self.config
+        if not c.images and not c.audio_seconds:
+            return text
+        parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+        for _ in range(c.images):
+            parts.append({"type": "image_url", "image_url": {"url": self._image()}})
+        if c.audio_seconds:
+            data = self._place(write_audio(self.rng, c.audio_seconds), "wav", "audio/wav")
+            # input_audio carries bare base64, not a data URI.
+            parts.append({"type": "input_audio", "input_audio": {"data": data.split(",", 1)[-1] if data.startswith("data:") else data, "format": "wav"}})
+        return parts
+
+
+def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None, media_dir: Path | None = None) -> list[TraceRecord]:
+    """The trace's records; media go to `media_dir` once each (referred to
+    from the bodies), inline as data URIs without it."""
     config.validate()
+    media = _Media(config, media_dir)
     inp = Dist.parse(config.input_len, "--input-len")
     out = Dist.parse(config.output_len, "--output-len")
     turns = Dist.parse(config.turns, "--turns")
@@ -89,7 +154,7 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
         start = start + _gap(rng, config) if session else 0.0
         n_turns = turns.draw(rng)
         group = rng.randrange(config.prefix_groups) if config.prefix_groups else None
-        history: list[dict[str, str]] = []
+        history: list[dict[str, Any]] = []
         if group is not None:
             if group not in prefixes:
                 prefixes[group] = maker.fresh(config.prefix_len)
@@ -101,7 +166,7 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
             pause = round(think.seconds(rng), 6) if turn else None
             t += pause or 0.0
             n_in, n_out = inp.draw(rng), out.draw(rng)
-            history.append({"role": "user", "content": maker.fresh(n_in)})
+            history.append({"role": "user", "content": media.parts(maker.fresh(n_in))})
             body: dict[str, Any] = {"model": config.model} if config.model else {}
             if config.api == "chat":
                 body["messages"] = [dict(m) for m in history]
@@ -128,9 +193,12 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None) -> list[
     ]
 
 
-def write_synth(config: SynthConfig, output: str | Path, tokenizer: Tokenizer | None = None) -> list[TraceRecord]:
+def write_synth(config: SynthConfig, output: str | Path, tokenizer: Tokenizer | None = None, inline_media: bool = False) -> list[TraceRecord]:
+    """Writes the trace to `output`, its media once each to `output.media/`
+    (or inline in the bodies with `inline_media`)."""
+    from specreplay.media import media_dir
     from specreplay.trace import write_trace
 
-    records = synthesize(config, tokenizer)
+    records = synthesize(config, tokenizer, None if inline_media else media_dir(output))
     write_trace(records, output)
     return records

@@ -24,7 +24,12 @@ APIS: dict[str, tuple[str, str]] = {
     "completions": ("/completions", "prompt"),
     "responses": ("/responses", "input"),
     "anthropic": ("/messages", "messages"),
+    "embeddings": ("/embeddings", "input"),
+    "rerank": ("/rerank", "documents"),
 }
+#: APIs answered with one JSON body and no generated tokens: rows record
+#: E2E, input tokens and items, and the summary no TTFT or TPOT for them.
+RETRIEVAL_APIS = frozenset({"embeddings", "rerank"})
 
 #: Longest line accepted; longer ones are almost certainly not a trace.
 MAX_LINE_BYTES = 64 << 20

@@ -7,7 +7,7 @@ what they claim; "warning" means they do, with a caveat to read; "note" is
 how to read a figure (few samples, several tokens per chunk), which is not
 wrong and so never fails `--strict`. Warmup rows are left out of every check.
 
-The codes: reasoning_ate_budget, estimated_tokens, multi_token_chunks, burst_streams,
+The codes: reasoning_ate_budget, tool_args_cut, estimated_tokens, multi_token_chunks, burst_streams,
 client_saturated, engine_delay, queue_growing, error_rate, session_turns_skipped,
 acceptance_mismatch, too_few_requests, too_few_sessions, worker_lost, worker_send_lag, engine_panic.
 """
@@ -145,10 +145,20 @@ def _pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.0f}%" if whole else "n/a"
 
 
+def _column(rows: pd.DataFrame, name: str) -> pd.Series:
+    """`name` as float, 0 where a file of an earlier version has no such column."""
+    if name not in rows.columns:
+        zeros: pd.Series = pd.Series(np.zeros(len(rows)), index=rows.index)
+        return zeros
+    values: pd.Series = metrics.as_float(rows, name)
+    return values
+
+
 def _reasoning_ate_budget(point: PointAnalysis) -> Finding | None:
     rows, max_tokens = point.rows, point.max_tokens
-    content = metrics.as_float(rows, "content_tokens")
-    hit = rows[rows["finish_reason"].isin(LENGTH_REASONS) & (content == 0)]
+    # No answer: neither content nor a tool call (a cut tool call is tool_args_cut).
+    answer = metrics.as_float(rows, "content_tokens") + _column(rows, "tool_call_tokens").fillna(0)
+    hit = rows[rows["finish_reason"].isin(LENGTH_REASONS) & (answer == 0)]
     if hit.empty:
         return None
     spent = metrics.as_float(hit, "reasoning_tokens")
@@ -164,6 +174,30 @@ def _reasoning_ate_budget(point: PointAnalysis) -> Finding | None:
             f"(mean {spent.mean():.0f} per request) went to reasoning. "
             "Their TTFC is missing and their TPOT/TPS measure reasoning, not answers. "
             "Raise --max-tokens until no request ends this way."
+        ),
+    )
+
+
+def _tool_args_cut(point: PointAnalysis) -> Finding | None:
+    """The agent's version of the budget trap: a tool call whose arguments
+    the token limit cut, so they are not valid JSON and the call cannot run."""
+    rows, max_tokens = point.rows, point.max_tokens
+    tool = _column(rows, "tool_call_tokens").fillna(0)
+    invalid = rows["tool_args_valid"].astype("boolean").fillna(True).eq(False) if "tool_args_valid" in rows.columns else pd.Series(False, index=rows.index)
+    hit = rows[(tool > 0) & (rows["finish_reason"].isin(LENGTH_REASONS) | invalid.to_numpy(dtype=bool))]
+    if hit.empty:
+        return None
+    limit = f"max_tokens={max_tokens}" if max_tokens is not None else "max_tokens"
+    with_calls = int((tool > 0).sum())
+    return Finding(
+        code="tool_args_cut",
+        level="error",
+        point=point.point,
+        count=len(hit),
+        message=(
+            f"{len(hit)} of {with_calls} requests with tool calls ({_pct(len(hit), with_calls)}) had their tool-call "
+            f"arguments CUT (at {limit}, or not valid JSON): an agent could not run these calls, and their output "
+            "figures measure a call that never completed. Raise --max-tokens until no tool call ends this way."
         ),
     )
 
@@ -513,8 +547,6 @@ def _worker_send_lag(point: PointAnalysis) -> Finding | None:
     )
 
 
-#: Every check, in the order its findings are listed within a level. Each
-#: takes an analysed sweep point and returns at most one finding.
 def _outside_calibration(point: PointAnalysis) -> Finding | None:
     p = point.prediction
     if p is None:
@@ -552,11 +584,14 @@ def _predicted(point: PointAnalysis) -> Finding | None:
     )
 
 
+#: Every check, in the order its findings are listed within a level. Each
+#: takes an analysed sweep point and returns at most one finding.
 CHECKS: tuple[Callable[[PointAnalysis], Finding | None], ...] = (
     _predicted,
     _outside_calibration,
     _reasoning_ate_budget,
     _engine_panic,
+    _tool_args_cut,
     _worker_lost,
     _error_rate,
     _session_turns_skipped,

@@ -28,9 +28,19 @@ class LlamaCppServer:
     """`with LlamaCppServer(gguf) as server:` → `server.url` is `http://127.0.0.1:PORT`."""
 
     def __init__(
-        self, model: str | Path, *, parallel: int = 2, ctx: int = 2048, threads: int = 1, draft: str | Path | None = None, draft_max: int = 4
+        self,
+        model: str | Path,
+        *,
+        parallel: int = 2,
+        ctx: int = 2048,
+        threads: int = 1,
+        draft: str | Path | None = None,
+        draft_max: int = 4,
+        jinja: bool = False,
     ) -> None:
         self.model = str(model)
+        #: Render the model's chat template with Jinja (llama-server's `--jinja`): needed for tool calls.
+        self.jinja = jinja
         self.parallel = parallel
         self.ctx = ctx
         self.threads = threads
@@ -53,6 +63,8 @@ class LlamaCppServer:
         p.reasoning_format = xllamacpp.common_reasoning_format.COMMON_REASONING_FORMAT_DEEPSEEK
         p.warmup = False
         p.endpoint_metrics = True
+        if self.jinja:
+            p.use_jinja = True  # xllamacpp's default may differ from llama-server's: set only when asked
         if self.draft is not None:
             p.speculative.types = [xllamacpp.common_speculative_type.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE]
             p.speculative.draft.mparams.path = self.draft

@@ -112,7 +112,7 @@ def build_scripted_model(reasoning: list[str], answer: list[str], close_think: b
     """The vocabulary and weights of a model that reasons `reasoning`, closes
     the think block, answers `answer` and stops (or, with `close_think=False`,
     repeats `reasoning` forever). Token texts are given as decoded (" word")."""
-    if not reasoning or (close_think and not answer):
+    if (not reasoning and not answer) or (close_think and not answer):
         raise ValueError("the script needs reasoning tokens, and answer tokens when the think block closes")
     specials = [(UNK, UNKNOWN), (BOS, CONTROL), (IM_END, CONTROL), (IM_START, CONTROL), (THINK, USER_DEFINED), (END_THINK, USER_DEFINED)]
     tokens = [t for t, _ in specials] + [f"<0x{b:02X}>" for b in range(256)]
@@ -127,7 +127,10 @@ def build_scripted_model(reasoning: list[str], answer: list[str], close_think: b
         return tokens.index(piece(text))
 
     script = [tid(t) for t in reasoning]
-    if close_think:
+    if close_think and not reasoning:
+        # No think block at all (a template that opens none): the answer, then the EOS.
+        script += [tid(t) for t in answer] + [tid(IM_END)]
+    elif close_think:
         script += [tid(END_THINK), tid(BLANK_LINE)] + [tid(t) for t in answer] + [tid(IM_END)]
     if len(set(script)) != len(script):
         raise ValueError("every token of the script must be distinct: a token names its successor")
@@ -195,8 +198,44 @@ def _gguf_name(hf: str) -> str:
     return _GGUF_NAMES[hf]
 
 
+#: A Hermes 2 Pro style template (Qwen2.5/Qwen3): tools are offered in the
+#: system turn and the model calls one as `<tool_call>{json}</tool_call>`;
+#: llama.cpp (with `--jinja`) recognises the format from the template and
+#: streams the call as `tool_calls` deltas.
+TOOL_TEMPLATE = (
+    "{%- if tools -%}"
+    "{{- '<|im_start|>system\nYou may call tools.\n<tools>\n' -}}"
+    "{%- for tool in tools -%}{{- tool | tojson -}}{{- '\n' -}}{%- endfor -%}"
+    "{{- '</tools>\nFor each call return <tool_call>\n{\"name\": <name>, \"arguments\": <args>}\n</tool_call><|im_end|>\n' -}}"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{{- '<|im_start|>assistant\n' + (message['content'] or '') -}}"
+    "{%- for call in message.get('tool_calls') or [] -%}"
+    "{{- '<tool_call>\n' + (call['function'] | tojson) + '\n</tool_call>' -}}"
+    "{%- endfor -%}"
+    "{{- '<|im_end|>\n' -}}"
+    "{%- elif message['role'] == 'tool' -%}"
+    "{{- '<|im_start|>user\n<tool_response>\n' + message['content'] + '\n</tool_response><|im_end|>\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\n' -}}"
+    "{%- endif -%}"
+)
+#: The answer of the tool-calling model: one call, its arguments over several tokens.
+TOOL_CALL = ["<tool_call>", '\n{"name": "get_weather", ', '"arguments": ', '{"city": ', '"Paris"}}', "\n</tool_call>"]
+
+
 def write_scripted_gguf(
-    path: str | Path, reasoning: list[str] = REASONING, answer: list[str] = ANSWER, close_think: bool = True, context: int = CONTEXT
+    path: str | Path,
+    reasoning: list[str] = REASONING,
+    answer: list[str] = ANSWER,
+    close_think: bool = True,
+    context: int = CONTEXT,
+    template: str = CHAT_TEMPLATE,
 ) -> ScriptedModel:
     """Writes the scripted model (see the module docstring) as a GGUF file for
     llama.cpp, with a SentencePiece-style vocabulary (the 256 byte tokens,
@@ -229,7 +268,7 @@ def write_scripted_gguf(
     w.add_eos_token_id(model.eos_id)
     w.add_add_bos_token(False)
     w.add_add_space_prefix(False)
-    w.add_chat_template(CHAT_TEMPLATE)
+    w.add_chat_template(template)
     for name, array in model.weights.items():
         w.add_tensor(_gguf_name(name), array)
     w.write_header_to_file()

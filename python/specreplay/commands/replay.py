@@ -25,7 +25,7 @@ from specreplay.live import PLAIN_INTERVAL_S, LiveView
 from specreplay.replay import FinishedPoint, Hooks, Progress, run_replay
 from specreplay.results import VALIDITY_KEY, to_frame
 from specreplay.slo import merge_tables, table_from_expressions
-from specreplay.summary import request_lines
+from specreplay.summary import by_model, request_lines
 from specreplay.target import Target
 from specreplay.tomlfile import read_toml
 
@@ -126,7 +126,7 @@ class ConsoleHooks(Hooks):
             if self.per_request:
                 print_per_request(self.out, request_lines(run.rows))
             print_summary(self.out, run.summary, run.findings, run.slo, {p.point: p.slo_verdicts for p in run.points},
-                          {p.point: p.ttft_by_turn for p in run.points})
+                          {p.point: p.ttft_by_turn for p in run.points}, {p.point: by_model(p) for p in run.points})
             self.found.append((run.label, run.findings))
         self.analysed_rows += finished.rows.num_rows
 
@@ -255,6 +255,7 @@ class ListOptionsCommand(click.Command):
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML benchmark config, or a shipped example: sample:spec-decode-ab, sample:rate-sweep, ...; flags override it.")
 @click.option("--url", help="Server base URL, e.g. http://127.0.0.1:8000/v1. Without it: the embedded simulator.")
 @click.option("--model", help="Model name to send (replaces the trace's). Default: the trace's, else the server's first.")
+@click.option("--model-mix", help="Draw each request's model: 'base:0.7,lora-a:0.2,lora-b:0.1' (weights, seeded by --seed; a session keeps one model). Results have a `model` column; the summary gives figures per model.")
 @click.option("--rate", multiple=True, callback=_split_lists, help="Open loop at R requests/s. Several values make a sweep: --rate 1 2 4 8")
 @click.option("--speedup", multiple=True, callback=_split_lists, help="Open loop at the trace's own arrival times, X times faster.")
 @click.option("--concurrency", multiple=True, callback=_split_lists, help="Closed loop with N requests in flight. Several values make a sweep.")

@@ -69,6 +69,28 @@ def parse_faults(values: tuple[str, ...]) -> dict[str, float]:
     return faults
 
 
+def parse_models(values: tuple[str, ...]) -> list[dict[str, object]]:
+    """`NAME` or `NAME:KEY=VALUE,...` of the repeatable `--extra-model` flag
+    (KEY one of ttft_ms, prefill_us_per_token, tpot_ms); the core checks the
+    names and values."""
+    models: list[dict[str, object]] = []
+    for value in values:
+        name, _, speeds = value.partition(":")
+        model: dict[str, object] = {"name": name}
+        for pair in filter(None, speeds.split(",")):
+            key, sep, number = pair.partition("=")
+            try:
+                if not sep:
+                    raise ValueError
+                model[key.strip()] = float(number)
+            except ValueError:
+                raise click.BadParameter(
+                    f"expected NAME or NAME:KEY=MS,..., got {value!r}", param_hint="--extra-model"
+                ) from None
+        models.append(model)
+    return models
+
+
 def _config_error_source(message: str, file_keys: set[str], path: Path | None) -> str:
     """Which input a ConfigError came from: the file (named) or the flags
     (the core names the key: `invalid configuration: sim: KEY: ...`)."""
@@ -136,8 +158,31 @@ def wait_for_interrupt() -> None:
 @click.option("--fault-slow-headers-ms", type=float, help="Wait before the headers under slow_headers (ms).")
 @click.option("--fault-retry-after-s", type=int, help="Retry-After of the http_429 fault (s).")
 @click.option("--fault-oversized-bytes", type=int, help="Size of the oversized_event event (bytes).")
-def serve(host: str, port: int, config_path: Path | None, faults: tuple[str, ...], **flags: Any) -> None:
-    """Serve the simulated reasoning model (OpenAI-compatible) until Ctrl-C."""
+@click.option(
+    "--extra-model",
+    "extra_models",
+    multiple=True,
+    metavar="NAME[:KEY=MS,...]",
+    help="Serve another model name, e.g. 'lora-a' or 'slow:ttft_ms=300,tpot_ms=40' (repeatable; added to the file's models).",
+)
+@click.option("--image-patch-px", type=int, help="Image patch size in pixels (media token rule).")
+@click.option("--image-merge", type=int, help="Patches merged per side into one image token.")
+@click.option("--image-url-size", nargs=2, type=int, metavar="W H", help="Size an http(s) image URL counts as (never fetched).")
+@click.option("--audio-tokens-per-s", type=float, help="Prompt tokens per second of audio.")
+@click.option("--video-tokens", type=int, help="Prompt tokens of one video part.")
+@click.option("--tool-call-rate", type=float, help="Fraction of requests with tools answered with a tool call.")
+@click.option("--embedding-dim", type=int, help="Length of each /v1/embeddings vector.")
+def serve(
+    host: str,
+    port: int,
+    config_path: Path | None,
+    faults: tuple[str, ...],
+    extra_models: tuple[str, ...],
+    **flags: Any,
+) -> None:
+    """Serve the simulated reasoning model (OpenAI-compatible chat and
+    completions, the Responses and Anthropic Messages APIs, embeddings,
+    rerank and score) until Ctrl-C."""
     file_config = load_config_file(config_path) if config_path is not None else {}
     overrides = {k: (list(v) if isinstance(v, tuple) else v) for k, v in flags.items()}
     # click gives an empty tuple for an unused nargs=2 option.
@@ -159,6 +204,9 @@ def serve(host: str, port: int, config_path: Path | None, faults: tuple[str, ...
         if entries:
             overrides[key] = entries
     config = build_config(file_config, overrides)
+    if extra_models:
+        from_file = config.get("models")
+        config["models"] = [*(from_file if isinstance(from_file, list) else []), *parse_models(extra_models)]
     try:
         # The keys and values are checked by the core: a bad one is a ConfigError naming it.
         server = SimServer(host=host, port=port, config=cast("SimConfig", config))

@@ -25,11 +25,17 @@ from specreplay.text import Tokenizer
 @click.option("--model", help="Model name to put in every body.")
 @click.option("--tokenizer", type=click.Path(dir_okay=False, exists=True), help="HF tokenizer.json: exact lengths (pip install 'specreplay[tokenizer]').")
 @click.option("--seed", type=int, default=0, show_default=True)
-def synth(output: str, tokenizer: str | None, **opts: object) -> None:
+@click.option("--images", type=int, default=0, show_default=True, help="Images in each new user message (chat; drawn with Pillow: pip install 'specreplay[media]').")
+@click.option("--image-size", default="512x512", show_default=True, help="Their size, WIDTHxHEIGHT.")
+@click.option("--image-format", type=click.Choice(["png", "jpeg"]), default="png", show_default=True)
+@click.option("--image-pool", type=int, default=0, show_default=True, help="Draw the images from this many distinct ones (0: every image its own).")
+@click.option("--audio-seconds", type=float, default=0.0, show_default=True, help="An audio clip (WAV, 16 kHz) of this length in each new user message.")
+@click.option("--inline-media", is_flag=True, help="Put media in the bodies as data URIs instead of once each in TRACE.media/.")
+def synth(output: str, tokenizer: str | None, inline_media: bool, **opts: object) -> None:
     """Write a synthetic trace: arrival process, length distributions, shared-prefix groups, multi-turn sessions."""
     try:
         config = SynthConfig(**opts)  # type: ignore[arg-type]
-        records = write_synth(config, output, Tokenizer(tokenizer) if tokenizer else None)
+        records = write_synth(config, output, Tokenizer(tokenizer) if tokenizer else None, inline_media=inline_media)
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
     sessions = len({r.session_id for r in records if r.session_id})

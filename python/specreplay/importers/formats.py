@@ -287,6 +287,53 @@ def _capture_row(line: int, path: str, obj: Any) -> Row:
     return Row(line=line, id=rec.id, arrival=rec.arrival, record=rec)
 
 
+#: Endpoint path (after /v1) → trace API, for formats that name the endpoint.
+ENDPOINTS: dict[str, str] = {
+    "/chat/completions": "chat",
+    "/completions": "completions",
+    "/responses": "responses",
+    "/messages": "anthropic",
+    "/embeddings": "embeddings",
+    "/rerank": "rerank",
+}
+
+
+def api_of_path(path: str) -> str | None:
+    """The trace API of an endpoint path (`/v1/embeddings` → embeddings; `/v2/rerank` too); None if unknown."""
+    bare = "/" + path.split("?", 1)[0].strip("/")
+    for suffix, api in sorted(ENDPOINTS.items(), key=lambda kv: -len(kv[0])):
+        if bare.endswith(suffix):
+            return api
+    return None
+
+
+def read_openai_batch(path: Path, opts: Options, tokenizer: Tokenizer | None = None) -> Iterator[Item]:
+    """OpenAI Batch API input JSONL: {custom_id, method, url, body}, one
+    request a line; `url` names the endpoint (/v1/chat/completions,
+    /v1/embeddings, /v1/rerank, …). No timestamps."""
+    for line, obj in json_lines(path):
+        yield guard(_batch_row, line, str(path), obj)
+
+
+def _batch_row(line: int, path: str, obj: Any) -> Row:
+    if isinstance(obj, RowError):
+        raise obj
+    if not isinstance(obj, dict):
+        raise RowError(line, None, f"expected a JSON object, got {type(obj).__name__}")
+    url = obj.get("url")
+    if not isinstance(url, str):
+        raise RowError(line, "url", "missing: the endpoint, e.g. /v1/chat/completions")
+    api = api_of_path(url)
+    if api is None:
+        raise RowError(line, "url", f"unknown endpoint {url!r} (known: {', '.join('/v1' + p for p in ENDPOINTS)})")
+    rid = obj.get("custom_id", line)
+    try:
+        rec = _parse_record(path, line, {"id": str(rid), "api": api, "body": obj.get("body")})
+    except TraceError as e:
+        raise RowError(line, e.field, e.message) from None
+    return Row(line=line, id=rec.id, record=rec)
+
+
 FORMATS: dict[str, tuple[str, Reader]] = {
     "mooncake": ("Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (512-token blocks)", read_mooncake),
     "bailian": ("Qwen Bailian JSONL: Mooncake fields + chat_id, parent_chat_id, turn, type; timestamp (s), 16-token blocks", read_mooncake),
@@ -295,8 +342,9 @@ FORMATS: dict[str, tuple[str, Reader]] = {
     "sharegpt": ("ShareGPT JSON: [{id, conversations: [{from, value}, …]}]: each human turn a request, a conversation a session; single-turn sets too (no timestamps)", read_sharegpt),
     "vllm": ("vLLM custom dataset JSONL: {prompt, output_tokens?} (no timestamps)", read_vllm),
     "capture": ("a specreplay capture left unsorted (killed before it stopped): sorts it", read_capture),
+    "openai-batch": ("OpenAI Batch API input JSONL: {custom_id, method, url, body}; url /v1/chat/completions, /v1/embeddings, /v1/rerank, … (no timestamps)", read_openai_batch),
 }
 DEFAULTS: dict[str, dict[str, Any]] = {"bailian": {"block_size": 16, "time_unit": "s"}}
 #: Formats whose ids come from the source (checked for duplicates); the
 #: others number rows by line, unique by construction.
-SOURCE_IDS = frozenset({"sharegpt", "capture"})
+SOURCE_IDS = frozenset({"sharegpt", "capture", "openai-batch"})

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specreplay._core import Filler
+from specreplay.media import dedup_body, media_dir
 from specreplay.errors import ConfigError, TraceError
 from specreplay.importers.formats import DEFAULTS, FORMATS, SOURCE_IDS, Options
 from specreplay.importers.report import CONTEXT_SIZES, MALFORMED, ImportReport
@@ -71,6 +72,9 @@ def import_trace(
                     if rec.id in seen:
                         raise TraceError(str(source), row.line, "id", f"duplicate id {rec.id!r}")
                     seen.add(rec.id)
+                if rec.body:
+                    # Each distinct image or clip once, beside the trace (docs/trace-format.md, "Media").
+                    rec = dataclasses.replace(rec, body=dedup_body(rec.body, media_dir(out)))
                 f.write(rec.to_json() + "\n")
                 report.written += 1
                 if rec.session_id is not None:

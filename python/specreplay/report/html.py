@@ -27,6 +27,7 @@ from specreplay import __version__, capacity
 from specreplay.console import figure_name, fmt_change, fmt_ms, fmt_rate, fmt_value
 from specreplay.report import capacity as report_capacity
 from specreplay.report import data, plots
+from specreplay.summary import by_model
 from specreplay.validity import Finding
 
 CSS = """
@@ -208,6 +209,55 @@ def _sessions_table(runs: list[data.RunData]) -> str:
     )
 
 
+#: (summary column, header, format) of the request-kinds table, shown when a
+#: run had tool calls, media, embeddings or rerank requests.
+KIND_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("tool_call_requests", "tool-call requests", "int"),
+    ("tool_call_tok_s", "tool-call tok/s", "rate"),
+    ("media_requests", "media requests", "int"),
+    ("ttft_media_p50_ms", "TTFT p50 with media", "ms"),
+    ("ttft_text_p50_ms", "TTFT p50 without", "ms"),
+    ("embeddings_requests", "embeddings", "int"),
+    ("embeddings_e2e_p50_ms", "emb. E2E p50", "ms"),
+    ("embeddings_e2e_p99_ms", "emb. E2E p99", "ms"),
+    ("embeddings_items_s", "emb. items/s", "rate"),
+    ("embeddings_input_tok_s", "emb. input tok/s", "rate"),
+    ("rerank_requests", "rerank", "int"),
+    ("rerank_e2e_p50_ms", "rerank E2E p50", "ms"),
+    ("rerank_e2e_p99_ms", "rerank E2E p99", "ms"),
+    ("rerank_items_s", "rerank items/s", "rate"),
+    ("rerank_input_tok_s", "rerank input tok/s", "rate"),
+)
+
+
+def _kinds_table(runs: list[data.RunData]) -> str:
+    """The request kinds' figures, and per model, of the points that had them ("" when none had)."""
+    counts = ("tool_call_requests", "media_requests", "embeddings_requests", "rerank_requests")
+    table = _point_rows(runs, KIND_COLUMNS, lambda row: any(int(row.get(c, 0) or 0) for c in counts))
+    model_rows = []
+    for r in runs:
+        for p in r.points:
+            for m in by_model(p.analysis):
+                cells = "".join(f"<td>{_fmt(m[c], kind)}</td>" for c, kind in (
+                    ("requests", "int"), ("ok", "int"), ("ttft_p50_ms", "ms"), ("ttft_p99_ms", "ms"),
+                    ("tpot_p50_ms", "ms"), ("e2e_p50_ms", "ms"), ("output_tok_s", "rate")))
+                model_rows.append(f'<tr><td class="l">{escape(r.name)}</td><td class="l">{escape(p.point)}</td><td class="l">{escape(m["model"])}</td>{cells}</tr>')
+    out = ""
+    if table:
+        out += (
+            f'<h3>Request kinds</h3><div class="scroll">{table}</div>'
+            '<p class="sub">Embeddings and rerank are not streamed: their latency is E2E, and they are left out of the TTFT, TPOT '
+            "and E2E columns above (docs/results.md, \"Request kinds\").</p>"
+        )
+    if model_rows:
+        head = "".join(f"<th>{h}</th>" for h in ("requests", "ok", "TTFT p50", "TTFT p99", "TPOT p50", "E2E p50", "output tok/s"))
+        out += (
+            f'<h3>Per model</h3><div class="scroll"><table><tr><th class="l">run</th><th class="l">point</th><th class="l">model</th>{head}</tr>'
+            f"{''.join(model_rows)}</table></div>"
+        )
+    return out
+
+
 def _point_rows(runs: list[data.RunData], columns: tuple[tuple[str, str, str], ...], keep: Callable[[pd.Series], bool]) -> str:
     """A table of `columns` of the summary rows `keep` keeps, one per run and point ("" when none)."""
     rows = []
@@ -283,6 +333,7 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
         "<h2>Summary</h2>",
         _summary_table(runs),
         _sessions_table(runs),
+        _kinds_table(runs),
     ]
     if data.has_server_metrics(runs):
         note = "From the server's own /metrics, scraped during each point (counters over the point, gauges over its scrapes)"

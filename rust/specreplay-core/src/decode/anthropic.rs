@@ -36,6 +36,14 @@ impl StreamDecoder for AnthropicDecoder {
                     _ => {}
                 }
             }
+            "content_block_start" => {
+                if let Some(block) = ev
+                    .content_block
+                    .filter(|b| b.kind.as_deref() == Some("tool_use"))
+                {
+                    json::push_tool_call(out, block.id, block.name);
+                }
+            }
             "message_delta" => {
                 push_finish(ev.delta.and_then(|d| d.stop_reason), out);
                 push_usage(ev.usage, out);
@@ -47,7 +55,7 @@ impl StreamDecoder for AnthropicDecoder {
                     .unwrap_or_else(|| ApiError::new(Some("error event".into()), None, None));
                 out.push(err.into_record());
             }
-            _ => {} // ping, content_block_start/stop, and future event types
+            _ => {} // ping, content_block_stop, and future event types
         }
         Ok(())
     }
@@ -64,11 +72,14 @@ pub(super) fn decode_body(body: &str, out: &mut Vec<Record>) -> Result<(), Decod
             Some("text") => json::push_text(out, Channel::Content, block.text),
             Some("thinking") => json::push_text(out, Channel::Reasoning, block.thinking),
             // A body carries the tool input whole, as the JSON the stream would have spelled out.
-            Some("tool_use") => json::push_text(
-                out,
-                Channel::Tool,
-                block.input.map(|raw| raw.get().to_owned()),
-            ),
+            Some("tool_use") => {
+                json::push_tool_call(out, block.id, block.name);
+                json::push_text(
+                    out,
+                    Channel::Tool,
+                    block.input.map(|raw| raw.get().to_owned()),
+                )
+            }
             _ => {}
         }
     }
@@ -107,6 +118,9 @@ struct Event<'a> {
     usage: Option<WireUsage>,
     #[serde(default)]
     error: Option<ApiError>,
+    /// `content_block_start` only: a tool_use block names its call.
+    #[serde(default, borrow)]
+    content_block: Option<Block<'a>>,
 }
 
 /// Both delta kinds: a content block's (`type` + payload) and a message's (`stop_reason`).
@@ -147,6 +161,10 @@ struct Block<'a> {
     thinking: Option<String>,
     #[serde(default, borrow)]
     input: Option<&'a RawValue>,
+    #[serde(default, deserialize_with = "json::scalar")]
+    id: Option<String>,
+    #[serde(default, deserialize_with = "json::scalar")]
+    name: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -46,7 +46,11 @@ fn chat_texts(choice: Choice, out: &mut Vec<Record>) {
     }
     json::push_text(out, Channel::Content, m.content);
     for call in m.tool_calls.into_iter().flatten() {
-        json::push_text(out, Channel::Tool, call.function.and_then(|f| f.arguments));
+        let (name, arguments) = call
+            .function
+            .map_or((None, None), |f| (f.name, f.arguments));
+        json::push_tool_call(out, call.id, name);
+        json::push_text(out, Channel::Tool, arguments);
     }
 }
 
@@ -154,12 +158,16 @@ struct Message {
 
 #[derive(Deserialize)]
 struct ToolCall {
+    #[serde(default, deserialize_with = "json::scalar")]
+    id: Option<String>,
     #[serde(default)]
     function: Option<Function>,
 }
 
 #[derive(Deserialize)]
 struct Function {
+    #[serde(default, deserialize_with = "json::scalar")]
+    name: Option<String>,
     #[serde(default)]
     arguments: Option<String>,
 }

@@ -50,6 +50,16 @@ pub(super) fn push_text(out: &mut Vec<Record>, channel: Channel, text: Option<St
     }
 }
 
+/// Pushes the start of a tool call when the payload names one (a first
+/// delta carries its id and name; later ones only more arguments).
+pub(super) fn push_tool_call(out: &mut Vec<Record>, id: Option<String>, name: Option<String>) {
+    let id = id.filter(|s| !s.is_empty());
+    let name = name.filter(|s| !s.is_empty());
+    if id.is_some() || name.is_some() {
+        out.push(Record::ToolCall { id, name });
+    }
+}
+
 /// A token count that tolerates what servers actually send: `null`, floats
 /// like `12.0`, and placeholder negatives (all but a plain count read as absent).
 pub(super) fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {

@@ -10,6 +10,7 @@ mod chat;
 mod completions;
 mod json;
 mod responses;
+mod retrieval;
 pub mod summary;
 
 use std::fmt;
@@ -30,15 +31,27 @@ pub enum Dialect {
     Completions,
     Responses,
     Anthropic,
+    /// `/v1/embeddings`: one JSON answer, never streamed.
+    Embeddings,
+    /// `/v1/rerank` (vLLM, Jina, Cohere shapes): one JSON answer, never streamed.
+    Rerank,
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 4] = [
+    pub const ALL: [Dialect; 6] = [
         Dialect::Chat,
         Dialect::Completions,
         Dialect::Responses,
         Dialect::Anthropic,
+        Dialect::Embeddings,
+        Dialect::Rerank,
     ];
+
+    /// Whether the API answers with one JSON body and no output tokens
+    /// (embeddings, rerank): no TTFT or TPOT to measure.
+    pub fn is_retrieval(&self) -> bool {
+        matches!(self, Dialect::Embeddings | Dialect::Rerank)
+    }
 
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -46,6 +59,8 @@ impl Dialect {
             Dialect::Completions => "completions",
             Dialect::Responses => "responses",
             Dialect::Anthropic => "anthropic",
+            Dialect::Embeddings => "embeddings",
+            Dialect::Rerank => "rerank",
         }
     }
 }
@@ -57,7 +72,7 @@ impl fmt::Display for Dialect {
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-#[error("unknown dialect {name:?}: expected one of chat, completions, responses, anthropic")]
+#[error("unknown dialect {name:?}: expected one of chat, completions, responses, anthropic, embeddings, rerank")]
 pub struct UnknownDialect {
     pub name: String,
 }
@@ -135,6 +150,15 @@ pub enum Record {
         message: String,
         code: Option<String>,
     },
+    /// A tool call starts (its id and function name, as far as the server
+    /// gave them); the `Tool` text records after it are its arguments.
+    ToolCall {
+        id: Option<String>,
+        name: Option<String>,
+    },
+    /// How many items a non-streamed answer carries: embeddings returned,
+    /// documents scored.
+    Items(u64),
     /// The server said the stream is complete. Its absence at EOF means the
     /// stream was cut short.
     Done,
@@ -159,6 +183,7 @@ pub fn decoder_for(dialect: Dialect) -> Box<dyn StreamDecoder> {
         Dialect::Completions => Box::new(completions::CompletionsDecoder),
         Dialect::Responses => Box::new(responses::ResponsesDecoder),
         Dialect::Anthropic => Box::new(anthropic::AnthropicDecoder),
+        Dialect::Embeddings | Dialect::Rerank => Box::new(retrieval::NotStreamed),
     }
 }
 
@@ -173,6 +198,7 @@ pub fn decode_body(dialect: Dialect, body: &[u8]) -> Result<Vec<Record>, DecodeE
         Dialect::Completions => completions::decode_body(body, &mut out)?,
         Dialect::Responses => responses::decode_body(body, &mut out)?,
         Dialect::Anthropic => anthropic::decode_body(body, &mut out)?,
+        Dialect::Embeddings | Dialect::Rerank => retrieval::decode_body(body, &mut out)?,
     }
     Ok(out)
 }

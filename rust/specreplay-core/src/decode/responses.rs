@@ -25,6 +25,14 @@ impl StreamDecoder for ResponsesDecoder {
             "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
                 json::push_text(out, Channel::Reasoning, ev.delta)
             }
+            "response.output_item.added" => {
+                if let Some(raw) = ev.item {
+                    let item: OutputItem = json::parse(raw.get())?;
+                    if item.kind.as_deref() == Some("function_call") {
+                        json::push_tool_call(out, item.call_id, item.name);
+                    }
+                }
+            }
             "response.function_call_arguments.delta" => {
                 json::push_text(out, Channel::Tool, ev.delta)
             }
@@ -58,6 +66,7 @@ pub(super) fn decode_body(body: &str, out: &mut Vec<Record>) -> Result<(), Decod
             Some("reasoning") => Channel::Reasoning,
             Some("message") => Channel::Content,
             Some("function_call") => {
+                json::push_tool_call(out, item.call_id, item.name);
                 json::push_text(out, Channel::Tool, item.arguments);
                 continue;
             }
@@ -134,6 +143,9 @@ struct Event<'a> {
     delta: Option<String>,
     #[serde(default, borrow)]
     response: Option<&'a RawValue>,
+    /// `response.output_item.added` only: the item begun.
+    #[serde(default, borrow)]
+    item: Option<&'a RawValue>,
     #[serde(default, borrow)]
     error: Option<&'a RawValue>,
     #[serde(default, deserialize_with = "json::scalar")]
@@ -196,6 +208,10 @@ struct OutputItem {
     summary: Option<Vec<Part>>,
     #[serde(default)]
     arguments: Option<String>,
+    #[serde(default, deserialize_with = "json::scalar")]
+    call_id: Option<String>,
+    #[serde(default, deserialize_with = "json::scalar")]
+    name: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -72,7 +72,7 @@ pub fn summarize(
                 channel: Channel::Tool,
                 text,
             } => tool_text.push_str(&text),
-            Record::Text { .. } => {}
+            Record::Text { .. } | Record::ToolCall { .. } | Record::Items(_) => {}
         }
     }
     out.answer.push_str(&tool_text);

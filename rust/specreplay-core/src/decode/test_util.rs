@@ -44,3 +44,11 @@ pub fn usage(p: Option<u64>, c: Option<u64>, r: Option<u64>, k: Option<u64>) -> 
         cached_tokens: k,
     })
 }
+
+/// The start of a tool call with this id and name.
+pub fn call(id: &str, name: &str) -> Record {
+    Record::ToolCall {
+        id: Some(id.into()),
+        name: Some(name.into()),
+    }
+}

@@ -64,6 +64,10 @@ pub fn to_record_batch_with(
     let mut attempts = Int32Builder::with_capacity(n);
     let mut turn_index = Int32Builder::with_capacity(n);
     let mut session_turns = Int32Builder::with_capacity(n);
+    let mut tool_calls = Int32Builder::with_capacity(n);
+    let mut tool_args_valid = BooleanBuilder::with_capacity(n);
+    let mut media_count = Int32Builder::with_capacity(n);
+    let mut media_seconds = Float64Builder::with_capacity(n);
     for r in records {
         for c in &r.chunks {
             chunk_ts.values().append_value(c.ts_us);
@@ -82,6 +86,10 @@ pub fn to_record_batch_with(
         attempts.append_value(r.attempts);
         turn_index.append_option(r.turn_index);
         session_turns.append_option(r.session_turns);
+        tool_calls.append_option(r.tool_calls);
+        tool_args_valid.append_option(r.tool_args_valid);
+        media_count.append_option(r.media.map(|m| m.count));
+        media_seconds.append_option(r.media.map(|m| m.seconds));
     }
     let mut columns: Vec<(&str, ArrayRef)> = vec![
         ("request_index", i64_col(&|r| Some(r.request_index))),
@@ -137,6 +145,15 @@ pub fn to_record_batch_with(
             "chunk_token_source",
             str_col(&|r| r.chunk_token_source.map(|s| s.as_str())),
         ),
+        ("tool_call_tokens", i64_col(&|r| r.tool_call_tokens)),
+        ("tool_calls", Arc::new(tool_calls.finish())),
+        ("tool_args_valid", Arc::new(tool_args_valid.finish())),
+        ("items", i64_col(&|r| r.items)),
+        ("model", str_col(&|r| r.model.as_deref())),
+        ("media_count", Arc::new(media_count.finish())),
+        ("media_bytes", i64_col(&|r| r.media.map(|m| m.bytes))),
+        ("media_pixels", i64_col(&|r| r.media.map(|m| m.pixels))),
+        ("media_seconds", Arc::new(media_seconds.finish())),
     ];
     if extras.server_stamps {
         let mut stamps = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
@@ -215,7 +232,7 @@ mod tests {
         };
         let batch = to_record_batch(&[ok, failed]).unwrap();
         assert_eq!(batch.num_rows(), 2);
-        assert_eq!(batch.num_columns(), 38);
+        assert_eq!(batch.num_columns(), 47);
         let ts = batch.column_by_name("chunk_ts_us").unwrap();
         let list = ts
             .as_any()
@@ -306,10 +323,10 @@ mod tests {
             ..Extras::default()
         };
         let batch = to_record_batch_with(&[stamped, unstamped], extras).unwrap();
-        assert_eq!(batch.num_columns(), 39);
-        assert_eq!(batch.schema().field(38).name(), "chunk_server_ts_us");
+        assert_eq!(batch.num_columns(), 48);
+        assert_eq!(batch.schema().field(47).name(), "chunk_server_ts_us");
         let list = batch
-            .column(38)
+            .column(47)
             .as_any()
             .downcast_ref::<arrow_array::ListArray>()
             .unwrap();

@@ -15,6 +15,7 @@ mod dispatch;
 pub mod feed;
 pub(crate) mod http;
 mod interrupt;
+pub mod media;
 pub(crate) mod net;
 pub mod pacing;
 mod panics;

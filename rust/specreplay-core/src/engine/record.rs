@@ -157,6 +157,25 @@ impl StampSource {
     }
 }
 
+/// One tool call as it streamed: its id and name (when the server gave
+/// them) and the arguments' text.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ToolCallText {
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
+impl ToolCallText {
+    /// Whether the arguments are one complete JSON value: arguments cut at
+    /// the token limit are not, and an agent could not run the call.
+    /// No text at all counts as complete (a call without arguments).
+    pub fn arguments_valid(&self) -> bool {
+        let text = self.arguments.trim();
+        text.is_empty() || serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+    }
+}
+
 pub fn channel_code(channel: Channel) -> i8 {
     match channel {
         Channel::Reasoning => 0,
@@ -186,7 +205,21 @@ pub struct RequestRecord {
     pub cached_tokens: Option<i64>,
     pub reasoning_tokens: Option<i64>,
     pub content_tokens: Option<i64>,
+    /// Output tokens of tool-call arguments; output = reasoning + content + these.
+    pub tool_call_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
+    /// Tool calls the server made; None when it made none.
+    pub tool_calls: Option<i32>,
+    /// Whether every tool call's arguments are complete JSON; None without calls.
+    pub tool_args_valid: Option<bool>,
+    /// The calls themselves (not a results column; live history and tests).
+    pub tool_call_list: Vec<ToolCallText>,
+    /// Embeddings returned or documents scored (embeddings, rerank).
+    pub items: Option<i64>,
+    /// The model the request asked for (`model` request column).
+    pub model: Option<std::sync::Arc<str>>,
+    /// The media parts its body carried (request columns of the same names).
+    pub media: Option<super::spec::Media>,
     pub token_source: Option<TokenSource>,
     /// None without chunks.
     pub chunk_token_source: Option<ChunkTokenSource>,

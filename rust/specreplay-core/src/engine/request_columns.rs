@@ -17,7 +17,8 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Fields};
 
 use super::body;
-use super::spec::{PreparedRequest, Turn};
+use super::media::{self, MediaSlot};
+use super::spec::{Media, PreparedRequest, Turn};
 use crate::error::CoreError;
 use crate::prompt::PromptBlocks;
 
@@ -31,8 +32,14 @@ pub const REQUIRED_COLUMNS: [(&str, DataType); 5] = [
 ];
 
 /// Columns a batch may leave out (then all null); nullable.
-pub fn optional_columns() -> [(&'static str, DataType); 6] {
+pub fn optional_columns() -> [(&'static str, DataType); 12] {
     [
+        ("media_at", media_at_type()),
+        ("model", DataType::Utf8),
+        ("media_count", DataType::Int32),
+        ("media_bytes", DataType::Int64),
+        ("media_pixels", DataType::Int64),
+        ("media_seconds", DataType::Float64),
         ("session_id", DataType::Utf8),
         ("turn_index", DataType::Int32),
         ("think_time_us", DataType::Int64),
@@ -43,6 +50,46 @@ pub fn optional_columns() -> [(&'static str, DataType); 6] {
             DataType::List(Arc::new(Field::new("item", DataType::Int64, true))),
         ),
     ]
+}
+
+/// `media_at`: per request, the stored media to write into its body
+/// (`media::MediaSlot`: where, which file, what prefix).
+pub fn media_at_type() -> DataType {
+    DataType::List(Arc::new(Field::new(
+        "item",
+        DataType::Struct(Fields::from(vec![
+            Field::new("at", DataType::Int64, false),
+            Field::new("file", DataType::Utf8, false),
+            Field::new("prefix", DataType::Utf8, false),
+        ])),
+        true,
+    )))
+}
+
+/// The media slots of row `i` of a `media_at` column.
+fn media_slots(list: &ListArray, i: usize) -> Result<Vec<MediaSlot>, CoreError> {
+    if !list.is_valid(i) {
+        return Ok(Vec::new());
+    }
+    let items = list.value(i);
+    let items: &StructArray = typed(items.as_ref(), "media_at")?;
+    let child = |name: &str| {
+        items
+            .column_by_name(name)
+            .ok_or_else(|| CoreError::config(format!("requests: media_at.{name}"), "missing"))
+    };
+    let at: &Int64Array = typed(child("at")?.as_ref(), "media_at")?;
+    let file: &StringArray = typed(child("file")?.as_ref(), "media_at")?;
+    let prefix: &StringArray = typed(child("prefix")?.as_ref(), "media_at")?;
+    (0..items.len())
+        .map(|k| {
+            Ok(MediaSlot {
+                at: offset(Some(at.value(k)), "media_at")?.unwrap_or(0),
+                file: file.value(k).to_string(),
+                prefix: prefix.value(k).to_string(),
+            })
+        })
+        .collect()
 }
 
 /// `prompt_blocks`: a trace record's field of the same name, as a struct.
@@ -197,6 +244,12 @@ pub fn requests_from_batch(batch: &RecordBatch) -> Result<Vec<PreparedRequest>, 
         .transpose()?;
     let prompt_at: Option<&Int64Array> = optional(batch, "prompt_at")?;
     let history_at: Option<&ListArray> = optional(batch, "history_at")?;
+    let models: Option<&StringArray> = optional(batch, "model")?;
+    let media_at: Option<&ListArray> = optional(batch, "media_at")?;
+    let media_count: Option<&Int32Array> = optional(batch, "media_count")?;
+    let media_bytes: Option<&Int64Array> = optional(batch, "media_bytes")?;
+    let media_pixels: Option<&Int64Array> = optional(batch, "media_pixels")?;
+    let media_seconds: Option<&Float64Array> = optional(batch, "media_seconds")?;
     if let Some(list) = history_at {
         typed::<Int64Array>(list.values().as_ref(), "history_at")?;
     }
@@ -206,12 +259,25 @@ pub fn requests_from_batch(batch: &RecordBatch) -> Result<Vec<PreparedRequest>, 
             let fail = |field: &str, message: &str| {
                 CoreError::config(format!("request {trace_id}: {field}"), message)
             };
-            let at = offset(value(prompt_at, i, Int64Array::value), "prompt_at")?;
+            let mut at = offset(value(prompt_at, i, Int64Array::value), "prompt_at")?;
+            // Stored media first: the other offsets move by what they add.
+            let slots = match media_at {
+                Some(list) => media_slots(list, i)?,
+                None => Vec::new(),
+            };
+            let (raw, added) = if slots.is_empty() {
+                (std::borrow::Cow::Borrowed(bodies.value(i)), Vec::new())
+            } else {
+                let (body, added) =
+                    media::with_media(bodies.value(i), &slots).map_err(|e| about(trace_id, e))?;
+                (std::borrow::Cow::Owned(body), added)
+            };
+            at = at.map(|a| media::moved(a, &added));
             let body = match (blocks.as_ref().filter(|(b, _)| b.is_valid(i)), at) {
-                (Some((_, columns)), Some(at)) => columns
-                    .body(i, bodies.value(i), at)
-                    .map_err(|e| about(trace_id, e))?,
-                (None, None) => bodies.value(i).to_vec(),
+                (Some((_, columns)), Some(at)) => {
+                    columns.body(i, &raw, at).map_err(|e| about(trace_id, e))?
+                }
+                (None, None) => raw.into_owned(),
                 (Some(_), None) => return Err(fail("prompt_at", "missing: prompt_blocks need it")),
                 (None, Some(_)) => return Err(fail("prompt_at", "given without prompt_blocks")),
             };
@@ -222,13 +288,22 @@ pub fn requests_from_batch(batch: &RecordBatch) -> Result<Vec<PreparedRequest>, 
                 body,
                 arrivals.value(i),
             )?;
+            request.model = value(models, i, StringArray::value).map(Arc::from);
+            request.media = value(media_count, i, Int32Array::value).map(|count| Media {
+                count,
+                bytes: value(media_bytes, i, Int64Array::value).unwrap_or(0),
+                pixels: value(media_pixels, i, Int64Array::value).unwrap_or(0),
+                seconds: value(media_seconds, i, Float64Array::value).unwrap_or(0.0),
+            });
             let history = match value(history_at, i, ListArray::value) {
                 None => Vec::new(),
                 Some(slots) => {
                     let slots: &Int64Array = typed(slots.as_ref(), "history_at")?;
                     let slots = slots
                         .iter()
-                        .map(|at| offset(at, "history_at"))
+                        .map(|at| {
+                            offset(at, "history_at").map(|a| a.map(|a| media::moved(a, &added)))
+                        })
                         .collect::<Result<Vec<_>, _>>()?;
                     for &at in slots.iter().flatten() {
                         body::check_slot(&request.body, at, "history_at")

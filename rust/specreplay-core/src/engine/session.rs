@@ -153,6 +153,8 @@ fn record_for(shared: &Shared, unit: &Unit, k: usize, request: &PreparedRequest)
         }),
         turn_index: turn.map(|t| t.index),
         session_turns: unit.dependent.then_some(unit.turns.len() as i32),
+        model: request.model.clone(),
+        media: request.media,
         ..Default::default()
     }
 }

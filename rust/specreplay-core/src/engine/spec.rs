@@ -152,6 +152,22 @@ pub struct PreparedRequest {
     pub arrival_s: f64,
     /// The session it belongs to, and its place there; None on its own.
     pub session: Option<Turn>,
+    /// The model it asks for, copied to its row (`model` column).
+    pub model: Option<std::sync::Arc<str>>,
+    /// The media its body carries, copied to its row.
+    pub media: Option<Media>,
+}
+
+/// The media parts of one request body (images, audio, video), as the
+/// Python layer counted them when it shaped the request.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Media {
+    pub count: i32,
+    pub bytes: i64,
+    /// Images' (and videos' frames') width × height, summed.
+    pub pixels: i64,
+    /// Audio clips' length, summed.
+    pub seconds: f64,
 }
 
 /// A request's place in its session.
@@ -199,6 +215,8 @@ impl PreparedRequest {
             body: Bytes::from(body),
             arrival_s,
             session: None,
+            model: None,
+            media: None,
         })
     }
 

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 pub use super::capacity::Capacity;
 use super::fault::FaultKind;
+use super::request::MediaRule;
 use crate::error::CoreError;
 
 /// How reasoning tokens reach the client in a chat completion.
@@ -85,6 +86,34 @@ pub struct SimConfig {
     pub fault_retry_after_s: u64,
     /// Size of the `oversized_event` event (the whole `data: ...\n\n`), bytes.
     pub fault_oversized_bytes: u64,
+    /// More served model names, each with its own speed (`[[sim.models]]`).
+    /// Empty: any `model` a request names is answered as `model`.
+    pub models: Vec<ModelSpec>,
+    /// Image patch size in pixels (the vision encoder's patch).
+    pub image_patch_px: u32,
+    /// Patches merged per side into one token (2: 2×2 patches a token).
+    pub image_merge: u32,
+    /// The size an http(s) image URL counts as (it is never fetched), `[w, h]`.
+    pub image_url_size: [u32; 2],
+    /// Prompt tokens per second of audio.
+    pub audio_tokens_per_s: f64,
+    /// Prompt tokens of one video part.
+    pub video_tokens: u32,
+    /// The fraction of requests with `tools` (and `tool_choice` auto) that
+    /// are answered with a tool call.
+    pub tool_call_rate: f64,
+    /// Length of each embedding vector (`/v1/embeddings`).
+    pub embedding_dim: u32,
+}
+
+/// One more served model: its name, and the speed keys it overrides.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    pub name: String,
+    pub ttft_ms: Option<f64>,
+    pub prefill_us_per_token: Option<f64>,
+    pub tpot_ms: Option<f64>,
 }
 
 impl Default for SimConfig {
@@ -110,6 +139,14 @@ impl Default for SimConfig {
             fault_slow_headers_ms: 2000.0,
             fault_retry_after_s: 1,
             fault_oversized_bytes: DEFAULT_OVERSIZED_BYTES,
+            models: Vec::new(),
+            image_patch_px: 14,
+            image_merge: 2,
+            image_url_size: [1024, 1024],
+            audio_tokens_per_s: 25.0,
+            video_tokens: 1024,
+            tool_call_rate: 1.0,
+            embedding_dim: 1024,
         }
     }
 }
@@ -159,8 +196,101 @@ impl SimConfig {
         Ok(config)
     }
 
+    /// The media rule of the `image_*`, `audio_*` and `video_*` keys.
+    pub fn media_rule(&self) -> MediaRule {
+        MediaRule {
+            patch_px: self.image_patch_px,
+            merge: self.image_merge,
+            url_size: self.image_url_size,
+            audio_tokens_per_s: self.audio_tokens_per_s,
+            video_tokens: self.video_tokens,
+        }
+    }
+
+    /// This config as served under `spec`'s name and speed.
+    pub fn for_model(&self, spec: &ModelSpec) -> SimConfig {
+        SimConfig {
+            model: spec.name.clone(),
+            ttft_ms: spec.ttft_ms.unwrap_or(self.ttft_ms),
+            prefill_us_per_token: spec
+                .prefill_us_per_token
+                .unwrap_or(self.prefill_us_per_token),
+            tpot_ms: spec.tpot_ms.unwrap_or(self.tpot_ms),
+            models: Vec::new(),
+            ..self.clone()
+        }
+    }
+
+    /// The keys of multimodal input, tools, embeddings and models.
+    fn validate_beyond_text(&self) -> Result<(), CoreError> {
+        let positive = [
+            ("image_patch_px", self.image_patch_px),
+            ("image_merge", self.image_merge),
+            (
+                "image_url_size",
+                self.image_url_size[0].min(self.image_url_size[1]),
+            ),
+            ("embedding_dim", self.embedding_dim),
+        ];
+        for (field, v) in positive {
+            if v == 0 {
+                return Err(CoreError::config(field, "must be at least 1"));
+            }
+        }
+        if self.embedding_dim > 65_536 {
+            return Err(CoreError::config("embedding_dim", "must be at most 65536"));
+        }
+        if !self.audio_tokens_per_s.is_finite() || self.audio_tokens_per_s < 0.0 {
+            return Err(CoreError::config(
+                "audio_tokens_per_s",
+                "must be a finite number >= 0",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.tool_call_rate) {
+            return Err(CoreError::config(
+                "tool_call_rate",
+                format!(
+                    "must be a probability in [0, 1], got {}",
+                    self.tool_call_rate
+                ),
+            ));
+        }
+        let mut names = vec![self.model.as_str()];
+        for (i, spec) in self.models.iter().enumerate() {
+            let field = format!("models[{i}]");
+            if spec.name.trim().is_empty() {
+                return Err(CoreError::config(
+                    format!("{field}.name"),
+                    "must not be empty",
+                ));
+            }
+            if names.contains(&spec.name.as_str()) {
+                return Err(CoreError::config(
+                    format!("{field}.name"),
+                    format!("'{}' is served twice", spec.name),
+                ));
+            }
+            names.push(&spec.name);
+            let speeds = [
+                ("ttft_ms", spec.ttft_ms),
+                ("prefill_us_per_token", spec.prefill_us_per_token),
+                ("tpot_ms", spec.tpot_ms),
+            ];
+            for (key, v) in speeds {
+                if let Some(v) = v.filter(|v| !v.is_finite() || *v < 0.0 || *v > 3_600_000.0) {
+                    return Err(CoreError::config(
+                        format!("{field}.{key}"),
+                        format!("must be a finite number in [0, 3600000], got {v}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Checks ranges and finiteness; the error names the field.
     pub fn validate(&self) -> Result<(), CoreError> {
+        self.validate_beyond_text()?;
         if self.model.trim().is_empty() {
             return Err(CoreError::config("model", "must not be empty"));
         }
@@ -317,200 +447,5 @@ impl SimConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn field_of(e: CoreError) -> String {
-        match e {
-            CoreError::Config { field, .. } => field,
-            other => panic!("not a config error: {other}"),
-        }
-    }
-
-    #[test]
-    fn empty_object_is_the_default() {
-        assert_eq!(SimConfig::from_json("{}").unwrap(), SimConfig::default());
-        SimConfig::default().validate().unwrap();
-    }
-
-    #[test]
-    fn keys_are_read() {
-        let c = SimConfig::from_json(
-            r#"{"model":"m","seed":7,"tpot_ms":5,"reasoning_tokens":[1,2],"reasoning_field":"none","spec_draft_len":3}"#,
-        )
-        .unwrap();
-        assert_eq!(c.model, "m");
-        assert_eq!(c.seed, 7);
-        assert_eq!(c.tpot_ms, 5.0);
-        assert_eq!(c.reasoning_tokens, [1, 2]);
-        assert_eq!(c.reasoning_field, ReasoningField::None);
-        assert_eq!(c.spec_draft_len, 3);
-    }
-
-    #[test]
-    fn unknown_key_is_named() {
-        let e = SimConfig::from_json(r#"{"tpot_ms": 5, "tpot": 3}"#).unwrap_err();
-        assert!(e.to_string().contains("unknown field"), "{e}");
-        assert_eq!(field_of(e), "tpot");
-    }
-
-    #[test]
-    fn bad_type_is_named() {
-        assert_eq!(
-            field_of(SimConfig::from_json(r#"{"ttft_ms": "fast"}"#).unwrap_err()),
-            "ttft_ms"
-        );
-        assert_eq!(
-            field_of(SimConfig::from_json(r#"{"reasoning_field": "thoughts"}"#).unwrap_err()),
-            "reasoning_field"
-        );
-        assert_eq!(
-            field_of(SimConfig::from_json(r#"{"seed": -1}"#).unwrap_err()),
-            "seed"
-        );
-    }
-
-    #[test]
-    fn bad_values_are_named() {
-        for (json, field) in [
-            (r#"{"tpot_ms": -1}"#, "tpot_ms"),
-            (r#"{"reasoning_tokens": [5, 1]}"#, "reasoning_tokens"),
-            (r#"{"content_tokens": [0, 2000000]}"#, "content_tokens"),
-            (r#"{"spec_acceptance": 1.5}"#, "spec_acceptance"),
-            (r#"{"spec_draft_len": 1000}"#, "spec_draft_len"),
-            (r#"{"model": " "}"#, "model"),
-            (r#"{"max_model_len": 0}"#, "max_model_len"),
-        ] {
-            assert_eq!(
-                field_of(SimConfig::from_json(json).unwrap_err()),
-                field,
-                "{json}"
-            );
-        }
-        assert_eq!(field_of(SimConfig::from_json("[1]").unwrap_err()), "config");
-    }
-
-    #[test]
-    fn faults_are_read_and_validated() {
-        let c = SimConfig::from_json(
-            r#"{"faults": {"http_503": 0.05, "stall_between_tokens": 0.01}, "fault_stall_ms": 500, "fault_retry_after_s": 3, "fault_oversized_bytes": 1024}"#,
-        )
-        .unwrap();
-        assert_eq!(c.faults.get(&FaultKind::Http503), Some(&0.05));
-        assert_eq!(c.faults.get(&FaultKind::StallBetweenTokens), Some(&0.01));
-        assert_eq!(c.fault_stall_ms, 500.0);
-        assert_eq!(c.fault_retry_after_s, 3);
-        assert_eq!(c.fault_oversized_bytes, 1024);
-        let d = SimConfig::default();
-        assert_eq!(
-            (
-                d.fault_stall_ms,
-                d.fault_slow_headers_ms,
-                d.fault_retry_after_s,
-                d.fault_oversized_bytes
-            ),
-            (2000.0, 2000.0, 1, 8 << 20)
-        );
-
-        let e = SimConfig::from_json(r#"{"faults": {"http_503": 1.5}}"#).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "invalid configuration: faults.http_503: must be a probability in [0, 1], got 1.5"
-        );
-        let e = SimConfig::from_json(r#"{"faults": {"http_504": 0.1}}"#).unwrap_err();
-        let text = e.to_string();
-        assert!(
-            text.contains("http_504") && text.contains("reset_before_headers"),
-            "{text}"
-        );
-        assert_eq!(field_of(e), "faults.http_504");
-        for (json, field) in [
-            (r#"{"faults": {"http_503": "often"}}"#, "faults.http_503"),
-            (r#"{"faults": {"http_503": -0.1}}"#, "faults.http_503"),
-            (
-                r#"{"faults": {"http_503": 0.6, "http_500": 0.6}}"#,
-                "faults",
-            ),
-            (r#"{"faults": [1]}"#, "faults"),
-            (r#"{"fault_stall_ms": -1}"#, "fault_stall_ms"),
-            (
-                r#"{"fault_slow_headers_ms": 1e12}"#,
-                "fault_slow_headers_ms",
-            ),
-            (r#"{"fault_retry_after_s": -1}"#, "fault_retry_after_s"),
-            (r#"{"fault_retry_after_s": 100000}"#, "fault_retry_after_s"),
-            (
-                r#"{"fault_oversized_bytes": 10000000000}"#,
-                "fault_oversized_bytes",
-            ),
-        ] {
-            assert_eq!(
-                field_of(SimConfig::from_json(json).unwrap_err()),
-                field,
-                "{json}"
-            );
-        }
-        // Fractions that add up to exactly 1 are fine.
-        SimConfig::from_json(r#"{"faults": {"http_503": 0.7, "http_500": 0.2, "http_429": 0.1}}"#)
-            .unwrap();
-    }
-
-    #[test]
-    fn capacity_is_read_and_validated() {
-        assert_eq!(SimConfig::default().capacity, None);
-        let c = SimConfig::from_json(r#"{"capacity": {}}"#).unwrap();
-        assert_eq!(c.capacity, Some(Capacity::default()));
-        let c = SimConfig::from_json(
-            r#"{"capacity": {"max_num_seqs": 8, "kv_cache_tokens": 4000, "batch_step_cost": 0.05, "prefix_caching": false}}"#,
-        )
-        .unwrap();
-        let cap = c.capacity.unwrap();
-        assert_eq!((cap.max_num_seqs, cap.kv_budget()), (8, Some(4000)));
-        assert!(!cap.prefix_caching && Capacity::default().prefix_caching);
-        assert_eq!(cap.decode_step_us(10_000, 0), 0);
-        assert_eq!(cap.decode_step_us(10_000, 1), 10_000);
-        assert_eq!(cap.decode_step_us(10_000, 5), 12_000);
-        for (json, field) in [
-            (r#"{"capacity": {"max_seqs": 8}}"#, "capacity.max_seqs"),
-            (
-                r#"{"capacity": {"max_num_seqs": 0}}"#,
-                "capacity.max_num_seqs",
-            ),
-            (
-                r#"{"capacity": {"max_num_seqs": -1}}"#,
-                "capacity.max_num_seqs",
-            ),
-            (
-                r#"{"capacity": {"batch_step_cost": -0.1}}"#,
-                "capacity.batch_step_cost",
-            ),
-            (r#"{"capacity": 8}"#, "capacity"),
-            (
-                r#"{"capacity": {"prefix_caching": "yes"}}"#,
-                "capacity.prefix_caching",
-            ),
-        ] {
-            assert_eq!(
-                field_of(SimConfig::from_json(json).unwrap_err()),
-                field,
-                "{json}"
-            );
-        }
-    }
-
-    #[test]
-    fn step_cost_scales_with_draft_len() {
-        let c = SimConfig {
-            tpot_ms: 10.0,
-            spec_draft_len: 4,
-            spec_step_cost: 0.25,
-            ..SimConfig::default()
-        };
-        assert_eq!(c.step_us(), 20_000);
-        let off = SimConfig {
-            spec_draft_len: 0,
-            ..c
-        };
-        assert_eq!(off.step_us(), 10_000);
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

@@ -8,12 +8,11 @@ use bytes::Bytes;
 use hyper::{header, Response, StatusCode};
 
 use super::fault::{self, ConnControl, FaultKind, StagedBody, StagedEnd};
-use super::generate::shutting_down;
+use super::http::{json, shutting_down, SimBody};
 use super::pace::Pacer;
 use super::render::{self, Renderer, Usage};
-use super::routes::{json, SimBody};
-use super::script::Script;
-use super::server::Shared;
+use super::script::{Finish, Script, Texts};
+use super::shared::Shared;
 
 /// The whole answer of `script`, at its last step's deadline.
 pub(super) async fn answer(
@@ -51,19 +50,12 @@ pub(super) async fn answer(
             script.total_tokens(),
             reasoning_tokens,
         ),
-        finish: script.finish.as_str(),
-        reasoning: String::new(),
-        content: String::new(),
+        finish: script.finish,
+        text: Texts::default(),
         render,
     };
-    let (reasoning, content) = (&mut answer.reasoning, &mut answer.content);
-    script.push_range(
-        0,
-        script.total_tokens(),
-        answer.render.layout(),
-        reasoning,
-        content,
-    );
+    let layout = answer.render.layout();
+    script.push_range(0, script.total_tokens(), layout, &mut answer.text);
     match fault {
         None => json(StatusCode::OK, answer.body()),
         Some(kind) => answer.with_fault(shared, control, kind),
@@ -73,16 +65,14 @@ pub(super) async fn answer(
 /// A whole answer, ready to render.
 struct Answer {
     render: Renderer,
-    reasoning: String,
-    content: String,
-    finish: &'static str,
+    text: Texts,
+    finish: Finish,
     usage: Usage,
 }
 
 impl Answer {
     fn body(&self) -> Vec<u8> {
-        self.render
-            .full_body(&self.reasoning, &self.content, self.finish, self.usage)
+        self.render.full_body(&self.text, self.finish, self.usage)
     }
 
     /// The answer carrying `kind`: the same fault, as it can show in a
@@ -95,13 +85,13 @@ impl Answer {
     ) -> Response<SimBody> {
         match kind {
             FaultKind::InvalidUtf8 => {
-                fault::last_text(&mut self.reasoning, &mut self.content).push(fault::SENTINEL);
+                self.text.last_mut().push(fault::SENTINEL);
                 json(StatusCode::OK, fault::poison_utf8(&self.body()))
             }
             FaultKind::OversizedEvent => {
                 let plain = self.body().len();
                 let pad = (shared.config.fault_oversized_bytes as usize).saturating_sub(plain);
-                fault::last_text(&mut self.reasoning, &mut self.content).push_str(&" ".repeat(pad));
+                self.text.last_mut().push_str(&" ".repeat(pad));
                 json(StatusCode::OK, self.body())
             }
             FaultKind::ErrorEvent => json(

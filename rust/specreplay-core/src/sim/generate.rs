@@ -1,4 +1,5 @@
-//! One generation request (`/v1/chat/completions`, `/v1/completions`) from
+//! One generation request (`/v1/chat/completions`, `/v1/completions`,
+//! `/v1/responses`, `/v1/messages`) from
 //! its bytes to its answer, a step per function: `admit` reads and plans it
 //! (or answers 400), `pick_fault` draws its fault, `answer_early` answers the
 //! faults that need no model output (resets, error statuses, HTML, slow
@@ -9,31 +10,23 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{header, Request, Response, StatusCode};
 
 use super::fault::{self, ConnControl, FaultKind, Forced, FAULT_HEADER};
 use super::full;
+use super::http::{error, shutting_down, SimBody};
 use super::pace::Pacer;
 use super::render::Renderer;
 use super::request::{Endpoint, SimRequest};
-use super::routes::{error, SimBody};
 use super::script::Script;
-use super::server::Shared;
+use super::shared::Shared;
 use super::stream::{SseStream, StreamFault};
 
 /// Largest request body read (a long prompt fits; a runaway upload does not).
 const MAX_BODY: usize = 64 << 20;
-
-/// What the simulator says while it shuts down, in place of an answer.
-pub(super) fn shutting_down() -> Response<SimBody> {
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "server_error",
-        "the server is shutting down",
-    )
-}
 
 pub(super) async fn generate(
     shared: &Shared,
@@ -44,6 +37,7 @@ pub(super) async fn generate(
 ) -> Response<SimBody> {
     let Admitted {
         forced,
+        model,
         mut request,
         script,
     } = match admit(shared, endpoint, req).await {
@@ -56,7 +50,7 @@ pub(super) async fn generate(
         Ok(arrived) => arrived,
         Err(answered) => return answered,
     };
-    let render = renderer(shared, endpoint, &request, n);
+    let render = renderer(shared, model, &request, &script, n);
     let prefix_blocks = std::mem::take(&mut request.prefix_blocks);
     let pacer = shared.pacer(&script, prefix_blocks, arrived);
     if request.stream {
@@ -70,21 +64,24 @@ pub(super) async fn generate(
 struct Admitted {
     /// What the fault header asked for, if it was sent.
     forced: Option<Forced>,
+    /// The served model that answers.
+    model: Arc<str>,
     request: SimRequest,
     script: Script,
 }
 
-/// Reads the fault header and the body, parses and plans the request; `Err`
-/// is the 400 answer (counted as rejected).
-async fn admit(
+/// A 400 answer, counted as rejected.
+pub(super) fn bad_request(shared: &Shared, msg: &str) -> Response<SimBody> {
+    shared.stats.count_rejected();
+    error(StatusCode::BAD_REQUEST, "invalid_request_error", msg)
+}
+
+/// The fault header's ask and the body; `Err` is the 400 answer.
+pub(super) async fn read_request(
     shared: &Shared,
-    endpoint: Endpoint,
     req: Request<Incoming>,
-) -> Result<Admitted, Response<SimBody>> {
-    let bad = |msg: &str| {
-        shared.stats.count_rejected();
-        error(StatusCode::BAD_REQUEST, "invalid_request_error", msg)
-    };
+) -> Result<(Option<Forced>, Bytes), Response<SimBody>> {
+    let bad = |msg: &str| bad_request(shared, msg);
     let forced = match req
         .headers()
         .get(FAULT_HEADER)
@@ -98,10 +95,36 @@ async fn admit(
         Ok(collected) => collected.to_bytes(),
         Err(e) => return Err(bad(&format!("cannot read the request body: {e}"))),
     };
-    let request = SimRequest::parse(endpoint, &body).map_err(|msg| bad(&msg))?;
-    let script = Script::plan(&shared.config, &request).map_err(|msg| bad(&msg))?;
+    Ok((forced, body))
+}
+
+/// The 404 answer to a request naming a model that is not served.
+pub(super) fn model_not_found(shared: &Shared, name: Option<&str>) -> Response<SimBody> {
+    shared.stats.count_rejected();
+    let message = format!(
+        "the model '{}' does not exist (see /v1/models)",
+        name.unwrap_or("")
+    );
+    error(StatusCode::NOT_FOUND, "not_found_error", &message)
+}
+
+/// Reads the fault header and the body, parses and plans the request; `Err`
+/// is the 400 (or 404) answer, counted as rejected.
+async fn admit(
+    shared: &Shared,
+    endpoint: Endpoint,
+    req: Request<Incoming>,
+) -> Result<Admitted, Response<SimBody>> {
+    let bad = |msg: &str| bad_request(shared, msg);
+    let (forced, body) = read_request(shared, req).await?;
+    let request = SimRequest::parse(endpoint, &body, &shared.media).map_err(|msg| bad(&msg))?;
+    let Some(served) = shared.served(request.model.as_deref()) else {
+        return Err(model_not_found(shared, request.model.as_deref()));
+    };
+    let script = Script::plan(&served.config, &request).map_err(|msg| bad(&msg))?;
     Ok(Admitted {
         forced,
+        model: served.name.clone(),
         request,
         script,
     })
@@ -109,7 +132,7 @@ async fn admit(
 
 /// The fault of request number `n`: the header's, else the seeded draw.
 /// Counts the request.
-fn pick_fault(shared: &Shared, n: u64, forced: Option<Forced>) -> Option<FaultKind> {
+pub(super) fn pick_fault(shared: &Shared, n: u64, forced: Option<Forced>) -> Option<FaultKind> {
     let fault = match forced {
         Some(Forced::None) => None,
         Some(Forced::Kind(kind)) => Some(kind),
@@ -121,7 +144,7 @@ fn pick_fault(shared: &Shared, n: u64, forced: Option<Forced>) -> Option<FaultKi
 
 /// Answers the faults that need no model output. `Ok` is the instant the
 /// answer's clock starts (later than the arrival under `slow_headers`).
-async fn answer_early(
+pub(super) async fn answer_early(
     shared: &Shared,
     control: &ConnControl,
     fault: Option<FaultKind>,
@@ -188,19 +211,28 @@ const HTML_PAGE: &[u8] = b"<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</
 (specreplay simulated fault).</p></body></html>\n";
 
 /// What every chunk of request number `n`'s answer shares.
-fn renderer(shared: &Shared, endpoint: Endpoint, request: &SimRequest, n: u64) -> Renderer {
-    let prefix = if endpoint == Endpoint::Chat {
-        "chatcmpl"
-    } else {
-        "cmpl"
+fn renderer(
+    shared: &Shared,
+    model: Arc<str>,
+    request: &SimRequest,
+    script: &Script,
+    n: u64,
+) -> Renderer {
+    let prefix = match request.endpoint {
+        Endpoint::Chat => "chatcmpl",
+        Endpoint::Completions => "cmpl",
+        Endpoint::Responses => "resp",
+        Endpoint::Messages => "msg",
     };
     Renderer {
-        endpoint,
+        endpoint: request.endpoint,
         id: format!("{prefix}-sim-{:016x}-{n}", request.prompt_hash),
         created: shared.created,
-        model: shared.model.clone(),
+        model,
         reasoning_key: shared.config.reasoning_field.key(),
         send_timestamps: shared.config.send_timestamps,
+        tool: script.structured.as_ref().and_then(|s| s.tool.clone()),
+        state: Default::default(),
     }
 }
 

@@ -14,10 +14,13 @@
 
 pub mod capacity;
 pub mod config;
+mod embed;
 mod engine;
 pub mod fault;
 mod full;
 mod generate;
+mod hash;
+mod http;
 pub mod metrics;
 mod pace;
 pub mod prefix;
@@ -26,8 +29,11 @@ pub mod request;
 mod routes;
 pub mod script;
 mod server;
+mod shared;
 pub mod stream;
+pub mod structured;
+mod words;
 
-pub use config::{Capacity, ReasoningField, SimConfig};
+pub use config::{Capacity, ModelSpec, ReasoningField, SimConfig};
 pub use fault::{FaultKind, FAULT_HEADER};
 pub use server::SimServer;

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::request::Fnv1a;
+use super::hash::Fnv1a;
 
 /// Tokens per block (vLLM's default block size).
 pub const BLOCK_TOKENS: u32 = 16;

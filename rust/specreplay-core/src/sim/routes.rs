@@ -1,79 +1,24 @@
-//! Routing: `/health`, `/v1/models`, `/sim/stats`, `/v1/chat/completions`,
-//! `/v1/completions`, and JSON errors for the rest; the response body type
-//! every route answers with. A generation request goes on to `generate`.
+//! Routing: `/health`, `/v1/models`, `/sim/stats`, `/metrics`, the
+//! generating endpoints (`/v1/chat/completions`, `/v1/completions`,
+//! `/v1/responses`, `/v1/messages`: on to `generate`), the pooling ones
+//! (`/v1/embeddings`, `/v1/rerank`, `/v1/score`: on to `embed`), and JSON
+//! errors for the rest.
 
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::Bytes;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::{header, Method, Request, Response, StatusCode};
 
-use super::fault::{ConnControl, StagedBody};
+use super::embed::{pool, Pooling};
+use super::fault::ConnControl;
 use super::generate::generate;
+use super::http::{error, json, SimBody};
 use super::metrics;
 use super::render;
 use super::request::Endpoint;
-use super::server::Shared;
-use super::stream::SseStream;
-
-/// The response body: a whole JSON document or a timed SSE stream.
-pub enum SimBody {
-    Full(Option<Bytes>),
-    Stream(Box<SseStream>),
-    /// A plain answer sent in timed pieces (faults on non-streaming answers).
-    Staged(Box<StagedBody>),
-}
-
-impl Body for SimBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.get_mut() {
-            SimBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            SimBody::Stream(stream) => Pin::new(stream.as_mut()).poll_frame(cx),
-            SimBody::Staged(staged) => Pin::new(staged.as_mut()).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            SimBody::Full(bytes) => bytes.is_none(),
-            SimBody::Stream(stream) => stream.is_end_stream(),
-            SimBody::Staged(staged) => staged.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            SimBody::Full(bytes) => {
-                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
-            }
-            SimBody::Stream(_) | SimBody::Staged(_) => SizeHint::default(),
-        }
-    }
-}
-
-pub(super) fn json(status: StatusCode, body: Vec<u8>) -> Response<SimBody> {
-    let mut resp = Response::new(SimBody::Full(Some(Bytes::from(body))));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
-pub(super) fn error(status: StatusCode, kind: &str, message: &str) -> Response<SimBody> {
-    json(status, render::error_body(message, kind, status.as_u16()))
-}
+use super::shared::Shared;
 
 pub(crate) async fn handle(
     shared: Arc<Shared>,
@@ -87,7 +32,11 @@ pub(crate) async fn handle(
         (Method::GET, "/health") => json(StatusCode::OK, Vec::new()),
         (Method::GET, "/v1/models") => json(
             StatusCode::OK,
-            render::models_body(&shared.model, shared.created, shared.config.max_model_len),
+            render::models_body(
+                shared.models.iter().map(|m| &*m.name),
+                shared.created,
+                shared.config.max_model_len,
+            ),
         ),
         (Method::GET, "/sim/stats") => json(StatusCode::OK, shared.stats.to_json()),
         (Method::GET, "/metrics") => {
@@ -104,6 +53,21 @@ pub(crate) async fn handle(
         (Method::POST, "/v1/completions") => {
             generate(&shared, &control, Endpoint::Completions, req, arrived).await
         }
+        (Method::POST, "/v1/responses") => {
+            generate(&shared, &control, Endpoint::Responses, req, arrived).await
+        }
+        (Method::POST, "/v1/messages") => {
+            generate(&shared, &control, Endpoint::Messages, req, arrived).await
+        }
+        (Method::POST, "/v1/embeddings") => {
+            pool(&shared, &control, Pooling::Embeddings, req, arrived).await
+        }
+        (Method::POST, "/v1/rerank" | "/rerank" | "/v2/rerank") => {
+            pool(&shared, &control, Pooling::Rerank, req, arrived).await
+        }
+        (Method::POST, "/v1/score" | "/score") => {
+            pool(&shared, &control, Pooling::Score, req, arrived).await
+        }
         (
             _,
             "/health"
@@ -111,7 +75,15 @@ pub(crate) async fn handle(
             | "/sim/stats"
             | "/metrics"
             | "/v1/chat/completions"
-            | "/v1/completions",
+            | "/v1/completions"
+            | "/v1/responses"
+            | "/v1/messages"
+            | "/v1/embeddings"
+            | "/v1/rerank"
+            | "/rerank"
+            | "/v2/rerank"
+            | "/v1/score"
+            | "/score",
         ) => error(
             StatusCode::METHOD_NOT_ALLOWED,
             "invalid_request_error",

@@ -8,11 +8,15 @@
 //! step), so the same request gets the same answer whatever else the server
 //! is doing, and a replay can be repeated exactly.
 
+use std::sync::Arc;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::config::SimConfig;
 use super::request::{Endpoint, SimRequest};
+use super::structured::{Structured, ToolCall};
+pub use super::words::{CONTENT_WORDS, REASONING_WORDS};
 
 /// Why the generation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +25,8 @@ pub enum Finish {
     Stop,
     /// The output budget (`max_tokens`/`max_completion_tokens`, or the context) ran out.
     Length,
+    /// The answer is a whole tool call.
+    ToolCalls,
 }
 
 impl Finish {
@@ -28,34 +34,38 @@ impl Finish {
         match self {
             Finish::Stop => "stop",
             Finish::Length => "length",
+            Finish::ToolCalls => "tool_calls",
         }
     }
 }
 
-/// Words of the reasoning phase: none of them appears in `CONTENT_WORDS`.
-pub const REASONING_WORDS: [&str; 16] = [
-    "hmm",
-    "wait",
-    "so",
-    "consider",
-    "suppose",
-    "check",
-    "maybe",
-    "think",
-    "then",
-    "therefore",
-    "alternatively",
-    "verify",
-    "assume",
-    "because",
-    "hence",
-    "recall",
-];
-/// Words of the answer.
-pub const CONTENT_WORDS: [&str; 16] = [
-    "the", "answer", "is", "clear", "and", "simple", "result", "here", "final", "value", "we",
-    "get", "this", "one", "yes", "done",
-];
+/// The text of some tokens, by where it goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Texts {
+    pub reasoning: String,
+    pub content: String,
+    /// A tool call's arguments.
+    pub args: String,
+}
+
+impl Texts {
+    pub fn clear(&mut self) {
+        self.reasoning.clear();
+        self.content.clear();
+        self.args.clear();
+    }
+
+    /// The text a fault decorates: the last non-empty one (content if none is).
+    pub fn last_mut(&mut self) -> &mut String {
+        if !self.args.is_empty() {
+            &mut self.args
+        } else if self.content.is_empty() && !self.reasoning.is_empty() {
+            &mut self.reasoning
+        } else {
+            &mut self.content
+        }
+    }
+}
 
 /// Where the text of the answer goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +111,9 @@ pub struct Script {
     /// Natural reasoning length before any budget cut.
     pub natural_reasoning: u32,
     pub finish: Finish,
+    /// A JSON answer (tool call arguments or a `json_schema` format) in
+    /// place of prose.
+    pub structured: Option<Arc<Structured>>,
     word_offset: u32,
     draft_len: u32,
     acceptance: f64,
@@ -142,7 +155,7 @@ impl Script {
         let [rlo, rhi] = config.reasoning_tokens;
         let [clo, chi] = config.content_tokens;
         let mut natural_reasoning = rng.random_range(rlo..=rhi);
-        let natural_content = rng.random_range(clo..=chi);
+        let drawn_content = rng.random_range(clo..=chi);
         let word_offset = rng.random_range(0..REASONING_WORDS.len() as u32);
         // A fixed-length request (an imported trace's `ignore_eos`, or
         // `min_tokens` up to the budget) asks for a length, not an answer:
@@ -153,6 +166,8 @@ impl Script {
             // A raw completion has no reasoning phase: only the answer text.
             natural_reasoning = 0;
         }
+        let structured = structured_answer(config, req);
+        let natural_content = structured.as_ref().map_or(drawn_content, |s| s.tokens());
         let natural = natural_reasoning + natural_content;
         // `ignore_eos` runs to the budget; so does an answer longer than the budget.
         let (total, finish) = if req.ignore_eos || natural.max(req.min_tokens) > budget {
@@ -160,6 +175,10 @@ impl Script {
         } else {
             // `min_tokens` suppresses the end of the answer until it is reached.
             (natural.max(req.min_tokens), Finish::Stop)
+        };
+        let finish = match &structured {
+            Some(s) if s.tool.is_some() && finish == Finish::Stop => Finish::ToolCalls,
+            _ => finish,
         };
         let reasoning_tokens = natural_reasoning.min(total);
         let kv_budget = config.capacity.as_ref().and_then(|c| c.kv_budget());
@@ -179,6 +198,7 @@ impl Script {
             content_tokens: total - reasoning_tokens,
             natural_reasoning,
             finish,
+            structured,
             word_offset,
             draft_len: config.spec_draft_len,
             acceptance: config.spec_acceptance,
@@ -239,33 +259,33 @@ impl Script {
 
     /// Appends the text of tokens `first..first + count` as `layout` says:
     /// the reasoning part to `reasoning` and the rest to `content` (a server
-    /// with a reasoning parser), or all of it to `content`.
-    pub fn push_range(
-        &self,
-        first: u32,
-        count: u32,
-        layout: TextLayout,
-        reasoning: &mut String,
-        content: &mut String,
-    ) {
+    /// with a reasoning parser), or all of it to `content`; a tool call's
+    /// arguments always to `args`.
+    pub fn push_range(&self, first: u32, count: u32, layout: TextLayout, out: &mut Texts) {
+        let in_reasoning = self.reasoning_among(first, count);
+        let (answer_first, answer_count) = (first + in_reasoning, count - in_reasoning);
         match layout {
-            TextLayout::Split => {
-                let in_reasoning = self.reasoning_among(first, count);
-                self.push_text(first, in_reasoning, false, reasoning);
-                self.push_text(first + in_reasoning, count - in_reasoning, false, content);
+            TextLayout::Split => self.push_text(first, in_reasoning, false, &mut out.reasoning),
+            TextLayout::Inline { think_tags } => {
+                self.push_text(first, in_reasoning, think_tags, &mut out.content)
             }
-            TextLayout::Inline { think_tags } => self.push_text(first, count, think_tags, content),
         }
+        let answer = match &self.structured {
+            Some(s) if s.tool.is_some() => &mut out.args,
+            _ => &mut out.content,
+        };
+        self.push_text(answer_first, answer_count, false, answer);
     }
 
     /// Appends the text of tokens `first..first + count` (one word with a
-    /// leading space each). `think_tags` glues `<think>` to the first
-    /// reasoning word and `</think>` to the last one of a finished reasoning
-    /// phase (the `reasoning_field = "none"` rendering).
+    /// leading space each, or a structured answer's pieces). `think_tags`
+    /// glues `<think>` to the first reasoning word and `</think>` to the
+    /// last one of a finished reasoning phase (the `reasoning_field =
+    /// "none"` rendering).
     pub fn push_text(&self, first: u32, count: u32, think_tags: bool, out: &mut String) {
         for i in first..first + count {
-            out.push(' ');
             if i < self.reasoning_tokens {
+                out.push(' ');
                 if think_tags && i == 0 {
                     out.push_str("<think>");
                 }
@@ -273,7 +293,10 @@ impl Script {
                 if think_tags && i + 1 == self.natural_reasoning {
                     out.push_str("</think>");
                 }
+            } else if let Some(s) = &self.structured {
+                out.push_str(s.token(i - self.reasoning_tokens));
             } else {
+                out.push(' ');
                 out.push_str(CONTENT_WORDS[self.word_index(i)]);
             }
         }
@@ -284,243 +307,31 @@ impl Script {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn request(max_tokens: Option<u32>) -> SimRequest {
-        SimRequest {
-            endpoint: Endpoint::Chat,
-            stream: true,
-            include_usage: true,
-            continuous_usage: false,
-            max_tokens,
-            min_tokens: 0,
-            ignore_eos: false,
-            prompt_tokens: 10,
-            prompt_hash: 42,
-            prefix_blocks: Vec::new(),
-        }
+/// The JSON answer `req` gets, if any: a tool call (at `tool_call_rate`
+/// unless the request insists), else its `json_schema` format. Drawn from
+/// a stream of its own, so prose answers keep their draws.
+fn structured_answer(config: &SimConfig, req: &SimRequest) -> Option<Arc<Structured>> {
+    if req.tools.is_empty() && req.json_schema.is_none() {
+        return None;
     }
-
-    fn steps(script: &mut Script) -> Vec<Step> {
-        std::iter::from_fn(|| script.next_step()).collect()
-    }
-
-    fn config() -> SimConfig {
-        SimConfig {
-            reasoning_tokens: [20, 40],
-            content_tokens: [5, 15],
-            ttft_ms: 10.0,
-            prefill_us_per_token: 100.0,
-            tpot_ms: 2.0,
-            ..SimConfig::default()
-        }
-    }
-
-    #[test]
-    fn same_request_same_plan_in_any_order() {
-        let c = SimConfig {
-            spec_draft_len: 3,
-            spec_acceptance: 0.6,
-            ..config()
+    let seed = config.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ req.prompt_hash ^ 0x7001_ca11;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let draw: f64 = rng.random();
+    if let Some(tool) = req.calls_tool(config.tool_call_rate, draw) {
+        let call = ToolCall {
+            id: format!("call_{:016x}", rng.random::<u64>()),
+            name: tool.name.clone(),
         };
-        let mut other = request(None);
-        other.prompt_hash = 7;
-        // Plan A, then B, then A again: A's plan does not depend on B.
-        let mut a1 = Script::plan(&c, &request(None)).unwrap();
-        let mut b = Script::plan(&c, &other).unwrap();
-        let mut a2 = Script::plan(&c, &request(None)).unwrap();
-        let (s1, sb, s2) = (steps(&mut a1), steps(&mut b), steps(&mut a2));
-        assert_eq!(s1, s2);
-        assert_eq!(
-            (a1.reasoning_tokens, a1.content_tokens),
-            (a2.reasoning_tokens, a2.content_tokens)
-        );
-        // Another prompt or another seed gives other draws (over a few tries).
-        assert!(sb != s1 || b.content_tokens != a1.content_tokens);
-        let differs = (1..10).any(|seed| {
-            let mut s = Script::plan(&SimConfig { seed, ..c.clone() }, &request(None)).unwrap();
-            steps(&mut s) != s1
-        });
-        assert!(differs);
+        return Some(Arc::new(Structured::new(
+            &tool.parameters,
+            rng.random(),
+            Some(call),
+        )));
     }
-
-    #[test]
-    fn lengths_within_configured_ranges() {
-        let c = config();
-        for hash in 0..200 {
-            let mut r = request(None);
-            r.prompt_hash = hash;
-            let s = Script::plan(&c, &r).unwrap();
-            assert!((20..=40).contains(&s.reasoning_tokens));
-            assert!((5..=15).contains(&s.content_tokens));
-            assert_eq!(s.finish, Finish::Stop);
-        }
-    }
-
-    #[test]
-    fn small_budget_is_eaten_by_reasoning() {
-        let mut s = Script::plan(&config(), &request(Some(12))).unwrap();
-        assert_eq!(s.finish, Finish::Length);
-        assert_eq!(s.reasoning_tokens, 12);
-        assert_eq!(s.content_tokens, 0);
-        let all = steps(&mut s);
-        assert_eq!(all.iter().map(|st| st.tokens).sum::<u32>(), 12);
-        assert!(all.iter().all(|st| s.reasoning_in(st) == st.tokens));
-        assert!(all.last().unwrap().last);
-    }
-
-    #[test]
-    fn budget_above_natural_length_stops_naturally() {
-        let s = Script::plan(&config(), &request(Some(1000))).unwrap();
-        assert_eq!(s.finish, Finish::Stop);
-        assert!(s.total_tokens() <= 55);
-    }
-
-    #[test]
-    fn ignore_eos_and_min_tokens_extend_the_answer() {
-        let natural = Script::plan(&config(), &request(None)).unwrap();
-        let mut r = request(Some(200));
-        r.ignore_eos = true;
-        // A fixed length, and the config asks for reasoning there too.
-        let reasoning_too = SimConfig {
-            fixed_length_reasoning: true,
-            ..config()
-        };
-        let s = Script::plan(&reasoning_too, &r).unwrap();
-        assert_eq!((s.total_tokens(), s.finish), (200, Finish::Length));
-        assert_eq!(s.reasoning_tokens, natural.reasoning_tokens);
-        assert_eq!(s.content_tokens, 200 - natural.reasoning_tokens);
-
-        let mut r = request(Some(200));
-        r.min_tokens = 150;
-        let s = Script::plan(&config(), &r).unwrap();
-        assert_eq!((s.total_tokens(), s.finish), (150, Finish::Stop));
-        assert_eq!(s.reasoning_tokens, natural.reasoning_tokens);
-        r.min_tokens = 201;
-        assert!(Script::plan(&config(), &r).is_err());
-    }
-
-    #[test]
-    fn fixed_length_requests_skip_the_reasoning() {
-        let natural = Script::plan(&config(), &request(None)).unwrap();
-        // ignore_eos, or min_tokens = max_tokens (an imported trace's body).
-        let mut eos = request(Some(12));
-        eos.ignore_eos = true;
-        let mut min = request(Some(12));
-        min.min_tokens = 12;
-        for r in [eos, min] {
-            let mut s = Script::plan(&config(), &r).unwrap();
-            assert_eq!((s.reasoning_tokens, s.content_tokens), (0, 12));
-            assert_eq!(
-                s.finish,
-                if r.ignore_eos {
-                    Finish::Length
-                } else {
-                    Finish::Stop
-                }
-            );
-            let all = steps(&mut s);
-            assert!(all.iter().all(|st| s.reasoning_in(st) == 0));
-        }
-        // The same budget without a fixed length: the trap, unchanged.
-        let trap = Script::plan(&config(), &request(Some(12))).unwrap();
-        assert_eq!((trap.reasoning_tokens, trap.content_tokens), (12, 0));
-        // The same draws either way: only the reasoning phase goes.
-        let mut eos = request(Some(1000));
-        eos.ignore_eos = true;
-        let s = Script::plan(&config(), &eos).unwrap();
-        assert_eq!(s.word_offset, natural.word_offset);
-    }
-
-    #[test]
-    fn plain_decoding_one_token_per_step_on_schedule() {
-        let mut s = Script::plan(&config(), &request(None)).unwrap();
-        assert_eq!(s.prefill_us, 10_000 + 100 * 10);
-        let all = steps(&mut s);
-        assert_eq!(all.len() as u32, s.total_tokens());
-        for (i, st) in all.iter().enumerate() {
-            assert_eq!(st.tokens, 1);
-            assert_eq!(st.due_us, s.prefill_us + i as u64 * 2_000);
-        }
-    }
-
-    #[test]
-    fn speculative_steps_carry_several_tokens_and_cost_more() {
-        let c = SimConfig {
-            spec_draft_len: 4,
-            spec_acceptance: 0.8,
-            spec_step_cost: 0.25,
-            ..config()
-        };
-        let mut s = Script::plan(&c, &request(None)).unwrap();
-        assert_eq!(s.step_us, 4_000);
-        let all = steps(&mut s);
-        assert_eq!(all[0].tokens, 1, "the prefill emits one token");
-        assert!(all.iter().any(|st| st.tokens > 1));
-        assert!(all.iter().all(|st| st.tokens <= 5));
-        assert_eq!(
-            all.iter().map(|st| st.tokens).sum::<u32>(),
-            s.total_tokens()
-        );
-        assert!(all.len() < s.total_tokens() as usize);
-        for (i, st) in all.iter().enumerate() {
-            assert_eq!(st.due_us, s.prefill_us + i as u64 * 4_000);
-        }
-        // Acceptance 1: every step takes the full draft.
-        let c = SimConfig {
-            spec_acceptance: 1.0,
-            ..c
-        };
-        let mut s = Script::plan(&c, &request(None)).unwrap();
-        let all = steps(&mut s);
-        assert!(all[1..all.len() - 1].iter().all(|st| st.tokens == 5));
-        // Acceptance 0: one token per step, still paying for the drafts.
-        let c = SimConfig {
-            spec_acceptance: 0.0,
-            ..c
-        };
-        let mut s = Script::plan(&c, &request(None)).unwrap();
-        assert!(steps(&mut s).iter().all(|st| st.tokens == 1));
-    }
-
-    #[test]
-    fn completions_have_no_reasoning() {
-        let mut r = request(None);
-        r.endpoint = Endpoint::Completions;
-        let s = Script::plan(&config(), &r).unwrap();
-        assert_eq!(s.reasoning_tokens, 0);
-        assert!((5..=15).contains(&s.content_tokens));
-    }
-
-    #[test]
-    fn text_is_one_word_per_token() {
-        let s = Script::plan(&config(), &request(None)).unwrap();
-        let mut out = String::new();
-        s.push_text(0, s.total_tokens(), false, &mut out);
-        let words: Vec<&str> = out.split_whitespace().collect();
-        assert_eq!(words.len() as u32, s.total_tokens());
-        let r = s.reasoning_tokens as usize;
-        assert!(words[..r].iter().all(|w| REASONING_WORDS.contains(w)));
-        assert!(words[r..].iter().all(|w| CONTENT_WORDS.contains(w)));
-        let mut tagged = String::new();
-        s.push_text(0, s.total_tokens(), true, &mut tagged);
-        assert_eq!(tagged.split_whitespace().count() as u32, s.total_tokens());
-        assert!(tagged.starts_with(" <think>"));
-        assert!(tagged.contains("</think> "));
-    }
-
-    #[test]
-    fn lengths_zero_still_finish() {
-        let c = SimConfig {
-            reasoning_tokens: [0, 0],
-            content_tokens: [0, 0],
-            ..config()
-        };
-        let mut s = Script::plan(&c, &request(None)).unwrap();
-        let all = steps(&mut s);
-        assert_eq!(all.len(), 1);
-        assert_eq!((all[0].tokens, all[0].last), (0, true));
-    }
+    let schema = req.json_schema.as_ref()?;
+    Some(Arc::new(Structured::new(schema, rng.random(), None)))
 }
+
+#[cfg(test)]
+#[path = "script_tests.rs"]
+mod tests;

@@ -5,61 +5,22 @@
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::config::SimConfig;
-use super::engine::{EngineHandle, Job};
+use super::engine::EngineHandle;
 use super::fault::{ConnControl, FaultStats, SimIo};
 use super::metrics::Metrics;
-use super::pace::Pacer;
 use super::routes;
-use super::script::Script;
-use super::stream::ShutdownSignal;
+use super::shared::Shared;
 use crate::error::CoreError;
 use crate::serve::{accept_until, bind, stopped, until_stopped, Background};
-
-/// What every request handler shares.
-pub(crate) struct Shared {
-    pub config: SimConfig,
-    pub model: Arc<str>,
-    pub created: u64,
-    /// The per-server request sequence number (response ids, fault draws).
-    pub next_id: AtomicU64,
-    pub stats: FaultStats,
-    pub metrics: Arc<Metrics>,
-    /// The capacity model's scheduler, when the config has one.
-    engine: Option<EngineHandle>,
-    shutdown: watch::Receiver<bool>,
-}
-
-impl Shared {
-    /// A future that resolves once the server shuts down (or its handle is dropped).
-    pub fn shutdown_signal(&self) -> ShutdownSignal {
-        Box::pin(stopped(self.shutdown.clone()))
-    }
-
-    /// What paces a request that arrived at `arrived`: its own clock, or the
-    /// engine's batch (the request is submitted to it now).
-    pub fn pacer(&self, script: &Script, prefix_blocks: Vec<u64>, arrived: Instant) -> Pacer {
-        let Some(engine) = &self.engine else {
-            return Pacer::own(arrived, script, self.metrics.clone());
-        };
-        let (steps, rx) = mpsc::unbounded_channel();
-        engine.submit(Job {
-            ready_at: arrived + self.config.frontend_delay(),
-            script: script.clone(),
-            prefix_blocks,
-            steps,
-        });
-        Pacer::engine(rx, script, self.metrics.clone())
-    }
-}
 
 /// A running simulated server. Dropping it shuts it down without waiting.
 pub struct SimServer(Background);
@@ -80,7 +41,8 @@ impl SimServer {
                 EngineHandle::spawn(&config, capacity, metrics.clone(), shutdown)
             });
             let shared = Arc::new(Shared {
-                model: Arc::from(config.model.as_str()),
+                models: Shared::served_models(&config),
+                media: config.media_rule(),
                 config,
                 created,
                 next_id: AtomicU64::new(0),

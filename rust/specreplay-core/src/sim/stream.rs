@@ -26,9 +26,8 @@ use tokio::time::Sleep;
 
 use super::fault::{self, ConnControl, FaultKind};
 use super::pace::{Paced, Pacer};
-use super::render::{self, Renderer, Usage};
-use super::request::Endpoint;
-use super::script::{Script, Step};
+use super::render::{Renderer, Usage};
+use super::script::{Script, Step, Texts};
 
 /// Resolves when the server shuts down.
 pub type ShutdownSignal = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
@@ -72,8 +71,8 @@ pub struct SseStream {
     /// Whether usage reports `completion_tokens_details.reasoning_tokens`.
     report_reasoning: bool,
     buf: BytesMut,
-    reasoning: String,
-    content: String,
+    /// The text of the step being rendered.
+    text: Texts,
     done: bool,
     fault: Option<StreamFault>,
     /// Token position from which a step can be the trigger step.
@@ -113,8 +112,7 @@ impl SseStream {
             include_usage,
             report_reasoning,
             buf: BytesMut::with_capacity(1024),
-            reasoning: String::new(),
-            content: String::new(),
+            text: Texts::default(),
             done: false,
             fault,
             trigger_from,
@@ -154,21 +152,20 @@ impl SseStream {
         Usage::new(self.script.prompt_tokens, completion, reasoning)
     }
 
-    /// Renders one step (and, after the last, the usage chunk and `[DONE]`).
+    /// Renders one step (after the first, the dialect's opening events;
+    /// after the last, its closing ones: usage, `[DONE]` or the like).
     fn render_step(&mut self, step: Step) {
-        let chat = self.render.endpoint == Endpoint::Chat;
-        if step.index == 0 && chat {
+        if step.index == 0 {
             let usage = self.continuous_usage.then(|| self.usage(0, 0, false));
-            self.render.role_chunk(&mut self.buf, usage);
+            let prompt = self.script.prompt_tokens;
+            self.render.open(&mut self.buf, usage, prompt);
         }
-        self.reasoning.clear();
-        self.content.clear();
+        self.text.clear();
         self.script.push_range(
             step.first,
             step.tokens,
             self.render.layout(),
-            &mut self.reasoning,
-            &mut self.content,
+            &mut self.text,
         );
         let emitted = step.first + step.tokens;
         self.emitted = emitted;
@@ -188,25 +185,18 @@ impl SseStream {
         let at = self.buf.len();
         match trigger {
             Some(FaultKind::ErrorEvent) => {
-                // vLLM's way of failing a stream it already started.
-                self.buf.put_slice(b"data: ");
-                self.buf.put_slice(&render::error_body(
-                    "simulated overload",
-                    "server_error",
-                    503,
-                ));
-                self.buf.put_slice(b"\n\n");
-                Renderer::done(&mut self.buf);
+                self.render.error_event(&mut self.buf);
                 self.done = true;
                 return;
             }
             Some(FaultKind::InvalidUtf8) => {
-                fault::last_text(&mut self.reasoning, &mut self.content).push(fault::SENTINEL);
+                self.text.last_mut().push(fault::SENTINEL);
                 self.push_text_chunk(step.last, usage);
                 let tail = self.buf.split_off(at);
                 self.buf.put_slice(&fault::poison_utf8(&tail));
             }
             Some(FaultKind::OversizedEvent) => {
+                let before = self.render.state;
                 self.push_text_chunk(step.last, usage);
                 let want = self.fault.as_ref().map_or(0, |f| f.oversized_bytes);
                 let pad = want.saturating_sub(self.buf.len() - at);
@@ -214,8 +204,8 @@ impl SseStream {
                     // The same chunk again with trailing spaces: valid JSON,
                     // the same words, `want` bytes from `data:` to the blank line.
                     self.buf.truncate(at);
-                    let text = fault::last_text(&mut self.reasoning, &mut self.content);
-                    text.push_str(&" ".repeat(pad));
+                    self.render.state = before;
+                    self.text.last_mut().push_str(&" ".repeat(pad));
                     self.push_text_chunk(step.last, usage);
                 }
             }
@@ -230,13 +220,11 @@ impl SseStream {
             _ => self.push_text_chunk(step.last, usage),
         }
         if step.last {
-            if self.include_usage {
-                let usage = self.usage(emitted, self.script.reasoning_tokens.min(emitted), true);
-                self.render.usage_chunk(&mut self.buf, usage);
-            }
-            if self.fault_kind() != Some(FaultKind::MissingDone) {
-                Renderer::done(&mut self.buf);
-            }
+            let usage = self.usage(emitted, self.script.reasoning_tokens.min(emitted), true);
+            let terminal = self.fault_kind() != Some(FaultKind::MissingDone);
+            let finish = self.script.finish;
+            self.render
+                .close(&mut self.buf, finish, usage, self.include_usage, terminal);
             self.done = true;
         }
     }
@@ -244,9 +232,8 @@ impl SseStream {
     /// The step's text (`reasoning`, `content`) as one chunk, with the
     /// script's finish reason on the last step.
     fn push_text_chunk(&mut self, last: bool, usage: Option<Usage>) {
-        let finish = last.then(|| self.script.finish.as_str());
-        self.render
-            .text_chunk(&mut self.buf, &self.reasoning, &self.content, finish, usage);
+        let finish = last.then_some(self.script.finish);
+        self.render.step(&mut self.buf, &self.text, finish, usage);
     }
 
     /// The next step once it is due: taken from the pacer, then held until
@@ -294,12 +281,9 @@ impl SseStream {
 
     /// The server is going away: a last chunk with `finish_reason: "abort"` (vLLM's word).
     fn render_abort(&mut self) {
-        let usage = self
-            .continuous_usage
-            .then(|| self.usage(self.emitted, 0, false));
+        let usage = self.usage(self.emitted, 0, false);
         self.render
-            .text_chunk(&mut self.buf, "", "", Some("abort"), usage);
-        Renderer::done(&mut self.buf);
+            .abort(&mut self.buf, usage, self.continuous_usage);
         self.done = true;
     }
 }

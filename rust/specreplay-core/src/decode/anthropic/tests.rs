@@ -11,6 +11,7 @@ fn thinking_text_tool_stream() {
             reasoning(" of 1071 and 462."),
             content("The GCD is 21"),
             content(" — voilà ✓"),
+            call("toolu_01", "verify"),
             tool("{\"gcd\": 21}"),
             finish("tool_use"),
             usage(None, Some(89), None, None),
@@ -87,6 +88,7 @@ fn body() {
         vec![
             reasoning("Hmm"),
             content("Yes"),
+            call("t", "f"),
             tool(r#"{"a":1}"#),
             finish("end_turn"),
             usage(Some(10), Some(20), None, Some(4))

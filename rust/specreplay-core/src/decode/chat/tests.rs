@@ -198,6 +198,10 @@ fn tool_call_arguments() {
     assert_eq!(
         chat("chat_tool_calls.sse"),
         vec![
+            Record::ToolCall {
+                id: Some("call_1".into()),
+                name: Some("get_weather".into())
+            },
             tool("{\"city\":"),
             tool("\"Zürich\"}"),
             finish("tool_calls"),

@@ -14,10 +14,10 @@
 //! in proportion to their text (`apportion`), so the per-chunk counts still
 //! add up to the output tokens (`ChunkTokenSource`).
 
-use crate::decode::{Channel, Record, Timings, Usage};
+use crate::decode::{Channel, Dialect, Record, Timings, Usage};
 
 use super::apportion::split_by_side;
-use super::record::{Chunk, ChunkTokenSource, RequestRecord, Stamp, TokenSource};
+use super::record::{Chunk, ChunkTokenSource, RequestRecord, Stamp, TokenSource, ToolCallText};
 
 #[derive(Debug, Default)]
 pub struct StreamAccount {
@@ -46,6 +46,11 @@ pub struct StreamAccount {
     pub done: bool,
     /// The answer's text (content channel), only when asked for (live history).
     answer: Option<String>,
+    /// The tool calls the server made, in order, with their arguments' text
+    /// (kept always: to tell cut arguments, and for live history).
+    tool_calls: Vec<ToolCallText>,
+    /// Items of a non-streamed answer (embeddings, rerank).
+    items: Option<u64>,
 }
 
 impl StreamAccount {
@@ -74,6 +79,14 @@ impl StreamAccount {
                     if let (Channel::Content, Some(answer)) = (channel, &mut self.answer) {
                         answer.push_str(text);
                     }
+                    if *channel == Channel::Tool {
+                        if self.tool_calls.is_empty() {
+                            // Arguments before any call was named: one call.
+                            self.tool_calls.push(ToolCallText::default());
+                        }
+                        let call = self.tool_calls.last_mut().expect("one call at least");
+                        call.arguments.push_str(text);
+                    }
                     let chars = text.chars().count() as u32;
                     match channels[..n_channels]
                         .iter_mut()
@@ -88,6 +101,12 @@ impl StreamAccount {
                     }
                 }
                 Record::Text { .. } => {}
+                Record::ToolCall { id, name } => self.tool_calls.push(ToolCallText {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: String::new(),
+                }),
+                Record::Items(n) => self.items = Some(*n),
                 Record::Usage(u) => event_usage = Some(u),
                 Record::Timings(t) => {
                     event_predicted = t.predicted_n;
@@ -256,11 +275,49 @@ impl StreamAccount {
                 Some(ChunkTokenSource::TextLength)
             }
         };
-        rec.reasoning_tokens = Some(reasoning);
-        rec.content_tokens = Some(output - reasoning);
-        rec.output_tokens = Some(output);
-        rec.token_source = Some(source);
+        // The answer side splits into content and tool-call text as its
+        // chunks' counts do (`chunk_token_source` says how they were had).
+        // Tokens after the last chunk (a closing `</tool_call>`, the EOS)
+        // go with the last chunk's side: a stream that ends in a call ends
+        // with the call's tokens.
+        let mut tool: i64 = self
+            .chunks
+            .iter()
+            .filter(|c| c.channel == Channel::Tool)
+            .map(|c| i64::from(c.tokens))
+            .sum();
+        if self
+            .chunks
+            .last()
+            .is_some_and(|c| c.channel == Channel::Tool)
+        {
+            let carried: i64 = self.chunks.iter().map(|c| i64::from(c.tokens)).sum();
+            tool += (output - carried).max(0);
+        }
+        let tool = tool.clamp(0, (output - reasoning).max(0));
+        let retrieval = rec.api.parse::<Dialect>().is_ok_and(|d| d.is_retrieval());
+        if retrieval || (self.items.is_some() && self.chunks.is_empty()) {
+            // Embeddings, rerank: items and input tokens, no output.
+            rec.items = self.items.map(|n| n as i64);
+            rec.token_source = self.saw_usage.then_some(TokenSource::Usage);
+        } else {
+            rec.reasoning_tokens = Some(reasoning);
+            rec.content_tokens = Some(output - reasoning - tool);
+            rec.tool_call_tokens = Some(tool);
+            rec.output_tokens = Some(output);
+            rec.token_source = Some(source);
+        }
         rec.chunk_token_source = chunk_source;
+        if !self.tool_calls.is_empty() {
+            rec.tool_calls = Some(self.tool_calls.len() as i32);
+            rec.tool_args_valid = Some(self.tool_calls.iter().all(ToolCallText::arguments_valid));
+            // Live history: a turn answered with a tool call goes on with the
+            // call the server made (its first call's arguments take the slot).
+            if let Some(answer) = &mut self.answer {
+                answer.clone_from(&self.tool_calls[0].arguments);
+            }
+        }
+        rec.tool_call_list = std::mem::take(&mut self.tool_calls);
         if self.saw_usage {
             rec.prompt_tokens = usage.prompt_tokens.map(|p| p as i64);
             rec.cached_tokens = usage.cached_tokens.map(|p| p as i64);

@@ -365,11 +365,125 @@ fn no_usage_counts_chunks() {
     assert_eq!(rec.token_source, Some(TokenSource::Chunks));
     assert_eq!(rec.chunk_token_source, Some(ChunkTokenSource::OnePerChunk));
     assert_eq!(
-        (rec.reasoning_tokens, rec.content_tokens),
-        (Some(0), Some(2))
+        (
+            rec.reasoning_tokens,
+            rec.content_tokens,
+            rec.tool_call_tokens
+        ),
+        (Some(0), Some(1), Some(1))
     );
     assert_eq!(rec.chunks.len(), 2);
     assert_eq!(rec.prompt_tokens, None);
+}
+
+fn call(id: &str, name: &str) -> Record {
+    Record::ToolCall {
+        id: Some(id.into()),
+        name: Some(name.into()),
+    }
+}
+
+#[test]
+fn tool_call_tokens_are_output_beside_reasoning_and_content() {
+    // Continuous usage: each chunk's count is exact, and the tool side is theirs.
+    let mut acc = StreamAccount::new(true, false);
+    acc.on_event(1, &[text(Channel::Reasoning, "hm"), usage(2, None)]);
+    acc.on_event(2, &[text(Channel::Content, "ok"), usage(3, None)]);
+    acc.on_event(
+        3,
+        &[
+            call("c1", "get"),
+            text(Channel::Tool, "{\"a\":"),
+            usage(6, None),
+        ],
+    );
+    acc.on_event(4, &[text(Channel::Tool, "1}"), usage(8, None)]);
+    acc.on_event(
+        5,
+        &[
+            Record::Finish {
+                reason: "tool_calls".into(),
+            },
+            usage(9, None),
+        ],
+    );
+    let rec = finish(acc);
+    assert_eq!(rec.token_source, Some(TokenSource::ContinuousUsage));
+    let (r, c, t, o) = (
+        rec.reasoning_tokens.unwrap(),
+        rec.content_tokens.unwrap(),
+        rec.tool_call_tokens.unwrap(),
+        rec.output_tokens.unwrap(),
+    );
+    // The EOS no chunk carried goes with the last chunk's side: the call.
+    assert_eq!((r, t, o), (2, 6, 9));
+    assert_eq!(c, 1);
+    assert_eq!(r + c + t, o);
+    assert_eq!(rec.tool_calls, Some(1));
+    assert_eq!(rec.tool_args_valid, Some(true));
+    assert_eq!(rec.tool_call_list[0].name.as_deref(), Some("get"));
+    // Live history goes on with the call the server made.
+    assert_eq!(rec.answer.as_deref(), Some("{\"a\":1}"));
+}
+
+#[test]
+fn tool_arguments_cut_at_the_limit_are_not_valid() {
+    let mut acc = StreamAccount::default();
+    acc.on_event(
+        1,
+        &[call("c1", "f"), text(Channel::Tool, "{\"city\": \"Par")],
+    );
+    acc.on_event(
+        2,
+        &[
+            Record::Finish {
+                reason: "length".into(),
+            },
+            usage(6, None),
+        ],
+    );
+    let rec = finish(acc);
+    assert_eq!(rec.tool_args_valid, Some(false));
+    assert_eq!(
+        (rec.tool_call_tokens, rec.content_tokens),
+        (Some(6), Some(0))
+    );
+    // Two calls, each complete: valid; arguments of one call never mix with another's.
+    let mut acc = StreamAccount::default();
+    acc.on_event(
+        1,
+        &[
+            call("a", "f"),
+            text(Channel::Tool, "{}"),
+            call("b", "g"),
+            text(Channel::Tool, "[1]"),
+        ],
+    );
+    let rec = finish(acc);
+    assert_eq!((rec.tool_calls, rec.tool_args_valid), (Some(2), Some(true)));
+}
+
+#[test]
+fn items_of_a_retrieval_answer_and_no_output() {
+    let mut acc = StreamAccount::default();
+    acc.on_event(
+        1,
+        &[
+            Record::Items(4),
+            Record::Usage(Usage {
+                prompt_tokens: Some(40),
+                ..Usage::default()
+            }),
+        ],
+    );
+    let rec = finish(acc);
+    assert_eq!(rec.items, Some(4));
+    assert_eq!(rec.prompt_tokens, Some(40));
+    assert_eq!(rec.token_source, Some(TokenSource::Usage));
+    assert_eq!(
+        (rec.output_tokens, rec.content_tokens, rec.tool_call_tokens),
+        (None, None, None)
+    );
 }
 
 #[test]

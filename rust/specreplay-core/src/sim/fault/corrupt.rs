@@ -8,15 +8,6 @@ const SENTINEL_JSON: &[u8] = b"\\u0001";
 /// What `invalid_utf8` puts inside the JSON string.
 pub const INVALID_UTF8: &[u8] = b"\xff\xfe";
 
-/// The text a fault decorates: the content if there is any, else the reasoning.
-pub fn last_text<'a>(reasoning: &'a mut String, content: &'a mut String) -> &'a mut String {
-    if content.is_empty() && !reasoning.is_empty() {
-        reasoning
-    } else {
-        content
-    }
-}
-
 /// `json` with each escaped `SENTINEL` replaced by `\xff\xfe`.
 pub fn poison_utf8(json: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(json.len());

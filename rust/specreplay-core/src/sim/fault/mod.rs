@@ -12,7 +12,7 @@ mod staged;
 mod stats;
 
 pub use conn::{ConnControl, SimIo};
-pub use corrupt::{half_on_char, last_text, poison_utf8, truncated_event, INVALID_UTF8, SENTINEL};
+pub use corrupt::{half_on_char, poison_utf8, truncated_event, INVALID_UTF8, SENTINEL};
 pub use staged::{StagedBody, StagedEnd};
 pub use stats::FaultStats;
 

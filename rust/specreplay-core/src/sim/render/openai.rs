@@ -1,43 +1,13 @@
-//! JSON of the answers, shaped like vLLM's: stream chunks written straight
-//! into a reused `BytesMut` with `serde_json::to_writer` (no intermediate
-//! `Value`), and the non-streaming bodies.
-
-use std::sync::Arc;
+//! The OpenAI dialects, shaped like vLLM's: chat chunks (reasoning under
+//! the configured key, content, `tool_calls` deltas) and completions.
 
 use bytes::{BufMut, BytesMut};
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
-use super::request::Endpoint;
-use super::script::TextLayout;
-
-/// Token counts, as in the OpenAI `usage` object.
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
-pub struct Usage {
-    pub prompt_tokens: u32,
-    pub completion_tokens: u32,
-    pub total_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub completion_tokens_details: Option<CompletionDetails>,
-}
-
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
-pub struct CompletionDetails {
-    pub reasoning_tokens: u32,
-}
-
-impl Usage {
-    /// Counts so far; `reasoning` adds `completion_tokens_details`.
-    pub fn new(prompt: u32, completion: u32, reasoning: Option<u32>) -> Usage {
-        Usage {
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            total_tokens: prompt + completion,
-            completion_tokens_details: reasoning
-                .map(|reasoning_tokens| CompletionDetails { reasoning_tokens }),
-        }
-    }
-}
+use super::{Block, Renderer, Usage};
+use crate::sim::request::Endpoint;
+use crate::sim::script::{Finish, Texts};
 
 /// A chat delta. The reasoning key is chosen at run time, hence by hand.
 struct Delta<'a> {
@@ -45,6 +15,34 @@ struct Delta<'a> {
     reasoning_key: Option<&'static str>,
     reasoning: &'a str,
     content: Option<&'a str>,
+    tool_call: Option<ToolDelta<'a>>,
+}
+
+/// One `tool_calls` entry: the first names the call, the rest add arguments.
+struct ToolDelta<'a> {
+    opening: Option<(&'a str, &'a str)>,
+    arguments: &'a str,
+}
+
+impl Serialize for ToolDelta<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("index", &0)?;
+        if let Some((id, name)) = self.opening {
+            m.serialize_entry("id", id)?;
+            m.serialize_entry("type", "function")?;
+            m.serialize_entry(
+                "function",
+                &serde_json::json!({"name": name, "arguments": self.arguments}),
+            )?;
+        } else {
+            m.serialize_entry(
+                "function",
+                &serde_json::json!({"arguments": self.arguments}),
+            )?;
+        }
+        m.end()
+    }
 }
 
 impl Serialize for Delta<'_> {
@@ -58,6 +56,9 @@ impl Serialize for Delta<'_> {
         }
         if let Some(content) = self.content {
             m.serialize_entry("content", content)?;
+        }
+        if let Some(call) = &self.tool_call {
+            m.serialize_entry("tool_calls", &[call])?;
         }
         m.end()
     }
@@ -92,38 +93,11 @@ struct Chunk<'a, C: Serialize> {
     sim_sent_us: Option<i64>,
 }
 
-/// What stays the same over every chunk of one answer.
-pub struct Renderer {
-    pub endpoint: Endpoint,
-    pub id: String,
-    pub created: u64,
-    pub model: Arc<str>,
-    /// `Some(key)` streams reasoning under `key`; `None` folds it into content.
-    pub reasoning_key: Option<&'static str>,
-    pub send_timestamps: bool,
-}
-
 impl Renderer {
-    /// Where the answer's text goes: apart for chat with a reasoning key,
-    /// inline otherwise (with think tags in chat).
-    pub fn layout(&self) -> TextLayout {
-        match (self.endpoint, self.reasoning_key) {
-            (Endpoint::Chat, Some(_)) => TextLayout::Split,
-            (Endpoint::Chat, None) => TextLayout::Inline { think_tags: true },
-            (Endpoint::Completions, _) => TextLayout::Inline { think_tags: false },
-        }
-    }
-
-    /// Whether usage reports `completion_tokens_details.reasoning_tokens`:
-    /// only a server that tells reasoning from answer can.
-    pub fn reports_reasoning(&self) -> bool {
-        self.layout() == TextLayout::Split
-    }
-
     fn object(&self) -> &'static str {
         match self.endpoint {
-            Endpoint::Chat => "chat.completion.chunk",
             Endpoint::Completions => "text_completion",
+            _ => "chat.completion.chunk",
         }
     }
 
@@ -136,7 +110,7 @@ impl Renderer {
             model: &self.model,
             choices,
             usage,
-            sim_sent_us: self.send_timestamps.then(crate::clock::now_us),
+            sim_sent_us: self.sent_us(),
         };
         serde_json::to_writer((&mut *buf).writer(), &chunk)
             .expect("serializing a chunk into memory cannot fail");
@@ -144,12 +118,13 @@ impl Renderer {
     }
 
     /// The first chat chunk: `{"role":"assistant","content":""}`.
-    pub fn role_chunk(&self, buf: &mut BytesMut, usage: Option<Usage>) {
+    pub(super) fn role_chunk(&self, buf: &mut BytesMut, usage: Option<Usage>) {
         let delta = Delta {
             role: Some("assistant"),
             reasoning_key: None,
             reasoning: "",
             content: Some(""),
+            tool_call: None,
         };
         self.write(
             buf,
@@ -163,50 +138,56 @@ impl Renderer {
         );
     }
 
-    /// One decode step's text. For chat, a delta holding `reasoning` and/or
-    /// `content` (both at the phase boundary, as vLLM's reasoning parsers do);
-    /// for completions only `content` is used.
-    pub fn text_chunk(
-        &self,
+    /// One decode step's text. For chat, a delta holding `reasoning`,
+    /// `content` and/or tool call arguments (both text kinds at the phase
+    /// boundary, as vLLM's reasoning parsers do); for completions only
+    /// `content` is used.
+    pub(super) fn text_chunk(
+        &mut self,
         buf: &mut BytesMut,
-        reasoning: &str,
-        content: &str,
+        text: &Texts,
         finish: Option<&str>,
         usage: Option<Usage>,
     ) {
-        match self.endpoint {
-            Endpoint::Chat => {
-                let delta = Delta {
-                    role: None,
-                    reasoning_key: self.reasoning_key,
-                    reasoning,
-                    content: (!content.is_empty()).then_some(content),
-                };
-                self.write(
-                    buf,
-                    [ChatChoice {
-                        index: 0,
-                        delta,
-                        logprobs: None,
-                        finish_reason: finish,
-                    }],
-                    usage,
-                );
-            }
-            Endpoint::Completions => {
-                let choice = TextChoice {
-                    index: 0,
-                    text: content,
-                    logprobs: None,
-                    finish_reason: finish,
-                };
-                self.write(buf, [choice], usage);
-            }
+        if self.endpoint == Endpoint::Completions {
+            let choice = TextChoice {
+                index: 0,
+                text: &text.content,
+                logprobs: None,
+                finish_reason: finish,
+            };
+            self.write(buf, [choice], usage);
+            return;
         }
+        let opens = self.state.open != Block::Tool;
+        let tool_call = match &self.tool {
+            Some(call) if !text.args.is_empty() => Some(ToolDelta {
+                opening: opens.then_some((call.id.as_str(), call.name.as_str())),
+                arguments: &text.args,
+            }),
+            _ => None,
+        };
+        if tool_call.is_some() {
+            self.state.open = Block::Tool;
+        }
+        let delta = Delta {
+            role: None,
+            reasoning_key: self.reasoning_key,
+            reasoning: &text.reasoning,
+            content: (!text.content.is_empty()).then_some(&text.content),
+            tool_call,
+        };
+        let choice = ChatChoice {
+            index: 0,
+            delta,
+            logprobs: None,
+            finish_reason: finish,
+        };
+        self.write(buf, [choice], usage);
     }
 
     /// The `stream_options.include_usage` chunk: no choices, the totals.
-    pub fn usage_chunk(&self, buf: &mut BytesMut, usage: Usage) {
+    pub(super) fn usage_chunk(&self, buf: &mut BytesMut, usage: Usage) {
         self.write::<[ChatChoice<'_>; 0]>(buf, [], Some(usage));
     }
 
@@ -214,74 +195,64 @@ impl Renderer {
         buf.put_slice(b"data: [DONE]\n\n");
     }
 
-    /// A whole non-streaming answer.
-    pub fn full_body(&self, reasoning: &str, content: &str, finish: &str, usage: Usage) -> Vec<u8> {
-        let (object, choice) = match self.endpoint {
-            Endpoint::Chat => {
-                let mut message = serde_json::Map::new();
-                message.insert("role".into(), "assistant".into());
-                message.insert(
-                    "content".into(),
-                    if content.is_empty() {
-                        serde_json::Value::Null
-                    } else {
-                        content.into()
-                    },
-                );
-                if let Some(key) = self.reasoning_key {
-                    let r = if reasoning.is_empty() {
-                        serde_json::Value::Null
-                    } else {
-                        reasoning.into()
-                    };
-                    message.insert(key.into(), r);
-                }
-                let choice = serde_json::json!({
-                    "index": 0, "message": message, "logprobs": null, "finish_reason": finish,
-                });
-                ("chat.completion", choice)
+    /// A whole non-streaming chat or completions answer.
+    pub(super) fn openai_body(
+        &self,
+        text: &Texts,
+        finish: Finish,
+        usage: Usage,
+    ) -> serde_json::Value {
+        let or_null = |s: &str| {
+            if s.is_empty() {
+                serde_json::Value::Null
+            } else {
+                s.into()
             }
+        };
+        let (object, choice) = match self.endpoint {
             Endpoint::Completions => {
                 let choice = serde_json::json!({
-                    "index": 0, "text": content, "logprobs": null, "finish_reason": finish,
+                    "index": 0, "text": text.content, "logprobs": null, "finish_reason": finish.as_str(),
                 });
                 ("text_completion", choice)
             }
+            _ => {
+                let mut message = serde_json::Map::new();
+                message.insert("role".into(), "assistant".into());
+                message.insert("content".into(), or_null(&text.content));
+                if let Some(key) = self.reasoning_key {
+                    message.insert(key.into(), or_null(&text.reasoning));
+                }
+                if let Some(call) = &self.tool {
+                    message.insert(
+                        "tool_calls".into(),
+                        serde_json::json!([{"id": call.id, "type": "function",
+                            "function": {"name": call.name, "arguments": text.args}}]),
+                    );
+                }
+                let choice = serde_json::json!({
+                    "index": 0, "message": message, "logprobs": null, "finish_reason": finish.as_str(),
+                });
+                ("chat.completion", choice)
+            }
         };
-        let body = serde_json::json!({
+        serde_json::json!({
             "id": self.id,
             "object": object,
             "created": self.created,
             "model": &*self.model,
             "choices": [choice],
             "usage": usage,
-        });
-        serde_json::to_vec(&body).expect("serializing a response into memory cannot fail")
+        })
     }
-}
-
-/// `{"error": {...}}` as OpenAI-compatible servers send it.
-pub fn error_body(message: &str, kind: &str, code: u16) -> Vec<u8> {
-    let body = serde_json::json!({"error": {"message": message, "type": kind, "param": null, "code": code}});
-    serde_json::to_vec(&body).expect("serializing an error into memory cannot fail")
-}
-
-/// The `/v1/models` listing.
-pub fn models_body(model: &str, created: u64, max_model_len: u32) -> Vec<u8> {
-    let body = serde_json::json!({
-        "object": "list",
-        "data": [{
-            "id": model, "object": "model", "created": created, "owned_by": "specreplay",
-            "root": model, "parent": null, "max_model_len": max_model_len,
-        }],
-    });
-    serde_json::to_vec(&body).expect("serializing a listing into memory cannot fail")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::structured::ToolCall;
     use serde_json::Value;
+    use std::sync::Arc;
 
     fn renderer(endpoint: Endpoint, key: Option<&'static str>, stamps: bool) -> Renderer {
         Renderer {
@@ -291,6 +262,16 @@ mod tests {
             model: Arc::from("m"),
             reasoning_key: key,
             send_timestamps: stamps,
+            tool: None,
+            state: Default::default(),
+        }
+    }
+
+    fn texts(reasoning: &str, content: &str) -> Texts {
+        Texts {
+            reasoning: reasoning.into(),
+            content: content.into(),
+            args: String::new(),
         }
     }
 
@@ -305,14 +286,13 @@ mod tests {
 
     #[test]
     fn chat_chunks_have_vllm_shape() {
-        let r = renderer(Endpoint::Chat, Some("reasoning_content"), false);
+        let mut r = renderer(Endpoint::Chat, Some("reasoning_content"), false);
         let mut buf = BytesMut::new();
         r.role_chunk(&mut buf, None);
-        r.text_chunk(&mut buf, " hmm", "", None, None);
+        r.text_chunk(&mut buf, &texts(" hmm", ""), None, None);
         r.text_chunk(
             &mut buf,
-            " so",
-            " the",
+            &texts(" so", " the"),
             Some("stop"),
             Some(Usage::new(3, 2, None)),
         );
@@ -345,10 +325,10 @@ mod tests {
 
     #[test]
     fn timestamps_and_completions() {
-        let r = renderer(Endpoint::Completions, None, true);
+        let mut r = renderer(Endpoint::Completions, None, true);
         let mut buf = BytesMut::new();
         let before = crate::clock::now_us();
-        r.text_chunk(&mut buf, "", " the answer", None, None);
+        r.text_chunk(&mut buf, &texts("", " the answer"), None, None);
         let ev = events(&buf);
         assert_eq!(ev[0]["object"], "text_completion");
         assert_eq!(ev[0]["choices"][0]["text"], " the answer");
@@ -358,12 +338,41 @@ mod tests {
     #[test]
     fn full_chat_body() {
         let r = renderer(Endpoint::Chat, Some("reasoning"), false);
-        let body: Value =
-            serde_json::from_slice(&r.full_body(" hmm", "", "length", Usage::new(1, 1, Some(1))))
-                .unwrap();
+        let body: Value = serde_json::from_slice(&r.full_body(
+            &texts(" hmm", ""),
+            Finish::Length,
+            Usage::new(1, 1, Some(1)),
+        ))
+        .unwrap();
         assert_eq!(body["object"], "chat.completion");
         assert_eq!(body["choices"][0]["message"]["reasoning"], " hmm");
         assert_eq!(body["choices"][0]["message"]["content"], Value::Null);
         assert_eq!(body["choices"][0]["finish_reason"], "length");
+    }
+
+    #[test]
+    fn tool_call_deltas_name_the_call_once() {
+        let mut r = renderer(Endpoint::Chat, Some("reasoning"), false);
+        r.tool = Some(ToolCall {
+            id: "call_1".into(),
+            name: "weather".into(),
+        });
+        let mut buf = BytesMut::new();
+        let args = |a: &str| Texts {
+            args: a.into(),
+            ..Texts::default()
+        };
+        r.text_chunk(&mut buf, &args("{\"ci"), None, None);
+        r.text_chunk(&mut buf, &args("ty\":1}"), Some("tool_calls"), None);
+        let ev = events(&buf);
+        assert_eq!(
+            ev[0]["choices"][0]["delta"]["tool_calls"],
+            serde_json::json!([{"index":0,"id":"call_1","type":"function","function":{"name":"weather","arguments":"{\"ci"}}])
+        );
+        assert_eq!(
+            ev[1]["choices"][0]["delta"]["tool_calls"],
+            serde_json::json!([{"index":0,"function":{"arguments":"ty\":1}"}}])
+        );
+        assert_eq!(ev[1]["choices"][0]["finish_reason"], "tool_calls");
     }
 }
