@@ -8,7 +8,6 @@ use specreplay_core::engine::batch::{to_record_batch_with, Extras};
 use specreplay_core::engine::request_columns::requests_from_batch;
 use specreplay_core::engine::RunSpec;
 use specreplay_core::predict::{self, ServerModel};
-use specreplay_core::sim::request::{Endpoint, SimRequest};
 
 use crate::arrow::{import_batch, ArrowBatch};
 use crate::config::from_mapping;
@@ -85,17 +84,7 @@ pub fn sim_prompt_tokens(py: Python<'_>, requests: &Bound<'_, PyAny>) -> PyResul
     let out = py.detach(|| {
         requests_from_batch(&batch)?
             .iter()
-            .map(|r| {
-                let endpoint = match r.dialect {
-                    specreplay_core::decode::Dialect::Completions => Endpoint::Completions,
-                    _ => Endpoint::Chat,
-                };
-                SimRequest::parse(endpoint, &r.body)
-                    .map(|p| p.prompt_tokens)
-                    .map_err(|e| {
-                        specreplay_core::CoreError::config(format!("request {}", r.trace_id), e)
-                    })
-            })
+            .map(|r| predict::parse_request(r).map(|p| p.prompt_tokens))
             .collect::<Result<Vec<u32>, _>>()
     });
     Ok(out.map_err(Error::from)?)

@@ -22,7 +22,7 @@ use crate::engine::{LoadMode, PreparedRequest, RunSpec, SessionMode};
 use crate::error::CoreError;
 use crate::sim::capacity::Capacity;
 use crate::sim::prefix::PrefixCache;
-use crate::sim::request::{Endpoint, SimRequest};
+use crate::sim::request::{Endpoint, MediaRule, SimRequest};
 
 /// What the prediction saw of its own server: to tell when it went beyond
 /// what the calibration measured.
@@ -159,17 +159,24 @@ pub fn predict_point(
     Ok((out, stats))
 }
 
-/// Reads one prepared request: prompt length (the simulator's counting,
-/// scaled by the tokenizer ratio), its budget, and its output length
-/// (fixed, or drawn from its class).
-fn plan(model: &ServerModel, req: &PreparedRequest, lap: u64) -> Result<Planned, CoreError> {
+/// A prepared request as the simulator reads it. Media parts cost what the
+/// simulator's default patch rule says: the calibration fits no media cost
+/// yet (docs/predict.md).
+pub fn parse_request(req: &PreparedRequest) -> Result<SimRequest, CoreError> {
     let endpoint = match req.dialect {
         Dialect::Completions => Endpoint::Completions,
         _ => Endpoint::Chat,
     };
+    SimRequest::parse(endpoint, &req.body, &MediaRule::default())
+        .map_err(|e| CoreError::config(format!("request {}", req.trace_id), e))
+}
+
+/// Reads one prepared request: prompt length (the simulator's counting,
+/// scaled by the tokenizer ratio), its budget, and its output length
+/// (fixed, or drawn from its class).
+fn plan(model: &ServerModel, req: &PreparedRequest, lap: u64) -> Result<Planned, CoreError> {
     let field = || format!("request {}", req.trace_id);
-    let parsed =
-        SimRequest::parse(endpoint, &req.body).map_err(|e| CoreError::config(field(), e))?;
+    let parsed = parse_request(req)?;
     let api = req.dialect.as_str();
     let tokens = (f64::from(parsed.prompt_tokens) * model.prompt_tokens_per_word).round() as u32;
     let mut rng = ChaCha8Rng::seed_from_u64(

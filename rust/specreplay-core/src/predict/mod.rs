@@ -8,5 +8,5 @@
 pub mod des;
 pub mod model;
 
-pub use des::{predict_point, PredictStats};
+pub use des::{parse_request, predict_point, PredictStats};
 pub use model::{OutputClass, ServerModel};

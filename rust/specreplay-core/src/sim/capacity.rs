@@ -53,9 +53,7 @@ impl Capacity {
     /// in the KV budget (the admission rule of `engine`, and of `predict`).
     pub fn admits(&self, running: usize, kv_used: u64, kv: u64) -> bool {
         running < self.max_num_seqs as usize
-            && self
-                .kv_budget()
-                .map_or(true, |budget| kv_used + kv <= budget)
+            && self.kv_budget().is_none_or(|budget| kv_used + kv <= budget)
     }
 
     /// The KV-cache budget, `None` when there is none.
