@@ -36,7 +36,8 @@ CALLED = {"faster", "slower"}
 def workloads(requests: int, tmp: Path) -> dict[str, list[list[str]]]:
     """Workload name -> the replay arguments of each of its runs ({seed} filled in later)."""
     fixed = tmp / "fixed.jsonl"
-    subprocess.run([*CLI, "synth", "--num-requests", "48", "--input-len", "128", "--output-len", "64", "-o", str(fixed)], check=True, capture_output=True)
+    if not fixed.exists():
+        subprocess.run([*CLI, "synth", "--num-requests", "48", "--input-len", "128", "--output-len", "64", "-o", str(fixed)], check=True, capture_output=True)
     n = ["--num-requests", str(requests)]
     return {
         "reasoning, rate 8": [["replay", "traces/reasoning-prompts.jsonl", "--rate", "8", *n]],
@@ -47,60 +48,60 @@ def workloads(requests: int, tmp: Path) -> dict[str, list[list[str]]]:
 
 
 def run(args: list[str], seed: int, out: Path) -> None:
+    if out.exists():  # --runs-dir kept it from an earlier call
+        return
     subprocess.run([*CLI, *args, "--seed", str(seed), "-o", str(out)], check=True, capture_output=True, cwd=ROOT)
 
 
-def aa(seeds: int, requests: int) -> tuple[dict[str, Counter[str]], list[str]]:
+def aa(seeds: int, requests: int, runs_dir: Path) -> tuple[dict[str, Counter[str]], list[str]]:
     import specreplay
 
     per_figure: dict[str, Counter[str]] = {}
     lines = []
-    with tempfile.TemporaryDirectory() as tmp_dir:
-        tmp = Path(tmp_dir)
-        for name, commands in workloads(requests, tmp).items():
-            files = []
-            for seed in range(1, seeds + 1):
-                out = tmp / f"{len(lines)}-{seed}.arrow"
-                run(commands[0], seed, out)
-                files.append(out)
-            counts: Counter[str] = Counter()
-            for a, b in itertools.combinations(files, 2):
-                table = specreplay.compare(str(a), str(b), force=True)
-                for _, row in table.iterrows():
-                    v = str(row["verdict"])
-                    if v not in JUDGED:
-                        continue
-                    key = f"{row['name']}"
-                    c = per_figure.setdefault(key, Counter())
-                    c["judged"] += 1
-                    c["false"] += v in CALLED
-                    c["covered"] += bool(row["ci_low"] <= 0 <= row["ci_high"])
-                    counts["judged"] += 1
-                    counts["false"] += v in CALLED
-                    counts["covered"] += bool(row["ci_low"] <= 0 <= row["ci_high"])
-            lines.append(
-                f"| {name} | {math.comb(seeds, 2)} | {counts['judged']} | {counts['false']} | {counts['covered'] / max(counts['judged'], 1):.1%} |"
-            )
-            print(lines[-1], flush=True)
+    tmp = runs_dir
+    for name, commands in workloads(requests, tmp).items():
+        files = []
+        for seed in range(1, seeds + 1):
+            out = tmp / f"{len(lines)}-{seed}.arrow"
+            run(commands[0], seed, out)
+            files.append(out)
+        counts: Counter[str] = Counter()
+        for a, b in itertools.combinations(files, 2):
+            table = specreplay.compare(str(a), str(b), force=True)
+            for _, row in table.iterrows():
+                v = str(row["verdict"])
+                if v not in JUDGED:
+                    continue
+                key = f"{row['name']}"
+                c = per_figure.setdefault(key, Counter())
+                c["judged"] += 1
+                c["false"] += v in CALLED
+                c["covered"] += bool(row["ci_low"] <= 0 <= row["ci_high"])
+                counts["judged"] += 1
+                counts["false"] += v in CALLED
+                counts["covered"] += bool(row["ci_low"] <= 0 <= row["ci_high"])
+        lines.append(
+            f"| {name} | {math.comb(seeds, 2)} | {counts['judged']} | {counts['false']} | {counts['covered'] / max(counts['judged'], 1):.1%} |"
+        )
+        print(lines[-1], flush=True)
     return per_figure, lines
 
 
-def power(seeds: int, requests: int) -> list[str]:
+def power(seeds: int, requests: int, runs_dir: Path) -> list[str]:
     import specreplay
 
     lines = []
-    with tempfile.TemporaryDirectory() as tmp_dir:
-        for seed in range(1, seeds + 1):
-            out = Path(tmp_dir) / f"ab-{seed}.arrow"
-            run(["replay", "--config", "examples/spec-decode-ab.toml", "--num-requests", str(requests)], seed, out)
-            table = specreplay.compare(f"{out}:baseline", f"{out}:ngram", force=True)
-            for point, rows in table.groupby("point", sort=False):
-                got = {m: str(rows.loc[rows.metric == m, "verdict"].iloc[0]) for m in ("tpot_p50_ms", "output_tok_s")}
-                change = {m: float(rows.loc[rows.metric == m, "change"].iloc[0]) for m in got}
-                lines.append(
-                    f"| {seed} | {point} | {got['tpot_p50_ms']} ({change['tpot_p50_ms']:+.1%}) | {got['output_tok_s']} ({change['output_tok_s']:+.1%}) |"
-                )
-                print(lines[-1], flush=True)
+    for seed in range(1, seeds + 1):
+        out = runs_dir / f"ab-{seed}.arrow"
+        run(["replay", "--config", "examples/spec-decode-ab.toml", "--num-requests", str(requests)], seed, out)
+        table = specreplay.compare(f"{out}:baseline", f"{out}:ngram", force=True)
+        for point, rows in table.groupby("point", sort=False):
+            got = {m: str(rows.loc[rows.metric == m, "verdict"].iloc[0]) for m in ("tpot_p50_ms", "output_tok_s")}
+            change = {m: float(rows.loc[rows.metric == m, "change"].iloc[0]) for m in got}
+            lines.append(
+                f"| {seed} | {point} | {got['tpot_p50_ms']} ({change['tpot_p50_ms']:+.1%}) | {got['output_tok_s']} ({change['output_tok_s']:+.1%}) |"
+            )
+            print(lines[-1], flush=True)
     return lines
 
 
@@ -133,13 +134,21 @@ def main() -> None:
     parser.add_argument("--power-requests", type=int, default=24)
     parser.add_argument("--tails", action="store_true", help="Only the calibration of the sample-count rule.")
     parser.add_argument("--skip-power", action="store_true")
+    parser.add_argument("--runs-dir", type=Path, help="Keep the runs here (and reuse those already there). Default: a temporary directory.")
     opts = parser.parse_args()
     if opts.tails:
         tails()
         return
     print("| workload | pairs | judged figures | false verdicts | coverage |")
     print("|---|---|---|---|---|")
-    per_figure, _ = aa(opts.seeds, opts.requests)
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        runs_dir = opts.runs_dir or Path(tmp_dir)
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        report(opts, runs_dir)
+
+
+def report(opts: argparse.Namespace, runs_dir: Path) -> None:
+    per_figure, _ = aa(opts.seeds, opts.requests, runs_dir)
     total = Counter[str]()
     print("\n| figure | judged | false | false rate | coverage |")
     print("|---|---|---|---|---|")
@@ -150,7 +159,7 @@ def main() -> None:
     if not opts.skip_power:
         print("\n| seed | point | TPOT p50 | output tok/s |")
         print("|---|---|---|---|")
-        power(opts.power_seeds, opts.power_requests)
+        power(opts.power_seeds, opts.power_requests, runs_dir)
     sys.stdout.flush()
 
 

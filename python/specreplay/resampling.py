@@ -19,9 +19,10 @@ sent (the last request still running).
   per run moves it by `1/sqrt(n)`);
 - closed loop (a concurrency): the span scales with the work the requests
   drawn did, `sum(E2E)`, at the measured number in flight (Little's law);
-- the tail is the measured tail, scaled by the mean E2E of the requests
-  drawn over the measured mean: the last requests to finish are as long as
-  the requests drawn are.
+- the tail is the time from the last send to the last end among the
+  requests drawn: the latest `end − last send` of any request drawn (the
+  longest request of a run decides when it ends, so the tail moves with
+  the longest answers drawn, not with the mean).
 
 **Pairing.** When two runs replayed the same records, one draw of records
 serves both (`paired`): a record's outcome in the two runs forms one pair,
@@ -165,6 +166,7 @@ class PointSample:
     closed: bool
     span: float  # µs from the first request sent to the last
     tail: float  # µs from the last request sent to the last end
+    overhang: np.ndarray  # per request: µs from the last request sent to its end (NaN without one)
 
     @classmethod
     def of(cls, point: PointAnalysis) -> PointSample:
@@ -189,6 +191,7 @@ class PointSample:
         sent = metrics.as_float(rows, "sent_us").to_numpy(dtype="float64")
         end = metrics.as_float(rows, "end_us").to_numpy(dtype="float64")
         gap = np.zeros(len(rows))
+        overhang = np.full(len(rows), np.nan)
         span = tail = math.nan
         if np.isfinite(sent).any() and np.isfinite(end).any():
             order = np.argsort(np.where(np.isfinite(sent), sent, np.inf), kind="stable")
@@ -198,9 +201,10 @@ class PointSample:
             gap[order[finite]] = steps
             span = float(np.nanmax(sent) - np.nanmin(sent))
             tail = max(0.0, float(np.nanmax(end) - np.nanmax(sent)))
+            overhang = end - np.nanmax(sent)
         return cls(
             ids=ids, n_ok=int(ok.sum()), samples=samples, tokens=tokens, e2e=e2e, ok=ok, gap=gap,
-            closed=point.mode == "concurrency", span=span, tail=tail,
+            closed=point.mode == "concurrency", span=span, tail=tail, overhang=overhang,
         )  # fmt: skip
 
     @property
@@ -215,7 +219,8 @@ class PointSample:
         with np.errstate(divide="ignore", invalid="ignore"):
             work = counts @ self.e2e
             span = self.span * work / e2e_total if self.closed else counts @ self.gap
-            tail = self.tail * (work / (counts @ self.ok.astype("float64"))) / (e2e_total / self.n_ok)
+            ends = np.where(counts > 0, np.nan_to_num(self.overhang, nan=-np.inf), -np.inf)
+            tail = np.maximum(ends.max(axis=1, initial=-np.inf), 0.0)
         return np.asarray(span + tail, dtype="float64")
 
 
