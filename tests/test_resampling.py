@@ -30,7 +30,7 @@ RECORDS = 48
 TYPICAL = np.random.default_rng(100).integers(15, 60, RECORDS)
 
 
-def simulated_run(seed: int, tpot_us: float = 10_000, rate: float = 8.0) -> pd.DataFrame:
+def simulated_run(seed: int, tpot_us: float = 10_000, rate: float = 8.0, label: str = "run") -> pd.DataFrame:
     """One run of the simulated configuration (see the module doc)."""
     rng = np.random.default_rng(seed)
     sent = T0 + np.cumsum(rng.exponential(1e6 / rate, RECORDS)).astype(int)
@@ -41,7 +41,7 @@ def simulated_run(seed: int, tpot_us: float = 10_000, rate: float = 8.0) -> pd.D
         gaps = tpot_us * (1 + 0.1 * rng.standard_normal(tokens - 1)).clip(0.5)
         offsets = ttft + np.concatenate([[0.0], np.cumsum(gaps)])
         chunks = [(int(o), 1, "reasoning" if j < tokens // 2 else "content") for j, o in enumerate(offsets)]
-        rows.append({"label": "run", "point": "rate=8", "trace_id": f"r{i}", "sent_us": int(sent[i]), "scheduled_us": int(sent[i]), "chunks": chunks})
+        rows.append({"label": label, "point": "rate=8", "trace_id": f"r{i}", "sent_us": int(sent[i]), "scheduled_us": int(sent[i]), "chunks": chunks})
     table = results_table(rows, config_metadata(RATE_POINTS))
     df: pd.DataFrame = table.to_pandas()
     df.attrs = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
@@ -143,3 +143,43 @@ def test_the_duration_of_an_open_loop_point_resamples_its_arrival_gaps() -> None
     longest = np.zeros((1, len(data.ids)))
     longest[0, int(np.argmax(data.gap))] = len(data.ids)
     assert data.durations(longest)[0] > measured
+
+
+def repeats_file(shift: float) -> pd.DataFrame:
+    """Interleaved repeats A@k, B@k (k = 1..4) in one file; B's decode `shift` slower."""
+    parts = []
+    for k in range(1, 5):
+        parts += [simulated_run(10 + k, label=f"A@{k}"), simulated_run(20 + k, tpot_us=10_000 * (1 + shift), label=f"B@{k}")]
+    df = pd.concat(parts, ignore_index=True)
+    df.attrs = dict(parts[0].attrs)
+    return df
+
+
+def test_repeats_are_judged_on_the_variation_between_them() -> None:
+    from specreplay import comparison
+
+    shifted = comparison.compare_all(comparison.select(repeats_file(0.3))).set_index("metric")
+    assert (shifted["repeats"] == 4).all()
+    assert shifted.loc["tpot_p50_ms", "verdict"] == "slower"
+    assert shifted.loc["tpot_p50_ms", "change"] == pytest.approx(0.3, abs=0.05)
+    assert list(shifted["base"].unique()) == ["A"] and list(shifted["run"].unique()) == ["B"]
+    same = comparison.compare_all(comparison.select(repeats_file(0.0)))
+    assert not same["verdict"].isin(["faster", "slower"]).any(), same[["name", "change", "ci_low", "ci_high", "verdict"]]
+
+
+def test_between_repeats_is_a_student_t_interval() -> None:
+    change, low, high, p = resampling.between_repeats([1.0, 1.0, 1.0], [1.1, 1.15, 1.2], 0.95)
+    logs = np.log([1.1, 1.15, 1.2])
+    half = 4.302653 * logs.std(ddof=1) / math.sqrt(3)  # t(0.975, 2 df)
+    assert change == pytest.approx(math.expm1(logs.mean()))
+    assert (low, high) == pytest.approx((math.expm1(logs.mean() - half), math.expm1(logs.mean() + half)), rel=1e-5)
+    assert low > 0 and 0 < p < 0.05  # the interval and the test agree
+    assert math.isnan(resampling.between_repeats([1.0], [1.1], 0.95)[0])
+
+
+def test_replay_interleaves_repeats_with_their_own_seeds() -> None:
+    from specreplay.commands.replay import interleave_repeats
+    from specreplay.config import ReplayConfig
+
+    configs = interleave_repeats([ReplayConfig(label="A", seed=7, repeats=2), ReplayConfig(label="B", seed=7, repeats=2)])
+    assert [(c.label, c.seed) for c in configs] == [("A@1", 7), ("B@1", 7), ("A@2", 8), ("B@2", 8)]

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -58,6 +59,7 @@ from specreplay.resampling import (
     SEED,
     THROUGHPUT_METRICS,
     PointSample,
+    between_repeats,
     holm,
     interval_of,
     overlap,
@@ -97,6 +99,7 @@ COLUMNS: tuple[str, ...] = (
     "paired",
     "base_requests",
     "requests",
+    "repeats",
 )
 
 #: Defaults of `compare` (and of the CLI's options).
@@ -248,10 +251,95 @@ def compare(
 
 
 def compare_all(runs: list[Run], **options: Any) -> pd.DataFrame:
-    """Every run after the first against the first (`compare_runs` options)."""
-    frames = [compare_runs(runs[0], other, **options) for other in runs[1:]]
+    """Every run after the first against the first (`compare_runs` options).
+    When the runs are repeats (`replay --repeats`: labels `NAME@k`, every
+    name at least twice), every name against the first name, judged on the
+    variation between repeats (`compare_repeats`)."""
+    groups = repeat_groups(runs)
+    if groups is not None:
+        names = list(groups)
+        frames = [compare_repeats(groups[names[0]], groups[name], **options) for name in names[1:]]
+    else:
+        frames = [compare_runs(runs[0], other, **options) for other in runs[1:]]
     frame: pd.DataFrame = pd.concat(frames, ignore_index=True)
     return frame
+
+
+#: A repeat's label: the run's name and the repeat's number (`replay --repeats`).
+_REPEAT = re.compile(r"^(?P<name>.+)@(?P<k>\d+)$")
+
+
+def repeat_groups(runs: list[Run]) -> dict[str, list[Run]] | None:
+    """The runs by name in repeat order, when every run is a repeat
+    (`NAME@k`), there are several names, and each has at least two repeats;
+    else None."""
+    groups: dict[str, list[tuple[int, Run]]] = {}
+    for run in runs:
+        match = _REPEAT.match(run.label)
+        if match is None:
+            return None
+        prefix = f"{run.path}:" if run.name.startswith(f"{run.path}:") else ""
+        groups.setdefault(prefix + match["name"], []).append((int(match["k"]), run))
+    if len(groups) < 2 or any(len(g) < 2 for g in groups.values()):
+        return None
+    return {name: [run for _, run in sorted(g, key=lambda x: x[0])] for name, g in groups.items()}
+
+
+def compare_repeats(
+    base: list[Run],
+    other: list[Run],
+    *,
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    min_change: float = MIN_CHANGE,
+) -> pd.DataFrame:
+    """`other`'s repeats against `base`'s, repeat k with repeat k (they ran
+    side by side): per figure, the geometric mean of each side, the change,
+    and a Student-t interval from the spread of the per-repeat changes
+    (`resampling.between_repeats`), which holds every noise that moves one
+    run against another, the machine's included. Verdicts as `compare_runs`'
+    (Holm–Bonferroni over a table, `samples_needed` met in every repeat)."""
+    pairs = list(zip(base, other))
+    tables = [compare_runs(b, o, confidence=confidence, resamples=resamples, seed=seed, min_change=min_change) for b, o in pairs]
+    base_name, name = _REPEAT.sub(r"\g<name>", base[0].name), _REPEAT.sub(r"\g<name>", other[0].name)
+    rows: list[dict[str, Any]] = []
+    first = tables[0]
+    for point, point_rows in first.groupby("point", sort=False):
+        table: list[dict[str, Any]] = []
+        for _, row in point_rows.iterrows():
+            per = [t[(t.point == point) & (t.metric == row["metric"])] for t in tables]
+            if any(p.empty for p in per):
+                continue
+            base_values = [float(p["base_value"].iloc[0]) for p in per]
+            values = [float(p["value"].iloc[0]) for p in per]
+            out = {**row.to_dict(), "base": base_name, "run": name, "repeats": len(pairs)}
+            out["base_requests"] = int(sum(int(p["base_requests"].iloc[0]) for p in per))
+            out["requests"] = int(sum(int(p["requests"].iloc[0]) for p in per))
+            out["base_value"], out["value"] = _geometric_mean(base_values), _geometric_mean(values)
+            if row["verdict"] == NOT_RESAMPLED:
+                out["change"] = out["value"] / out["base_value"] - 1 if out["base_value"] else math.nan
+                table.append(out)
+                continue
+            change, low, high, p = between_repeats(base_values, values, confidence)
+            enough = not any(str(x["verdict"].iloc[0]) == TOO_FEW for x in per)
+            out.update(change=change, ci_low=low, ci_high=high, p_adjusted=p if enough else math.nan)
+            out["_enough"], out["_better"] = enough, _higher_is_better(str(row["metric"]))
+            table.append(out)
+        resampled = [r for r in table if "_enough" in r]
+        _judge(resampled, confidence, min_change)
+        rows += table
+    frame: pd.DataFrame = pd.DataFrame(rows, columns=list(COLUMNS))
+    return frame
+
+
+def _geometric_mean(values: list[float]) -> float:
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    return float(np.exp(np.mean(np.log(positive)))) if len(positive) == len(values) and positive else math.nan
+
+
+def _higher_is_better(metric: str) -> bool:
+    return metric.endswith("_tok_s")
 
 
 def _checked(run: Run, points: list[str]) -> bool:
@@ -324,7 +412,7 @@ def compare_runs(
             }
             for metric, name, unit, base_value, value in server_rows(base_point.summary, other_point.summary)
         ]  # fmt: skip
-        rows += [{"base": base.name, "run": other.name, **row} for row in table]
+        rows += [{"base": base.name, "run": other.name, **row, "repeats": 1} for row in table]
     frame: pd.DataFrame = pd.DataFrame(rows, columns=list(COLUMNS))
     return frame
 

@@ -435,6 +435,9 @@ def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 
     for (base, run, point), rows in frame.groupby(["base", "run", "point"], sort=False):
         first = rows.iloc[0]
         pairing = "paired by trace id" if bool(first["paired"]) else "unpaired (different traces)"
+        repeats = int(first["repeats"]) if "repeats" in rows and not _missing(first["repeats"]) else 1
+        if repeats > 1:
+            pairing = f"{repeats} interleaved repeats, interval from the variation between them"
         heading = (
             f"{run} vs {base}  ·  {point}  ·  {int(first['requests'])} vs {int(first['base_requests'])} ok requests  ·  {pairing}"
         )

@@ -381,3 +381,55 @@ def point_intervals(
     out_latency = {(prefix, q): interval(float(quantiles[prefix](ones, [q])[0, 0]), drawn[(prefix, q)]) for prefix, q in latencies}
     out_share = {name: interval(float(np.mean(indicator)) if len(indicator) else math.nan, drawn[name]) for name, indicator in shares.items()}
     return out_latency, out_share
+
+
+# --- between repeats ------------------------------------------------------------
+
+
+def _t_two_sided(t: float, df: int) -> float:
+    """P(|T| >= t) for Student's t with integer `df` (closed form by parity)."""
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c, s = math.cos(theta), math.sin(theta)
+    if df % 2:
+        term, total = c, c if df > 1 else 0.0
+        for k in range(3, df - 1, 2):
+            term *= c * c * (k - 1) / k
+            total += term
+        inside = 2 / math.pi * (theta + s * total)
+    else:
+        term, total = 1.0, 1.0
+        for k in range(2, df - 1, 2):
+            term *= c * c * (k - 1) / k
+            total += term
+        inside = s * total
+    return max(0.0, 1.0 - inside)
+
+
+def _t_quantile(p_two_sided: float, df: int) -> float:
+    """The t with P(|T| >= t) = `p_two_sided` (bisection)."""
+    low, high = 0.0, 1e6
+    for _ in range(200):
+        mid = (low + high) / 2
+        if _t_two_sided(mid, df) > p_two_sided:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def between_repeats(base: Sequence[float], other: Sequence[float], confidence: float) -> tuple[float, float, float, float]:
+    """A figure's change over interleaved repeats (repeat k of the base with
+    repeat k of the run): the mean log ratio, its Student-t interval from
+    the spread between repeats, and the test's two-sided p-value, as
+    (change, low, high, p); NaN with fewer than two finite pairs."""
+    ratios = np.array([o / b for b, o in zip(base, other) if b and b > 0 and o > 0 and math.isfinite(b) and math.isfinite(o)])
+    n = len(ratios)
+    if n < 2:
+        return math.nan, math.nan, math.nan, math.nan
+    logs = np.log(ratios)
+    mean, sd = float(logs.mean()), float(logs.std(ddof=1))
+    error = sd / math.sqrt(n)
+    if error == 0:
+        return math.expm1(mean), math.expm1(mean), math.expm1(mean), 0.0 if mean else 1.0
+    half = _t_quantile(1 - confidence, n - 1) * error
+    return math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), _t_two_sided(mean / error, n - 1)
