@@ -313,7 +313,7 @@ def compare_repeats(
                 continue
             base_values = [float(p["base_value"].iloc[0]) for p in per]
             values = [float(p["value"].iloc[0]) for p in per]
-            out = {**row.to_dict(), "base": base_name, "run": name, "repeats": len(pairs)}
+            out: dict[str, Any] = {**{str(k): v for k, v in row.items()}, "base": base_name, "run": name, "repeats": len(pairs)}
             out["base_requests"] = int(sum(int(p["base_requests"].iloc[0]) for p in per))
             out["requests"] = int(sum(int(p["requests"].iloc[0]) for p in per))
             out["base_value"], out["value"] = _geometric_mean(base_values), _geometric_mean(values)
