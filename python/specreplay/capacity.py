@@ -208,7 +208,8 @@ def offered_load(point: PointAnalysis) -> str:
     if has_sessions:
         return (
             f"{said}: the sessions cap the load ({len(sessions)} sessions for {len(point.rows)} requests; each later turn "
-            "waits for the turn before it, so more sessions at once, not a higher rate, would raise it)"
+            "waits for the turn before it, so more sessions at once, not a higher rate, would raise it; "
+            "`--sessions independent` sends every turn at its own place in the schedule)"
         )
     if any(f.code == "client_saturated" for f in point.findings):
         return f"{said}: the client is saturated (client_saturated), so the load it names was never sent"
