@@ -116,3 +116,13 @@ def test_the_table_has_the_servers_acceptance_beside_tpot(sim_runs: dict[str, Pa
     cells = [c.strip() for c in row.split("│")[1:-1]]
     # No speculation in the base: its side is empty; the run's is the server's; no interval.
     assert cells[1] == "—" and 1.3 < float(cells[2]) < 1.5 and cells[4] == "—" and cells[5] == "not resampled"
+
+
+def test_two_seeds_of_one_config_print_no_faster_or_slower(sim_runs: dict[str, Path]) -> None:
+    result = CliRunner().invoke(cli, ["compare", str(sim_runs["base"]), str(sim_runs["seed2"])], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) > 10, result.stdout
+    assert not [line for line in rows if " faster " in line or " slower " in line], result.stdout
+    # How false verdicts are controlled, under the table.
+    assert "Holm–Bonferroni over the" in result.stdout and "judged figures of this table" in result.stdout
