@@ -134,13 +134,12 @@ def main() -> None:
     parser.add_argument("--power-requests", type=int, default=24)
     parser.add_argument("--tails", action="store_true", help="Only the calibration of the sample-count rule.")
     parser.add_argument("--skip-power", action="store_true")
+    parser.add_argument("--power-only", action="store_true", help="Only the power runs (the A/B of examples/spec-decode-ab.toml).")
     parser.add_argument("--runs-dir", type=Path, help="Keep the runs here (and reuse those already there). Default: a temporary directory.")
     opts = parser.parse_args()
     if opts.tails:
         tails()
         return
-    print("| workload | pairs | judged figures | false verdicts | coverage |")
-    print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp_dir:
         runs_dir = opts.runs_dir or Path(tmp_dir)
         runs_dir.mkdir(parents=True, exist_ok=True)
@@ -148,6 +147,13 @@ def main() -> None:
 
 
 def report(opts: argparse.Namespace, runs_dir: Path) -> None:
+    if opts.power_only:
+        print("| seed | point | TPOT p50 | output tok/s |")
+        print("|---|---|---|---|")
+        power(opts.power_seeds, opts.power_requests, runs_dir)
+        return
+    print("| workload | pairs | judged figures | false verdicts | coverage |")
+    print("|---|---|---|---|---|")
     per_figure, _ = aa(opts.seeds, opts.requests, runs_dir)
     total = Counter[str]()
     print("\n| figure | judged | false | false rate | coverage |")
