@@ -105,7 +105,7 @@ def power(seeds: int, requests: int, runs_dir: Path) -> list[str]:
     return lines
 
 
-def tails(trials: int = 400, resamples: int = 1000) -> None:
+def tails(trials: int = 1000, resamples: int = 1000) -> None:
     """False-verdict rate of one percentile's 95% bootstrap interval between
     two samples of one skewed distribution, by the number of samples beyond
     the percentile on its thinner side: the rule `TAIL_SAMPLES` is the
@@ -113,8 +113,11 @@ def tails(trials: int = 400, resamples: int = 1000) -> None:
     rng = np.random.default_rng(1)
     print("| percentile | samples beyond it | n | false rate |")
     print("|---|---|---|---|")
+    counts = (1, 2, 3, 5, 8)
+    smallest = []
     for q in (0.5, 0.9):
-        for k in (1, 2, 3, 5, 8):
+        upper = []
+        for k in counts:
             n = math.ceil(k / min(q, 1 - q))
             false = 0
             for _ in range(trials):
@@ -123,7 +126,12 @@ def tails(trials: int = 400, resamples: int = 1000) -> None:
                 r = np.quantile(b[ib], q, axis=1) / np.quantile(a[ia], q, axis=1)
                 low, high = np.quantile(r, [0.025, 0.975])
                 false += not (low <= 1 <= high)
-            print(f"| p{q * 100:g} | {k} | {n} | {false / trials:.1%} |", flush=True)
+            rate = false / trials
+            upper.append(rate)
+            print(f"| p{q * 100:g} | {k} | {n} | {rate:.1%} |", flush=True)
+        # The smallest count from which every larger one stays at or under the nominal 5%.
+        smallest.append(next(k for i, k in enumerate(counts) if all(u <= 0.05 for u in upper[i:])))
+    print(f"\nsmallest count beyond the percentile with a false rate <= 5% at every percentile: {max(smallest)}")
 
 
 def main() -> None:
