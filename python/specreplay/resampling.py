@@ -36,9 +36,11 @@ two draws. Unpaired, the runs are drawn independently.
 **Enough samples** (`samples_needed`): a percentile `q` is judged only when
 its unit count leaves `TAIL_SAMPLES` samples beyond it on its thinner side,
 `ceil(TAIL_SAMPLES / min(q, 1 - q))`: 10 for a p50, 50 for a p90, 500 for a
-p99. The constant comes from the calibration `bench/aa_calibration.py
---tails` (docs/compare.md): below it, the bootstrap interval of a
-percentile covers less than its nominal share of A/A pairs.
+p99. The constant comes from the calibration (docs/compare.md, "The
+sample-count rule"): `bench/aa_calibration.py --tails` finds the bootstrap
+interval of a percentile keeping to its nominal level from 3 samples
+beyond it, and the A/A bench of the simulator asked for 5 (a per-token ITL
+p90 from 30 records followed the machine's load between runs).
 
 **Many figures at once** (`holm`): a compare table judges a dozen figures or
 more; each gets a bootstrap p-value (`p_value`) and the table's figures are
