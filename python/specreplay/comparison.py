@@ -424,11 +424,12 @@ def _row(
 ) -> dict[str, Any]:  # fmt: skip
     """One figure's row, before the table's verdicts (`_judge`)."""
     change = value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan
+    count = min(base_n, n) if units is None else units
     low = high = p = math.nan
     if not math.isnan(change):
-        low, high = (x - 1 for x in interval_of(ratios, confidence, resamples))
-        p = p_value(ratios) if not math.isnan(low) else math.nan
-    enough = (min(base_n, n) if units is None else units) >= samples_needed(quantile)
+        low, high = (x - 1 for x in interval_of(ratios, confidence, resamples, count))
+        p = p_value(ratios, count) if not math.isnan(low) else math.nan
+    enough = count >= samples_needed(quantile)
     return {
         "point": point, "metric": metric, "name": name, "unit": unit, "base_value": base_value, "value": value,
         "change": change, "ci_low": low, "ci_high": high, "p_adjusted": p, "paired": paired,

@@ -55,6 +55,8 @@ import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -97,14 +99,32 @@ def samples_needed(quantile: float | None) -> int:
     return math.ceil(TAIL_SAMPLES / thin - 1e-9)
 
 
-def p_value(ratios: np.ndarray) -> float:
+@lru_cache(maxsize=None)
+def _expansion(units: int | None) -> float:
+    """Hesterberg's expanded percentile bootstrap: a bootstrap of n units is
+    too narrow by about sqrt((n − 1) / n) and uses the normal where Student's
+    t with n − 1 degrees of freedom belongs. The interval reads the bootstrap
+    quantiles at the normal level whose z is this factor times the nominal
+    one's (1.17 at 12 units, 1.03 at 100, → 1)."""
+    if units is None or units < 3:
+        return 1.0
+    nominal = NormalDist().inv_cdf(0.975)
+    return math.sqrt(units / (units - 1)) * _t_quantile(0.05, units - 1) / nominal
+
+
+def p_value(ratios: np.ndarray, units: int | None = None) -> float:
     """Two-sided bootstrap p-value of `ratio == 1` from resampled ratios
-    (the share of resamples on the far side of 1, doubled)."""
+    (the share of resamples on the far side of 1, doubled), expanded for
+    `units` as the interval is (`_expansion`)."""
     r = ratios[np.isfinite(ratios)]
     if not len(r):
         return math.nan
     below, above = int(np.count_nonzero(r <= 1)), int(np.count_nonzero(r >= 1))
-    return min(1.0, 2 * (min(below, above) + 1) / (len(r) + 1))
+    p = min(1.0, 2 * (min(below, above) + 1) / (len(r) + 1))
+    if p >= 1.0:
+        return p
+    z = NormalDist().inv_cdf(1 - p / 2) / _expansion(units)
+    return 2 * (1 - NormalDist().cdf(z))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -325,12 +345,14 @@ def session_ratios(
 Interval = tuple[float, float, float]
 
 
-def interval_of(ratios: np.ndarray, confidence: float, resamples: int) -> tuple[float, float]:
-    """The percentile interval of resampled values (NaN when under half are finite)."""
+def interval_of(ratios: np.ndarray, confidence: float, resamples: int, units: int | None = None) -> tuple[float, float]:
+    """The percentile interval of resampled values, expanded for `units`
+    (`_expansion`; NaN when under half are finite)."""
     r = ratios[np.isfinite(ratios)]
     if len(r) < resamples / 2:
         return math.nan, math.nan
-    alpha = (1 - confidence) / 2
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2) * _expansion(units)
+    alpha = 1 - NormalDist().cdf(z)
     low, high = np.quantile(r, [alpha, 1 - alpha])
     return float(low), float(high)
 
