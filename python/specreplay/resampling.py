@@ -33,6 +33,10 @@ pair whether or not a record's outcome is reproducible: when it is, the
 difference is small; when it is not, the difference is the full noise of
 two draws. Unpaired, the runs are drawn independently.
 
+**Few units** (`_expansion`): the interval and the p-value are those of
+the expanded percentile bootstrap (Hesterberg), wider by about
+`sqrt(n / (n − 1)) × t(n − 1) / z` for n units.
+
 **Enough samples** (`samples_needed`): a percentile `q` is judged only when
 its unit count leaves `TAIL_SAMPLES` samples beyond it on its thinner side,
 `ceil(TAIL_SAMPLES / min(q, 1 - q))`: 10 for a p50, 50 for a p90, 500 for a
