@@ -20,7 +20,7 @@ from test_report import run_browser
 
 import specreplay
 from specreplay import _core
-from specreplay.capacity import BUDGET, CONVERGED, CUT, FAILED, HELD, INVALID, NOT_SUSTAINED, UNCERTAIN, VOID, Answer
+from specreplay.capacity import BUDGET, CONVERGED, CUT, FAILED, HELD, INVALID, LOAD_NOT_OFFERED, NOT_OFFERED, NOT_SUSTAINED, UNCERTAIN, VOID, Answer
 from specreplay.cli import cli
 from specreplay.config import ReplayConfig
 from specreplay.replay import CAPACITY_KEY, run_replay
@@ -242,3 +242,24 @@ sim = {json.dumps(slow).replace('":', '" =')}
     attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', root.group(0)))
     assert attrs.get("data-plots-rendered") == attrs.get("data-plots") == "13", attrs
     assert attrs.get("data-errors") == "[]", attrs
+
+
+def test_a_session_trace_that_cannot_offer_the_rate_stops_the_search_with_the_reason(tmp_path: Path) -> None:
+    # The README's command on traces/poisson-200.jsonl: 19 sessions whose later
+    # turns wait for the turn before them send about 11 req/s whatever the
+    # target, so from 16 req/s on the target is not the load. The search must
+    # say so and stop, never report a rate it did not offer.
+    out = tmp_path / "sessions.arrow"
+    code, text = invoke(
+        "replay", "traces/poisson-200.jsonl", "--sim-config", "examples/sim/capacity.toml", "--find-max-rate",
+        "--slo", "p99 ttft < 2000", "--rate", "8", "--max-tokens", "64", "--ignore-eos", "--seed", "1", "-o", str(out),
+    )  # fmt: skip
+    assert code in (0, 2), text
+    stored = json.loads(specreplay.load(out).attrs[CAPACITY_KEY])["run"]
+    assert stored["stop_reason"] == LOAD_NOT_OFFERED, text
+    short = [s for s in stored["steps"] if s["status"] == NOT_OFFERED]
+    assert len(short) == 1 and "the sessions cap the load" in short[0]["not_offered"], stored
+    assert len(stored["steps"]) <= 3, stored  # it stops, rather than doubling to 3e7 req/s
+    offered_rates = [s["rate"] for s in stored["steps"] if s["status"] != NOT_OFFERED]
+    assert stored["max_rate"] is None or stored["max_rate"] in offered_rates
+    assert "the sessions cap the load" in text and "stopped: a point did not offer the load it names" in text

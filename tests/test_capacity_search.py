@@ -161,3 +161,20 @@ def test_two_answers_compare_by_their_brackets() -> None:
     assert compare_answers("base", base, "run", found(None, 5), slo, slo)["verdict"].startswith("n/a: no rate held in run")
     other = Slo.from_table({"targets": ["p99 ttft < 1000"]})
     assert compare_answers("base", base, "run", found(12, 13), slo, other)["verdict"] == "n/a: different SLOs"
+
+
+def test_a_point_that_did_not_offer_its_load_stops_the_search_and_is_no_answer() -> None:
+    from specreplay.capacity import LOAD_NOT_OFFERED, NOT_OFFERED
+
+    search = Search(Settings(start=8.0, tolerance=0.05))
+    assert search.next_rate() == 8.0
+    search.record(step(8.0, HELD))
+    assert search.next_rate() == 16.0
+    search.record(Step("rate=16", 16.0, NOT_OFFERED, (), (), "", "sent 10.8 req/s for a target of 16: the sessions cap the load"))
+    assert search.next_rate() is None and search.stop_reason == LOAD_NOT_OFFERED
+    found = search.answer
+    # 16 req/s was never offered: neither held nor the first failure.
+    assert found.max_rate == 8.0 and found.high is None
+    text = "\n".join(found.lines())
+    assert "rate=16 did not offer its load: sent 10.8 req/s" in text and "the sessions cap the load" in text
+    assert "every rate tried held" not in text

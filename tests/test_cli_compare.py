@@ -116,3 +116,30 @@ def test_the_table_has_the_servers_acceptance_beside_tpot(sim_runs: dict[str, Pa
     cells = [c.strip() for c in row.split("│")[1:-1]]
     # No speculation in the base: its side is empty; the run's is the server's; no interval.
     assert cells[1] == "—" and 1.3 < float(cells[2]) < 1.5 and cells[4] == "—" and cells[5] == "not resampled"
+
+
+def test_two_seeds_of_one_config_print_no_faster_or_slower(sim_runs: dict[str, Path]) -> None:
+    result = CliRunner().invoke(cli, ["compare", str(sim_runs["base"]), str(sim_runs["seed2"])], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) > 10, result.stdout
+    assert not [line for line in rows if " faster " in line or " slower " in line], result.stdout
+    # How false verdicts are controlled, under the table.
+    assert "Holm–Bonferroni over the" in result.stdout and "judged figures of this table" in result.stdout
+
+
+def test_repeats_run_interleaved_and_compare_judges_between_them(tmp_path: Path) -> None:
+    config = tmp_path / "ab.toml"
+    config.write_text(
+        'trace = "traces/poisson-200.jsonl"\nconcurrency = [4]\nnum_requests = 24\nsessions = "independent"\nrepeats = 2\n'
+        f'output = "{tmp_path / "ab.arrow"}"\n'
+        '[run.a]\nsim = { tpot_ms = 2, ttft_ms = 5, reasoning_tokens = [10, 20], content_tokens = [5, 10] }\n'
+        '[run.b]\nsim = { tpot_ms = 2, ttft_ms = 5, reasoning_tokens = [10, 20], content_tokens = [5, 10] }\n'
+    )
+    done = CliRunner().invoke(cli, ["replay", "--config", str(config)], env={"COLUMNS": "200"})
+    assert done.exit_code in (0, 2), done.output
+    df = specreplay.load(tmp_path / "ab.arrow")
+    assert list(dict.fromkeys(df["label"])) == ["a@1", "b@1", "a@2", "b@2"]  # A B A B
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "ab.arrow")], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "b vs a" in result.stdout and "2 interleaved repeats" in result.stdout, result.stdout

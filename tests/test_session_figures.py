@@ -175,13 +175,17 @@ def test_compare_carries_the_session_durations(make_results: MakeResults) -> Non
     out = specreplay.compare(base, slow).set_index("metric")
     for metric in ("session_duration_p50_s", "session_duration_p90_s"):
         row = out.loc[metric]
-        assert row["unit"] == "s" and row["verdict"] == "slower" and bool(row["paired"])
+        # 30 sessions: enough for a p50 (10), too few for a p90 (50: resampling.samples_needed).
+        expected = "slower" if metric.endswith("p50_s") else "too few samples"
+        assert row["unit"] == "s" and row["verdict"] == expected and bool(row["paired"])
         assert row["base_value"] == pytest.approx(specreplay.summarize(base).iloc[0][metric])
         assert row["ci_low"] < row["change"] < row["ci_high"] and row["change"] == pytest.approx(0.2, abs=0.08)
         assert (row["base_requests"], row["requests"]) == (30, 30)  # completed sessions
     # Too few sessions for a p90 verdict; no session rows without sessions.
     few = specreplay.compare(conversations(make_results, 6), conversations(make_results, 6, gap_s=0.6, seed=1), force=True)
     assert few.set_index("metric").loc["session_duration_p90_s", "verdict"] == "too few samples"
+    # Six sessions are too few for their p50 as well (the seven sessions were judged).
+    assert few.set_index("metric").loc["session_duration_p50_s", "verdict"] == "too few samples"
     plain = make_results([{"point": "concurrency=4"}] * 12)
     assert "session_duration_p50_s" not in set(specreplay.compare(plain, plain, force=True)["metric"])
 

@@ -12,7 +12,11 @@ the results file (`rate=R`, with its own summary and validity findings):
 3. **Stop** there, or when the next point would not fit in the time budget
    (a point still running when the budget ends is cancelled, kept in the
    file and marked cut), or when a measurement is void whatever the load
-   (the reasoning ate the budget), or below `start / 1024`.
+   (the reasoning ate the budget), or below `start / 1024`, or when a point
+   did not offer the load it names (`offered_load`: the sessions cap the
+   load, the trace is too short for the rate, or the client is saturated):
+   a point counts only at the load it actually offered, and the search
+   never reports a rate it did not offer.
 
 A point **holds** when every target held with confidence (`slo.judge`: the
 far end of its bootstrap interval satisfies the target), the validity
@@ -53,6 +57,7 @@ UNCERTAIN = "uncertain"
 TOO_FEW_SAMPLES = "too few samples"
 INVALID = "invalid"
 NOT_SUSTAINED = "not sustained"
+NOT_OFFERED = "not offered"
 CUT = "cut"
 
 #: Findings that make a measurement void at any rate: the search stops on them.
@@ -64,6 +69,11 @@ BUDGET = "budget"
 VOID = "void"
 FLOOR = "floor"
 INTERRUPTED = "interrupted"
+LOAD_NOT_OFFERED = "load not offered"
+
+#: A point's sends must reach this share of the rate it names (its schedule's
+#: own rate, when the schedule is fixed in advance) to count at that rate.
+MIN_OFFERED_RATIO = 0.9
 
 DEFAULT_START = 1.0
 DEFAULT_TOLERANCE = 0.05
@@ -109,6 +119,8 @@ class Step:
     """Codes of the validity errors found on the point."""
     behind: str = ""
     """What `queue_growing` said, when the server did not keep up."""
+    not_offered: str = ""
+    """Why the point's sends did not follow its rate (`offered_load`), when they did not."""
     offered: float = math.nan
     """The rate the point's schedule offered (`scheduled_rate_rps`): a
     Poisson sample of a few hundred arrivals is off its nominal rate by
@@ -129,6 +141,8 @@ class Step:
         """Why the point did not hold (or "held")."""
         if self.status == CUT:
             return "cut short by the time budget: no verdict"
+        if self.status == NOT_OFFERED:
+            return f"did not offer its load: {self.not_offered}"
         if self.status == INVALID:
             return f"invalid measurement ({', '.join(self.invalid)}): never taken as held"
         if self.status == NOT_SUSTAINED:
@@ -139,7 +153,7 @@ class Step:
 
     def to_dict(self) -> dict[str, Any]:
         offered = None if math.isnan(self.offered) else self.offered
-        return {"point": self.point, "rate": self.rate, "offered": offered, "status": self.status, "invalid": list(self.invalid)}
+        return {"point": self.point, "rate": self.rate, "offered": offered, "status": self.status, "invalid": list(self.invalid), "not_offered": self.not_offered}
 
 
 def judge_point(point: PointAnalysis, cut: bool = False) -> Step:
@@ -149,8 +163,11 @@ def judge_point(point: PointAnalysis, cut: bool = False) -> Step:
     errors = tuple(sorted({f.code for f in point.findings if f.level == "error"}))
     behind = next((f.message.split(":")[0] for f in point.findings if f.code == "queue_growing"), "")
     verdicts = tuple(point.slo_verdicts)
+    short = "" if cut else offered_load(point)
     if cut:
         status = CUT
+    elif short:
+        status = NOT_OFFERED
     elif errors:
         status = INVALID
     elif behind:
@@ -163,7 +180,42 @@ def judge_point(point: PointAnalysis, cut: bool = False) -> Step:
         status = TOO_FEW_SAMPLES
     else:
         status = UNCERTAIN
-    return Step(point.point, rate, status, verdicts, errors, behind, float(point.summary.get("scheduled_rate_rps", math.nan)))
+    return Step(point.point, rate, status, verdicts, errors, behind, short, float(point.summary.get("scheduled_rate_rps", math.nan)))
+
+
+def offered_load(point: PointAnalysis) -> str:
+    """Why an open-loop point did not offer the rate it names, or "" when it
+    did. Its sends must reach `MIN_OFFERED_RATIO` of the rate: of its
+    schedule's own rate when every arrival was scheduled in advance (a
+    Poisson sample is off its nominal rate by a few percent, the same way at
+    every rate under one seed), of the target itself when sessions' later
+    turns wait for the turns before them."""
+    if point.mode != "rate" or not point.value:
+        return ""
+    summary = point.summary
+    target = float(point.value)
+    sent = float(summary.get("send_rate_rps", math.nan))
+    scheduled = float(summary.get("scheduled_rate_rps", math.nan))
+    sessions = point.sessions
+    has_sessions = not sessions.empty and len(sessions) < len(point.rows)
+    reference = target if has_sessions or math.isnan(scheduled) else min(target, scheduled)
+    n = int(point.rows["sent_us"].notna().sum())
+    e2e_s = float(summary.get("e2e_p50_ms", math.nan)) / 1000
+    span_s = (n - 1) / target if n > 1 else 0.0
+    if math.isnan(sent) or sent >= MIN_OFFERED_RATIO * reference:
+        return ""
+    said = f"sent {sent:.3g} req/s for a target of {target:g}"
+    if has_sessions:
+        return (
+            f"{said}: the sessions cap the load ({len(sessions)} sessions for {len(point.rows)} requests; each later turn "
+            "waits for the turn before it, so more sessions at once, not a higher rate, would raise it; "
+            "`--sessions independent` sends every turn at its own place in the schedule)"
+        )
+    if any(f.code == "client_saturated" for f in point.findings):
+        return f"{said}: the client is saturated (client_saturated), so the load it names was never sent"
+    if not math.isnan(e2e_s) and span_s < e2e_s:
+        return f"{said}: the trace is too short for the rate ({n} requests are sent in {span_s:.3g} s, less than one request's E2E p50 of {e2e_s:.3g} s)"
+    return f"{said}: the requests did not leave on their schedule"
 
 
 @dataclass(frozen=True)
@@ -199,7 +251,8 @@ class Answer:
     def lines(self, slo: Slo | None = None) -> list[str]:
         """The answer in words, one line per fact."""
         out = []
-        judged = [s for s in self.steps if s.status != CUT]
+        judged = [s for s in self.steps if s.status not in (CUT, NOT_OFFERED)]
+        short = next((s for s in self.steps if s.status == NOT_OFFERED), None)
         if self.low is not None:
             out.append(f"max rate holding the SLOs: {self.low.rate:g} req/s ({self.low.label})")
         elif judged:
@@ -208,6 +261,9 @@ class Answer:
             out.append("no answer: " + ("no point finished before the time budget ran out" if self.steps else "no point ran"))
         if self.high is not None:
             out.append(f"first rate that did not hold: {self.high.rate:g} req/s ({self.high.label}) — {self.high.why(slo)}")
+        elif short is not None:
+            out.append(f"no limit found: {short.point} {short.why()}")
+            out.append("  the limit is above the highest rate offered and held, if any; the search cannot go higher with this trace")
         elif judged:
             out.append("every rate tried held: the limit is above the highest one")
         if self.low is not None and self.high is not None:
@@ -219,6 +275,8 @@ class Answer:
                 out.append(f"note: {step.point} is an invalid measurement ({', '.join(step.invalid)}) and was not taken as held")
             elif step.status == CUT:
                 out.append(f"note: {step.point} was {step.why()}")
+            elif step.status == NOT_OFFERED and self.high is not None:
+                out.append(f"note: {step.point} {step.why()}")
         if self.stop_reason is not None:
             out.append(f"stopped: {STOP_REASONS.get(self.stop_reason, self.stop_reason)}")
         return out
@@ -241,12 +299,13 @@ STOP_REASONS = {
     VOID: "the measurement is void at any rate (fix it first: see the findings)",
     FLOOR: "no rate held down to the search's floor (start / 1024)",
     INTERRUPTED: "interrupted",
+    LOAD_NOT_OFFERED: "a point did not offer the load it names, so no higher rate can be judged with this trace and setup",
 }
 
 
 def answer(steps: Sequence[Step], stop_reason: str | None = None, tolerance: float = DEFAULT_TOLERANCE) -> Answer:
     """The answer the judged `steps` give (see the module doc)."""
-    judged = [s for s in steps if s.status != CUT]
+    judged = [s for s in steps if s.status not in (CUT, NOT_OFFERED)]
     not_held = [s for s in judged if not s.held]
     high = min(not_held, key=lambda s: s.rate) if not_held else None
     held = [s for s in judged if s.held and (high is None or s.rate < high.rate)]
@@ -266,6 +325,8 @@ class Search:
         self.steps.append(step)
         if step.status == CUT:
             self.stop_reason = BUDGET
+        elif step.status == NOT_OFFERED:
+            self.stop_reason = LOAD_NOT_OFFERED
         elif step.status == INVALID and VOID_AT_ANY_RATE.intersection(step.invalid):
             self.stop_reason = VOID
 

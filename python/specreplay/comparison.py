@@ -4,43 +4,36 @@ base run, a bootstrap confidence interval for it, and a plain verdict.
 What is compared, per sweep point present in both runs: TTFT, TTFC, TPOT,
 ITL (per token) and E2E at p50, p90 and p99, and output tokens/s (total and
 content); and when both had sessions, the session duration at p50 and p90
-(resampled by session, `_session_rows`; `base_requests` and `requests` are
-then the completed sessions). The figures are exactly those of
-`summary.summarize` (same requests, same percentile definition); `change`
-is `run / base - 1`.
+(resampled by session; `base_requests` and `requests` are then the
+completed sessions). The figures are exactly those of `summary.summarize`
+(same requests, same percentile definition); `change` is `run / base - 1`.
 
-**Interval.** A percentile bootstrap of `run / base - 1` over the trace's
-records: each resample draws the point's records with replacement, takes
-every request that replayed them (a looped trace sends a record several
-times, and the same prompt gets a similar answer; a request's chunks, and
-so its ITL samples, move with it), and recomputes the figure on both sides.
-When both runs replayed the same trace (same SHA-256 where the files record
-it, and at least half of the records in common) the draw is *paired*: one
-draw of records serves both runs, so a prompt that is long in one run is
-long in the other and the workload's own spread cancels out. Otherwise the
-two runs are resampled independently. The generator is seeded from `seed`
-and the point's name: the same files always give the same interval.
-
-Tokens/s of a point is `sum(tokens) / duration`. Its resamples use the
-identity `sum(tokens) / duration = sum(tokens) / sum(E2E) × sum(E2E) / duration`:
-the first factor is resampled, the second (the mean number of requests in
-flight, Little's law) is held at its measured value.
+**Interval.** A percentile bootstrap of `run / base - 1` from
+`resampling`, the one bootstrap behind every interval specreplay prints:
+each resample draws the point's trace records with replacement (paired
+when both runs replayed the same records) and recomputes the whole figure
+on both sides, a rate's duration included (see `resampling`'s doc). The
+generator is seeded from `seed` and the point's name: the same files always
+give the same interval.
 
 **Verdict**, per figure:
 
 - `n/a` when the figure is missing on either side (no TTFC without answers);
-- `too few samples` for a p90 or p99 when either run has fewer successful
-  requests than the validity thresholds ask for it (`min_requests_p90` = 10,
-  `min_requests_p99` = 100): such a percentile is the top sample or two;
-- `faster` or `slower` when the interval excludes zero *and* the measured
-  change is at least `min_change` (default 5%) in size;
+- `too few samples` when either run has fewer units (requests, or sessions)
+  than `resampling.samples_needed` asks for the percentile (10 for a p50,
+  50 for a p90, 500 for a p99);
+- `faster` or `slower` when the figure's bootstrap p-value, adjusted by
+  Holm–Bonferroni over the figures of its table (`p_adjusted`), is at most
+  `1 - confidence` *and* the measured change is at least `min_change`
+  (default 5%) in size: the chance that an A/A table says anything is then
+  at most `1 - confidence`;
 - otherwise `no significant difference`.
 
-The interval covers the noise of *which requests* were measured; it cannot
-see the noise of the machine between two runs (a busy host, a GPU's clock),
-which moves whole runs by a few percent. `min_change` is the allowance for
-it: measure yours by comparing a run with its rerun (`specreplay rerun`),
-and set `--min-change` above the largest change that shows.
+The interval covers the noise of *which requests* were measured and what
+they drew; it cannot see the noise of the machine between two runs (a busy
+host, a GPU's clock), which moves whole runs by a few percent. Repeats
+(`replay --repeats N`, docs/compare.md) measure it; `min_change` is the
+allowance for it otherwise.
 """
 
 from __future__ import annotations
@@ -48,8 +41,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import zlib
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -58,29 +49,31 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specreplay import metrics
 from specreplay.analysis import PointAnalysis, RunAnalysis, analyse, by_label
 from specreplay.errors import InvalidRunError
-from specreplay.quantiles import UnitQuantiles, weighted_quantiles
+from specreplay.resampling import (
+    CONFIDENCE,
+    LATENCY_METRICS,
+    LATENCY_STATS,
+    RESAMPLES,
+    SEED,
+    THROUGHPUT_METRICS,
+    PointSample,
+    between_repeats,
+    holm,
+    interval_of,
+    overlap,
+    p_value,
+    pair_ratios,
+    record_id,
+    rng,
+    samples_needed,
+    session_ratios,
+)
 from specreplay.results import load, partial_path, run_config_of
 from specreplay.servermetrics.compare import server_rows
 from specreplay.trace import RETRIEVAL_APIS
-from specreplay.validity import Finding, Thresholds
-
-#: (summary prefix, display name) of the latencies compared, in table order.
-LATENCY_METRICS: tuple[tuple[str, str], ...] = (
-    ("ttft", "TTFT"),
-    ("ttfc", "TTFC"),
-    ("tpot", "TPOT"),
-    ("itl_token", "ITL"),
-    ("e2e", "E2E"),
-)
-LATENCY_STATS: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
-#: (summary column, display name, token column) of the throughputs compared.
-THROUGHPUT_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("output_tok_s", "output tok/s", "output_tokens"),
-    ("content_tok_s", "content tok/s", "content_tokens"),
-)
+from specreplay.validity import Finding
 
 FASTER = "faster"
 SLOWER = "slower"
@@ -102,16 +95,16 @@ COLUMNS: tuple[str, ...] = (
     "change",
     "ci_low",
     "ci_high",
+    "p_adjusted",
     "verdict",
     "paired",
     "base_requests",
     "requests",
+    "repeats",
 )
 
 #: Defaults of `compare` (and of the CLI's options).
-CONFIDENCE = 0.95
-RESAMPLES = 2000
-SEED = 0
+__all__ = ["CONFIDENCE", "LATENCY_METRICS", "LATENCY_STATS", "RESAMPLES", "SEED", "THROUGHPUT_METRICS", "record_id"]
 MIN_CHANGE = 0.05
 
 
@@ -259,10 +252,96 @@ def compare(
 
 
 def compare_all(runs: list[Run], **options: Any) -> pd.DataFrame:
-    """Every run after the first against the first (`compare_runs` options)."""
-    frames = [compare_runs(runs[0], other, **options) for other in runs[1:]]
+    """Every run after the first against the first (`compare_runs` options).
+    When the runs are repeats (`replay --repeats`: labels `NAME@k`, every
+    name at least twice), every name against the first name, judged on the
+    variation between repeats (`compare_repeats`)."""
+    groups = repeat_groups(runs)
+    if groups is not None:
+        names = list(groups)
+        frames = [compare_repeats(groups[names[0]], groups[name], **options) for name in names[1:]]
+    else:
+        frames = [compare_runs(runs[0], other, **options) for other in runs[1:]]
     frame: pd.DataFrame = pd.concat(frames, ignore_index=True)
     return frame
+
+
+#: A repeat's label: the run's name and the repeat's number (`replay --repeats`).
+_REPEAT = re.compile(r"^(?P<name>.+)@(?P<k>\d+)$")
+
+
+def repeat_groups(runs: list[Run]) -> dict[str, list[Run]] | None:
+    """The runs by name in repeat order, when every run is a repeat
+    (`NAME@k`), there are several names, and each has at least two repeats;
+    else None."""
+    groups: dict[str, list[tuple[int, Run]]] = {}
+    for run in runs:
+        match = _REPEAT.match(run.label)
+        if match is None:
+            return None
+        prefix = f"{run.path}:" if run.name.startswith(f"{run.path}:") else ""
+        groups.setdefault(prefix + match["name"], []).append((int(match["k"]), run))
+    if len(groups) < 2 or any(len(g) < 2 for g in groups.values()):
+        return None
+    return {name: [run for _, run in sorted(g, key=lambda x: x[0])] for name, g in groups.items()}
+
+
+def compare_repeats(
+    base: list[Run],
+    other: list[Run],
+    *,
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    min_change: float = MIN_CHANGE,
+) -> pd.DataFrame:
+    """`other`'s repeats against `base`'s, repeat k with repeat k (they ran
+    side by side): per figure, the geometric mean of each side, the change,
+    and a Student-t interval from the spread of the per-repeat changes
+    (`resampling.between_repeats`), which holds every noise that moves one
+    run against another, the machine's included. Verdicts as `compare_runs`'
+    (Holm–Bonferroni over a table, `samples_needed` met in every repeat)."""
+    pairs = list(zip(base, other))
+    tables = [compare_runs(b, o, confidence=confidence, resamples=resamples, seed=seed, min_change=min_change) for b, o in pairs]
+    base_name, name = _REPEAT.sub(r"\g<name>", base[0].name), _REPEAT.sub(r"\g<name>", other[0].name)
+    rows: list[dict[str, Any]] = []
+    first = tables[0]
+    for point, point_rows in first.groupby("point", sort=False):
+        table: list[dict[str, Any]] = []
+        for _, row in point_rows.iterrows():
+            per = [t[(t.point == point) & (t.metric == row["metric"])] for t in tables]
+            if any(p.empty for p in per):
+                continue
+            base_values = [float(p["base_value"].iloc[0]) for p in per]
+            values = [float(p["value"].iloc[0]) for p in per]
+            out: dict[str, Any] = {**{str(k): v for k, v in row.items()}, "base": base_name, "run": name, "repeats": len(pairs)}
+            out["base_requests"] = int(sum(int(p["base_requests"].iloc[0]) for p in per))
+            out["requests"] = int(sum(int(p["requests"].iloc[0]) for p in per))
+            out["base_value"], out["value"] = _geometric_mean(base_values), _geometric_mean(values)
+            if row["verdict"] == NOT_RESAMPLED:
+                out["change"] = out["value"] / out["base_value"] - 1 if out["base_value"] else math.nan
+                table.append(out)
+                continue
+            change, low, high, p = between_repeats(base_values, values, confidence)
+            enough = not any(str(x["verdict"].iloc[0]) == TOO_FEW for x in per)
+            out.update(change=change, ci_low=low, ci_high=high, p_adjusted=p if enough else math.nan)
+            out["_enough"], out["_better"] = enough, _higher_is_better(str(row["metric"]))
+            table.append(out)
+        resampled = [r for r in table if "_enough" in r]
+        _judge(resampled, confidence, min_change)
+        rows += table
+    frame: pd.DataFrame = pd.DataFrame(rows, columns=list(COLUMNS))
+    return frame
+
+
+def _geometric_mean(values: list[float]) -> float:
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    return float(np.exp(np.mean(np.log(positive)))) if len(positive) == len(values) and positive else math.nan
+
+
+def _higher_is_better(metric: str) -> bool:
+    """From the table of compared figures (`_figures`; the session durations are times)."""
+    return any(column == metric and better for column, _, _, better, _ in _figures())
 
 
 def _checked(run: Run, points: list[str]) -> bool:
@@ -310,67 +389,78 @@ def compare_runs(
     rows: list[dict[str, Any]] = []
     for point in shared_points(base, other):
         base_point, other_point = base.analysis.point(point), other.analysis.point(point)
-        b, o = _PointData.of(base_point), _PointData.of(other_point)
-        paired = same_trace and _overlap(b.ids, o.ids) >= 0.5
-        ratios = _bootstrap(b, o, paired, resamples, _rng(seed, point))
-        alpha = (1 - confidence) / 2
-        needed = _needed(base.analysis.thresholds)
-        for metric, name, unit, higher_is_better in _figures():
-            enough = min(b.n_ok, o.n_ok) >= needed.get(metric.split("_")[-2], 1)
+        b, o = PointSample.of(base_point), PointSample.of(other_point)
+        paired = same_trace and overlap(b.ids, o.ids) >= 0.5
+        ratios = pair_ratios(b, o, paired, resamples, rng(seed, point))
+        table: list[dict[str, Any]] = []
+        for metric, name, unit, higher_is_better, quantile in _figures():
             base_value = float(base_point.summary[metric])
             value = float(other_point.summary[metric])
-            change = value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan
-            r = ratios[metric]
-            r = r[np.isfinite(r)]
-            if math.isnan(change) or len(r) < resamples / 2:
-                low = high = math.nan
-            else:
-                low, high = (float(x) - 1 for x in np.quantile(r, [alpha, 1 - alpha]))
-            rows.append(
-                {
-                    "base": base.name,
-                    "run": other.name,
-                    "point": point,
-                    "metric": metric,
-                    "name": name,
-                    "unit": unit,
-                    "base_value": base_value,
-                    "value": value,
-                    "change": change,
-                    "ci_low": low,
-                    "ci_high": high,
-                    "verdict": verdict(change, low, high, higher_is_better, min_change, enough),
-                    "paired": paired,
-                    "base_requests": b.n_ok,
-                    "requests": o.n_ok,
-                }
+            table.append(
+                _row(point, metric, name, unit, base_value, value, ratios[metric], higher_is_better, quantile, b.n_ok, o.n_ok, paired, confidence, resamples,
+                     min(b.n_units, o.n_units))
             )
+        table += _session_rows(base_point, other_point, same_trace, resamples, rng(seed, point + " sessions"), confidence)
+        _judge(table, confidence, min_change)
         # The server's own figures, beside TPOT (not resampled).
-        after_tpot = max(i for i, row in enumerate(rows) if row["metric"].startswith("tpot_")) + 1
-        rows[after_tpot:after_tpot] = [
+        after_tpot = max(i for i, row in enumerate(table) if row["metric"].startswith("tpot_")) + 1
+        table[after_tpot:after_tpot] = [
             {
-                "base": base.name, "run": other.name, "point": point, "metric": metric, "name": name, "unit": unit,
+                "point": point, "metric": metric, "name": name, "unit": unit,
                 "base_value": base_value, "value": value,
                 "change": value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan,
-                "ci_low": math.nan, "ci_high": math.nan, "verdict": NOT_RESAMPLED, "paired": paired,
+                "ci_low": math.nan, "ci_high": math.nan, "p_adjusted": math.nan, "verdict": NOT_RESAMPLED, "paired": paired,
                 "base_requests": b.n_ok, "requests": o.n_ok,
             }
             for metric, name, unit, base_value, value in server_rows(base_point.summary, other_point.summary)
         ]  # fmt: skip
-        rows += [
+        # The request kinds' and the models' figures (not resampled).
+        table += [
             {
-                "base": base.name, "run": other.name, "point": point, "metric": metric, "name": name, "unit": unit,
+                "point": point, "metric": metric, "name": name, "unit": unit,
                 "base_value": base_value, "value": value,
                 "change": value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan,
-                "ci_low": math.nan, "ci_high": math.nan, "verdict": NOT_RESAMPLED, "paired": paired,
+                "ci_low": math.nan, "ci_high": math.nan, "p_adjusted": math.nan, "verdict": NOT_RESAMPLED, "paired": paired,
                 "base_requests": b.n_ok, "requests": o.n_ok,
             }
             for metric, name, unit, base_value, value in kind_rows(base_point, other_point)
         ]  # fmt: skip
-        sessions = _session_rows(base_point, other_point, same_trace, resamples, _rng(seed, point + " sessions"), alpha, min_change)
-        rows += [{"base": base.name, "run": other.name, **row} for row in sessions]
+        rows += [{"base": base.name, "run": other.name, **row, "repeats": 1} for row in table]
     frame: pd.DataFrame = pd.DataFrame(rows, columns=list(COLUMNS))
     return frame
+
+
+def _row(
+    point: str, metric: str, name: str, unit: str, base_value: float, value: float, ratios: np.ndarray, higher_is_better: bool,
+    quantile: float | None, base_n: int, n: int, paired: bool, confidence: float, resamples: int, units: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One figure's row, before the table's verdicts (`_judge`)."""
+    change = value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan
+    count = min(base_n, n) if units is None else units
+    low = high = p = math.nan
+    if not math.isnan(change):
+        low, high = (x - 1 for x in interval_of(ratios, confidence, resamples, count))
+        p = p_value(ratios, count) if not math.isnan(low) else math.nan
+    enough = count >= samples_needed(quantile)
+    return {
+        "point": point, "metric": metric, "name": name, "unit": unit, "base_value": base_value, "value": value,
+        "change": change, "ci_low": low, "ci_high": high, "p_adjusted": p, "paired": paired,
+        "base_requests": base_n, "requests": n, "_better": higher_is_better, "_enough": enough,
+    }  # fmt: skip
+
+
+def _judge(table: list[dict[str, Any]], confidence: float, min_change: float) -> None:
+    """Verdicts of one table's figures: their p-values adjusted together
+    (Holm–Bonferroni over the figures judged, those with enough samples)."""
+    judged = [row for row in table if row["_enough"] and not math.isnan(row["p_adjusted"])]
+    for row, p in zip(judged, holm([row["p_adjusted"] for row in judged])):
+        row["p_adjusted"] = p
+    for row in table:
+        enough, better = row.pop("_enough"), row.pop("_better")
+        if not enough:
+            row["p_adjusted"] = math.nan
+        significant = enough and row["p_adjusted"] <= 1 - confidence
+        row["verdict"] = verdict(row["change"], row["ci_low"], row["ci_high"], better, min_change, enough, significant)
 
 
 #: (summary column, display name, unit) of the request kinds' figures compared
@@ -422,290 +512,55 @@ SESSION_METRICS: tuple[tuple[str, str, float], ...] = (
 
 
 def _session_rows(
-    base: PointAnalysis, other: PointAnalysis, same_trace: bool, resamples: int, rng: np.random.Generator, alpha: float, min_change: float
+    base: PointAnalysis, other: PointAnalysis, same_trace: bool, resamples: int, generator: np.random.Generator, confidence: float
 ) -> list[dict[str, Any]]:
     """The session figures of a point in both runs, when both had sessions.
     The unit of resampling is the session (its turns move together); a
-    duration counts for a completed session only. Paired as the requests
-    are: when both replayed the same trace and share most sessions."""
+    duration counts for a completed session only, and a percentile needs
+    as many completed sessions as `samples_needed` asks."""
     b, o = base.sessions, other.sessions
     if b.empty or o.empty:
         return []
-    ids_b, ids_o = [record_id(str(i)) for i in b.index], [record_id(str(i)) for i in o.index]
-    paired = same_trace and _overlap(ids_b, ids_o) >= 0.5
-    keys = list(dict.fromkeys(ids_b + ids_o)) if paired else None
-    (unit_b, n_b), (unit_o, n_o) = _units(ids_b, keys), _units(ids_o, keys)
-    draws_b = _draw(rng, n_b, resamples)
-    draws_o = draws_b if paired else _draw(rng, n_o, resamples)
-    qs = [q for _, _, q in SESSION_METRICS]
-
-    def resampled(sessions: pd.DataFrame, unit: np.ndarray, draws: np.ndarray) -> np.ndarray:
-        done = sessions["completed"].to_numpy(dtype=bool)
-        values = sessions["duration_s"].to_numpy(dtype="float64")[done]
-        order = np.argsort(values, kind="stable")
-        return weighted_quantiles(values[order], draws[:, unit[done][order]], qs)
-
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = resampled(o, unit_o, draws_o) / resampled(b, unit_b, draws_b)
+    ratios, paired = session_ratios(b, o, [q for _, _, q in SESSION_METRICS], same_trace, resamples, generator)
     done_b, done_o = int(b["completed"].sum()), int(o["completed"].sum())
-    out = []
-    for i, (metric, name, q) in enumerate(SESSION_METRICS):
-        base_value, value = float(base.summary[metric]), float(other.summary[metric])
-        change = value / base_value - 1 if base_value and not math.isnan(base_value) else math.nan
-        r = ratios[i][np.isfinite(ratios[i])]
-        low = high = math.nan
-        if not math.isnan(change) and len(r) >= resamples / 2:
-            low, high = (float(x) - 1 for x in np.quantile(r, [alpha, 1 - alpha]))
-        enough = q < 0.9 or min(done_b, done_o) >= base.thresholds.min_sessions_p90
-        out.append({"point": base.point, "metric": metric, "name": name, "unit": "s", "base_value": base_value, "value": value,
-                    "change": change, "ci_low": low, "ci_high": high, "verdict": verdict(change, low, high, False, min_change, enough),
-                    "paired": paired, "base_requests": done_b, "requests": done_o})
-    return out
+    return [
+        _row(base.point, metric, name, "s", float(base.summary[metric]), float(other.summary[metric]), ratios[i], False, q, done_b, done_o, paired, confidence, resamples)
+        for i, (metric, name, q) in enumerate(SESSION_METRICS)
+    ]
 
 
 def verdict(
-    change: float, low: float, high: float, higher_is_better: bool, min_change: float = MIN_CHANGE, enough: bool = True
+    change: float,
+    low: float,
+    high: float,
+    higher_is_better: bool,
+    min_change: float = MIN_CHANGE,
+    enough: bool = True,
+    significant: bool | None = None,
 ) -> str:
     """faster / slower / no significant difference / too few samples / n/a
-    (see the module doc)."""
+    (see the module doc). `significant` is the table's adjusted test
+    (`_judge`); without it, the interval excluding zero decides."""
     if any(math.isnan(x) for x in (change, low, high)):
         return NA
     if not enough:
         return TOO_FEW
-    if (low <= 0 <= high) or abs(change) < min_change:
+    excluded = not (low <= 0 <= high) if significant is None else significant
+    if not excluded or abs(change) < min_change:
         return SAME
     better = change > 0 if higher_is_better else change < 0
     return FASTER if better else SLOWER
 
 
-def _figures() -> list[tuple[str, str, str, bool]]:
-    """(summary column, display name, unit, higher is better) in table order."""
-    out = [(f"{prefix}_{stat}_ms", f"{name} {stat}", "ms", False) for prefix, name in LATENCY_METRICS for stat in LATENCY_STATS]
-    out += [(column, name, "tok/s", True) for column, name, _ in THROUGHPUT_METRICS]
+def _figures() -> list[tuple[str, str, str, bool, float | None]]:
+    """(summary column, display name, unit, higher is better, quantile) in table order."""
+    out: list[tuple[str, str, str, bool, float | None]] = [
+        (f"{prefix}_{stat}_ms", f"{name} {stat}", "ms", False, q) for prefix, name in LATENCY_METRICS for stat, q in LATENCY_STATS.items()
+    ]
+    out += [(column, name, "tok/s", True, None) for column, name, _ in THROUGHPUT_METRICS]
     return out
-
-
-def _needed(thresholds: Thresholds) -> dict[str, int]:
-    """Samples a percentile needs on each side before it gets a verdict (the
-    validity check `too_few_requests` uses the same thresholds)."""
-    return {"p90": thresholds.min_requests_p90, "p99": thresholds.min_requests_p99}
-
-
-def _rng(seed: int, point: str) -> np.random.Generator:
-    return np.random.default_rng([seed, zlib.crc32(point.encode())])
 
 
 def _same_trace(a: Run, b: Run) -> bool:
     sha_a, sha_b = a.config.get("trace_sha256"), b.config.get("trace_sha256")
     return sha_a is None or sha_b is None or sha_a == sha_b
-
-
-def _overlap(a: list[str], b: list[str]) -> float:
-    if not a or not b:
-        return 0.0
-    return len(set(a) & set(b)) / max(len(set(a)), len(set(b)))
-
-
-@dataclass
-class _Samples:
-    """Samples of one figure: sorted values, how many times each counts, and
-    the request (index into the point's request list) each belongs to."""
-
-    values: np.ndarray
-    weights: np.ndarray
-    request: np.ndarray
-
-
-#: The suffix `#k` the engine appends to a trace id on the k-th loop over the trace.
-_LOOP_SUFFIX = re.compile(r"#\d+$")
-
-
-def record_id(trace_id: str) -> str:
-    """The trace record a request replayed (its trace id without the loop suffix)."""
-    return _LOOP_SUFFIX.sub("", trace_id)
-
-
-@dataclass
-class _PointData:
-    ids: list[str]  # per measured request: the trace record it replayed
-    n_ok: int
-    samples: dict[str, _Samples]  # latency prefix -> samples
-    tokens: dict[str, np.ndarray]  # token column -> per-request (ok) sums, by request
-    e2e: np.ndarray  # per request: E2E µs of ok requests, else 0
-    in_flight: float  # sum(E2E of ok requests) / duration
-
-    @classmethod
-    def of(cls, point: PointAnalysis) -> _PointData:
-        rows = point.rows.reset_index(drop=True)
-        ok = point.ok
-        ids = [record_id(str(t)) for t in rows["trace_id"]]
-        samples: dict[str, _Samples] = {}
-        index = np.arange(len(rows))
-        # Embeddings and rerank have their own figures (`kind_rows`), as in the summary.
-        generating = ~rows["api"].isin(RETRIEVAL_APIS).to_numpy(dtype=bool) if "api" in rows.columns else np.ones(len(rows), dtype=bool)
-        for prefix in ("ttft", "ttfc", "tpot", "e2e"):
-            values = rows[f"{prefix}_us"].to_numpy(dtype="float64")
-            keep = ok & ~np.isnan(values) & generating
-            samples[prefix] = _sorted(values[keep] / 1000.0, np.ones(int(keep.sum()), dtype="int64"), index[keep])
-        # ITL per token: a gap g ending a chunk of k tokens is k samples of g / k,
-        # kept as one value of weight k that belongs to the chunk's request.
-        # request_index is unique within a point: it names each chunk's request.
-        position = pd.Series(index, index=rows["request_index"].to_numpy())
-        parent = position.loc[point.chunks["request_index"].to_numpy()].to_numpy(dtype="int64")
-        usable, per_token, k = metrics.token_gaps(point.chunks)
-        samples["itl_token"] = _sorted(per_token / 1000.0, k, parent[usable])
-        e2e = np.where(ok, rows["e2e_us"].to_numpy(dtype="float64"), 0.0)
-        e2e = np.nan_to_num(e2e)
-        tokens = {col: np.where(ok, np.nan_to_num(metrics.as_float(rows, col).to_numpy()), 0.0) for _, _, col in THROUGHPUT_METRICS}
-        sent = metrics.as_float(rows, "sent_us").dropna()
-        end = metrics.as_float(rows, "end_us").dropna()
-        duration = float(end.max() - sent.min()) if len(sent) and len(end) else math.nan
-        in_flight = float(e2e.sum()) / duration if duration and duration > 0 else math.nan
-        return cls(ids=ids, n_ok=int(ok.sum()), samples=samples, tokens=tokens, e2e=e2e, in_flight=in_flight)
-
-
-def _sorted(values: np.ndarray, weights: np.ndarray, request: np.ndarray) -> _Samples:
-    order = np.argsort(values, kind="stable")
-    return _Samples(values[order], weights[order], request[order])
-
-
-def _units(ids: list[str], keys: list[str] | None = None) -> tuple[np.ndarray, int]:
-    """Per request, the index of its resampling unit (its trace record) among
-    `keys` (default: the records of `ids`, in order); and the number of units."""
-    keys = keys if keys is not None else list(dict.fromkeys(ids))
-    position = {key: i for i, key in enumerate(keys)}
-    return np.array([position[i] for i in ids], dtype="int64"), len(keys)
-
-
-def _bootstrap(base: _PointData, other: _PointData, paired: bool, resamples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Resampled `other / base` of every compared figure: metric -> (resamples,).
-
-    The unit of resampling is the trace record: all requests that replayed
-    it (a looped trace sends each record several times) move together, since
-    the same prompt gets a similar answer. Paired, one draw of records
-    serves both runs."""
-    if paired:
-        keys = list(dict.fromkeys(base.ids + other.ids))
-        (map_b, n_b), (map_o, n_o) = _units(base.ids, keys), _units(other.ids, keys)
-    else:
-        (map_b, n_b), (map_o, n_o) = _units(base.ids), _units(other.ids)
-    quantiles_b, quantiles_o = _quantilers(base, map_b, n_b), _quantilers(other, map_o, n_o)
-    # Draws come in blocks whose size (and, unpaired, the turns of base and
-    # other) is part of what a seed reproduces. The figures are computed on
-    # batches of blocks, large enough that each matrix product is worth its
-    # call (one resample at a time, OpenBLAS's threads cost more than they do).
-    biggest = max([len(s.values) for s in (*base.samples.values(), *other.samples.values())] + [1])
-    block = max(1, min(resamples, 2_000_000 // biggest))
-    batch = max(block, min(resamples, 2_000_000 // max(len(base.ids), len(other.ids), n_b, n_o, 1)))
-    out: dict[str, list[np.ndarray]] = {m: [] for m, _, _, _ in _figures()}
-    drawn_b: list[np.ndarray] = []
-    drawn_o: list[np.ndarray] = []
-    done = 0
-    while done < resamples:
-        size = min(block, resamples - done)
-        if paired:
-            units = _draw(rng, n_b, size)
-            drawn_b.append(units)
-            drawn_o.append(units)
-        else:
-            drawn_b.append(_draw(rng, n_b, size))
-            drawn_o.append(_draw(rng, n_o, size))
-        done += size
-        if sum(len(d) for d in drawn_b) < batch and done < resamples:
-            continue
-        fig_b = _figures_of(base, quantiles_b, np.concatenate(drawn_b), map_b)
-        fig_o = _figures_of(other, quantiles_o, np.concatenate(drawn_o), map_o)
-        drawn_b, drawn_o = [], []
-        with np.errstate(divide="ignore", invalid="ignore"):
-            for metric in out:
-                out[metric].append(fig_o[metric] / fig_b[metric])
-    return {m: np.concatenate(v) for m, v in out.items()}
-
-
-def _draw(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
-    """`size` resamples of n units with replacement, as counts per unit."""
-    if n == 0:
-        return np.zeros((size, 0), dtype="int64")
-    return rng.multinomial(n, np.full(n, 1.0 / n), size=size)
-
-
-def _quantilers(data: _PointData, unit_of_request: np.ndarray, units: int, prefixes: Iterable[str] | None = None) -> dict[str, UnitQuantiles]:
-    """Per latency prefix (every one, or `prefixes`), the quantiles of its samples under unit counts."""
-    wanted = data.samples if prefixes is None else prefixes
-    return {prefix: UnitQuantiles(data.samples[prefix].values, unit_of_request[data.samples[prefix].request], data.samples[prefix].weights, units) for prefix in wanted}
-
-
-#: A figure with its interval: (value, low, high).
-Interval = tuple[float, float, float]
-
-
-def point_intervals(
-    point: PointAnalysis,
-    latencies: Sequence[tuple[str, float]],
-    shares: Mapping[str, np.ndarray],
-    *,
-    confidence: float = CONFIDENCE,
-    resamples: int = RESAMPLES,
-    seed: int = SEED,
-) -> tuple[dict[tuple[str, float], Interval], dict[str, Interval]]:
-    """One run's figures on one point with their bootstrap intervals,
-    resampled as `compare` resamples a point (its trace records, seeded by
-    `seed` and the point's name): each (latency prefix, quantile) ->
-    (quantile, low, high), and each share (a per-request indicator over
-    `point.rows`) -> (mean, low, high). The SLO verdicts read these."""
-    data = _PointData.of(point)
-    unit_of_request, units = _units(data.ids)
-    wanted: dict[str, list[float]] = {}
-    for prefix, q in latencies:
-        wanted.setdefault(prefix, []).append(q)
-    quantiles = _quantilers(data, unit_of_request, units, wanted)
-    rng = _rng(seed, point.point)
-    drawn: dict[tuple[str, float] | str, list[np.ndarray]] = {(prefix, q): [] for prefix, q in latencies}
-    drawn.update({name: [] for name in shares})
-    biggest = max([len(data.samples[p].values) for p in wanted] + [1])
-    block = max(1, min(resamples, 2_000_000 // biggest))
-    done = 0
-    while done < resamples:
-        size = min(block, resamples - done)
-        counts = _draw(rng, units, size)
-        for prefix, qs in wanted.items():
-            for q, figures in zip(qs, quantiles[prefix](counts, qs)):
-                drawn[(prefix, q)].append(figures)
-        per_request = counts[:, unit_of_request]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            for name, indicator in shares.items():
-                drawn[name].append(per_request @ np.asarray(indicator, dtype="float64") / per_request.sum(axis=1))
-        done += size
-    alpha = (1 - confidence) / 2
-    ones = np.ones((1, units), dtype="int64")
-
-    def interval(value: float, samples: list[np.ndarray]) -> Interval:
-        r = np.concatenate(samples)
-        r = r[np.isfinite(r)]
-        if math.isnan(value) or len(r) < resamples / 2:
-            return value, math.nan, math.nan
-        low, high = np.quantile(r, [alpha, 1 - alpha])
-        return value, float(low), float(high)
-
-    out_latency = {
-        (prefix, q): interval(float(quantiles[prefix](ones, [q])[0, 0]), drawn[(prefix, q)]) for prefix, q in latencies
-    }
-    out_share = {
-        name: interval(float(np.mean(indicator)) if len(indicator) else math.nan, drawn[name]) for name, indicator in shares.items()
-    }
-    return out_latency, out_share
-
-
-def _figures_of(data: _PointData, quantiles: dict[str, UnitQuantiles], unit_counts: np.ndarray, unit_of_request: np.ndarray) -> dict[str, np.ndarray]:
-    """Every compared figure of `data` under `unit_counts` (rows = resamples)."""
-    out: dict[str, np.ndarray] = {}
-    for prefix, _ in LATENCY_METRICS:
-        figures = quantiles[prefix](unit_counts, list(LATENCY_STATS.values()))
-        for i, stat in enumerate(LATENCY_STATS):
-            out[f"{prefix}_{stat}_ms"] = figures[i]
-    counts = unit_counts[:, unit_of_request]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e2e = counts @ data.e2e
-        for metric, _, column in THROUGHPUT_METRICS:
-            out[metric] = (counts @ data.tokens[column]) / e2e * data.in_flight * 1e6
-    return out

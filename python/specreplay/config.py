@@ -64,6 +64,7 @@ class ReplayConfig:
     sessions: SessionMode = "dependent"
     live_history: bool = False
     seed: int = 0
+    repeats: int = 1
     max_concurrency: int | None = None
     num_requests: int | None = None
     duration: float | None = None
@@ -325,6 +326,7 @@ FIELDS: dict[str, FieldSpec] = {
     "sessions": FieldSpec("str", choices=SESSION_MODES),
     "live_history": FieldSpec("bool"),
     "seed": FieldSpec("int", minimum=0),
+    "repeats": FieldSpec("int", minimum=1),
     "max_concurrency": FieldSpec("int", optional=True, minimum=1),
     "num_requests": FieldSpec("int", optional=True, minimum=1),
     "duration": FieldSpec("float", optional=True, positive=True),

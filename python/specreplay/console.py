@@ -19,6 +19,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from specreplay.resampling import samples_needed
 from specreplay.summary import STATS
 from specreplay.slo import FAILED, HELD, UNCERTAIN, Slo, TargetVerdict
 from specreplay.validity import Finding
@@ -463,6 +464,17 @@ def fmt_change(value: Any) -> str:
     return MISSING if _missing(value) else f"{float(value):+.1%}"
 
 
+def comparison_footnote(rows: pd.DataFrame, confidence: float = 0.95) -> str:
+    """How a table's false verdicts are controlled, for its footnote."""
+    judged = int(rows["p_adjusted"].notna().sum()) if "p_adjusted" in rows else 0
+    return (
+        f"verdicts: Holm–Bonferroni over the {judged} judged figures of this table, so an A/A table says "
+        f"faster/slower with at most {1 - confidence:.0%} chance; a percentile is judged with at least "
+        f"{samples_needed(0.5)} units (requests, or sessions) for a p50, {samples_needed(0.9)} for a p90, "
+        f"{samples_needed(0.99)} for a p99 (docs/compare.md)"
+    )
+
+
 def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 0.95) -> None:
     """A `comparison.compare` frame: one table per compared run and sweep
     point, with the base's figure, the run's, the change, its interval and
@@ -470,6 +482,9 @@ def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 
     for (base, run, point), rows in frame.groupby(["base", "run", "point"], sort=False):
         first = rows.iloc[0]
         pairing = "paired by trace id" if bool(first["paired"]) else "unpaired (different traces)"
+        repeats = int(first["repeats"]) if "repeats" in rows and not _missing(first["repeats"]) else 1
+        if repeats > 1:
+            pairing = f"{repeats} interleaved repeats, interval from the variation between them"
         heading = (
             f"{run} vs {base}  ·  {point}  ·  {int(first['requests'])} vs {int(first['base_requests'])} ok requests  ·  {pairing}"
         )
@@ -491,4 +506,5 @@ def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 
                 Text(str(row["verdict"]), style=VERDICT_STYLES.get(str(row["verdict"]), "")),
             )
         console.print(table)
+        console.print(Text(comparison_footnote(rows, confidence), style="dim"))
         console.print()

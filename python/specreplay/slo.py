@@ -394,10 +394,10 @@ def judge(target: Target, value: float, low: float, high: float, samples: int, n
 
 def verdicts(point: PointAnalysis) -> tuple[TargetVerdict, ...]:
     """Every target of the point's SLOs judged on it (`judge`), its figure
-    and interval from `comparison.point_intervals`: the bootstrap `compare`
+    and interval from `resampling.point_intervals`: the bootstrap `compare`
     uses. A percentile counts the point's successful requests as samples; a
     share, all of its measured requests."""
-    from specreplay.comparison import point_intervals
+    from specreplay.resampling import point_intervals
 
     slo, thresholds = point.slo, point.thresholds
     if not slo.targets:

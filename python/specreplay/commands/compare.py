@@ -147,10 +147,11 @@ def compare(runs: tuple[str, ...], as_json: bool, as_csv: bool, force: bool, **o
         print_comparison(out, frame, options["confidence"])
         out.print(
             Text(
-                f"change = run / base − 1; {options['confidence']:.0%} bootstrap interval over requests "
+                f"change = run / base − 1; {options['confidence']:.0%} bootstrap interval over trace records "
                 + ("(over sessions for the session durations; " if (frame["unit"] == "s").any() else "(")
-                + f"{options['resamples']} resamples, seed {options['seed']}); faster/slower when the interval "
-                f"excludes 0 and the change is at least {options['min_change']:.0%}.",
+                + f"{options['resamples']} resamples, seed {options['seed']}), each resample recomputing the whole figure, "
+                "a rate's duration included; faster/slower when the figure's Holm-adjusted p-value is under "
+                f"{1 - options['confidence']:.0%} and the change is at least {options['min_change']:.0%}.",
                 style="dim",
             )
         )

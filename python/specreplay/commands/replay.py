@@ -6,6 +6,7 @@ import json
 import os
 import re
 import sys
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -187,6 +188,20 @@ def _flag_values(ctx: click.Context, opts: dict[str, Any]) -> dict[str, Any]:
 CLI_ONLY = frozenset({"config_path", "per_request", "strict", "api_key", "status_interval"})
 
 
+def interleave_repeats(configs: list[ReplayConfig]) -> list[ReplayConfig]:
+    """Each run `repeats` times, interleaved (A@1 B@1 A@2 B@2 …), so that a
+    drift of the machine between runs falls on every run alike; repeat k
+    seeds the arrivals and the simulator with seed + k − 1, as a sampling
+    server draws anew on every run."""
+    most = max(c.repeats for c in configs)
+    if most <= 1:
+        return configs
+    out = []
+    for k in range(1, most + 1):
+        out += [replace(c, label=f"{c.label}@{k}", seed=c.seed + k - 1, repeats=1) for c in configs if k <= c.repeats]
+    return out
+
+
 def resolve_configs(ctx: click.Context, opts: dict[str, Any]) -> list[ReplayConfig]:
     """file < SPECREPLAY_* environment < flags, for each run the file names."""
     try:
@@ -206,6 +221,7 @@ def resolve_configs(ctx: click.Context, opts: dict[str, Any]) -> list[ReplayConf
             configs = [apply_overrides(ReplayConfig(), {**env_overrides(os.environ), **flag_values})]
         if slo_flags is not None:
             configs = [apply_overrides(c, {"slo": merge_tables(c.slo, slo_flags)}) for c in configs]
+        configs = interleave_repeats(configs)
         for config in configs:
             config.resolve_api_key()
             if opts["api_key"]:
@@ -265,6 +281,7 @@ class ListOptionsCommand(click.Command):
               help="dependent: a session's turn is sent when the turn before it has ended, plus its think time (the load mode starts sessions); independent: every request at its own place in the schedule.")
 @click.option("--live-history", is_flag=True, default=None, help="Dependent sessions: each turn carries the answer the server gave to the turn before it, in place of the recorded one.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the arrivals and the embedded simulator.")
+@click.option("--repeats", type=int, help="Run each run N times, interleaved (A B A B …), repeat k with seed + k − 1, labelled LABEL@k; compare then judges on the variation between repeats (docs/compare.md).")
 @click.option("--max-concurrency", type=int, help="Cap on requests in flight in the open-loop modes.")
 @click.option("--num-requests", type=int, help="Requests per point (loops over the trace if it is shorter).")
 @click.option("--duration", type=float, help="Stop scheduling after this many seconds per point.")

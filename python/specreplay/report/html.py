@@ -354,7 +354,8 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
             "<h2>Comparison</h2>",
             f'<p class="sub">change = run / base − 1, with a {confidence:.0%} bootstrap interval over requests'
             + (" (over sessions for the session durations)" if (comparison["unit"] == "s").any() else "")
-            + "; faster/slower only when the interval excludes 0 and the change is large enough (docs/compare.md).</p>",
+            + "; faster/slower only when the figure's p-value, Holm–Bonferroni-adjusted over the figures of its table, "
+            + f"is under {1 - confidence:.0%} and the change is large enough (docs/compare.md).</p>",
             _comparison_table(comparison, confidence),
         ]
     sections += [
