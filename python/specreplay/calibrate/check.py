@@ -47,7 +47,7 @@ def errors(predicted: pd.DataFrame, measured: pd.DataFrame) -> list[Error]:
     out = []
     for point in p.index.intersection(m.index):
         for figure in FIGURES:
-            out.append(Error(str(point), figure, float(p.at[point, figure]), float(m.at[point, figure])))
+            out.append(Error(str(point), figure, float(p[figure].astype("float64")[point]), float(m[figure].astype("float64")[point])))
     return out
 
 
