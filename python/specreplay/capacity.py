@@ -283,6 +283,8 @@ class Answer:
             out.append(f"no rate held the SLOs (lowest tried: {min(s.rate for s in judged):g} req/s)")
         elif self.short:
             out.append(f"no answer: {self.short}")
+        elif short is not None:
+            out.append("no answer: no point offered the load it names")
         else:
             out.append("no answer: " + ("no point finished before the time budget ran out" if self.steps else "no point ran"))
         if self.high is not None:
