@@ -16,7 +16,11 @@ the results file (`rate=R`, with its own summary and validity findings):
    did not offer the load it names (`offered_load`: the sessions cap the
    load, the trace is too short for the rate, or the client is saturated):
    a point counts only at the load it actually offered, and the search
-   never reports a rate it did not offer.
+   never reports a rate it did not offer; or before the first point, when
+   the trace has fewer records than the SLO's strictest percentile needs
+   (`too_short`), or at a point left with too few (`too few samples`): a
+   percentile is judged only on `resampling.samples_needed` distinct
+   records, and each point is sized for it (`requests_per_point`).
 
 A point **holds** when every target held with confidence (`slo.judge`: the
 far end of its bootstrap interval satisfies the target), the validity
