@@ -23,7 +23,7 @@ PACED = [(30_000 + 20_000 * i, 1, "content") for i in range(40)]
 
 def point_of(make_results: MakeResults, thresholds: Thresholds | None = None) -> PointAnalysis:
     rows = [{"chunks": burst(spread)} for spread in (15, 20, 31, 47, 60, 84)] + [{"chunks": PACED}, {"chunks": PACED}]
-    (run,) = analyse(make_results(rows), thresholds or Thresholds(min_requests_p90=1, min_requests_p99=1))
+    (run,) = analyse(make_results(rows), thresholds or Thresholds())
     (point,) = run.points
     return point
 
@@ -60,7 +60,7 @@ def test_the_finding_says_how_many_and_why(make_results: MakeResults) -> None:
 def test_the_threshold_decides(make_results: MakeResults) -> None:
     # Below the bursts' 0.4–2.2 µs per token, nothing is a burst: TPOT and
     # TPS then hold the bursts' absurd values, as before.
-    point = point_of(make_results, Thresholds(min_requests_p90=1, min_requests_p99=1, burst_us_per_token=0.1))
+    point = point_of(make_results, Thresholds(burst_us_per_token=0.1))
     assert point.summary["bursts"] == 0
     assert not [f for f in point.findings if f.code == "burst_streams"]
     assert point.summary["tps_p99"] > 1_000_000

@@ -145,9 +145,10 @@ def invoke(*args: str, stdout_only: bool = False) -> tuple[int, str]:
 
 def test_an_invalid_point_is_never_taken_as_held(tmp_path: Path) -> None:
     # One request in ten fails: every point is invalid (error_rate), though
-    # the successful requests' TTFT is far inside the target.
+    # the successful requests' TTFT is far inside the target. 80 requests
+    # leave the 50 distinct records a p90 needs (resampling.samples_needed).
     sim = {**KNEE_SIM, "faults": {"http_503": 0.1}}
-    config = search_config(tmp_path, "faulty", sim=sim, rate=[50], num_requests=40, search_budget=2.0)
+    config = search_config(tmp_path, "faulty", sim=sim, rate=[50], num_requests=80, search_budget=2.0)
     found = searched(config)
     assert found.low is None, found.lines()
     assert found.steps and all(s.status == INVALID and "error_rate" in s.invalid for s in found.steps)
@@ -158,8 +159,8 @@ def test_an_invalid_point_is_never_taken_as_held(tmp_path: Path) -> None:
     # A measurement void at any rate (reasoning ate the budget) stops at once.
     reasoner = {"ttft_ms": 5, "prefill_us_per_token": 0, "tpot_ms": 0.5, "reasoning_tokens": [40, 60], "capacity": {}}
     trace = tmp_path / "plain.jsonl"
-    trace.write_text("".join(json.dumps({"id": f"r{i}", "api": "chat", "body": {"messages": [{"role": "user", "content": f"q {i}"}], "max_tokens": 20}}) + "\n" for i in range(10)))
-    found = searched(search_config(tmp_path, "void", trace=str(trace), sim=reasoner, rate=[20], num_requests=10))
+    trace.write_text("".join(json.dumps({"id": f"r{i}", "api": "chat", "body": {"messages": [{"role": "user", "content": f"q {i}"}], "max_tokens": 20}}) + "\n" for i in range(50)))
+    found = searched(search_config(tmp_path, "void", trace=str(trace), sim=reasoner, rate=[100], num_requests=50))
     assert [s.status for s in found.steps] == [INVALID] and found.stop_reason == VOID, found.lines()
 
 
@@ -244,17 +245,32 @@ sim = {json.dumps(slow).replace('":', '" =')}
     assert attrs.get("data-errors") == "[]", attrs
 
 
-def test_a_session_trace_that_cannot_offer_the_rate_stops_the_search_with_the_reason(tmp_path: Path) -> None:
-    # The README's command on traces/poisson-200.jsonl: 19 sessions whose later
-    # turns wait for the turn before them send about 11 req/s whatever the
-    # target, so from 16 req/s on the target is not the load. The search must
-    # say so and stop, never report a rate it did not offer.
-    out = tmp_path / "sessions.arrow"
+def test_the_readme_command_says_its_trace_is_too_short_for_a_p99(tmp_path: Path) -> None:
+    # The README's command: a p99 needs 500 distinct trace records per point
+    # (resampling.samples_needed) and traces/poisson-200.jsonl has 200, so the
+    # search runs no point and says why, rather than judge a p99 on too few.
+    out = tmp_path / "p99.arrow"
     code, text = invoke(
         "replay", "traces/poisson-200.jsonl", "--sim-config", "examples/sim/capacity.toml", "--find-max-rate",
         "--slo", "p99 ttft < 2000", "--rate", "8", "--max-tokens", "64", "--ignore-eos", "--seed", "1", "-o", str(out),
     )  # fmt: skip
     assert code in (0, 2), text
+    assert "a p99 target needs 500 distinct trace records per point" in text and "the trace has 200" in text
+    assert "stopped: a point cannot have enough trace records" in text
+
+
+def test_a_session_trace_that_cannot_offer_the_rate_stops_the_search_with_the_reason(tmp_path: Path) -> None:
+    # The README's command with a p90 (50 records): on traces/poisson-200.jsonl
+    # the sessions whose later turns wait for the turn before them send about
+    # 11 req/s whatever the target, so from 16 req/s on the target is not the
+    # load. The search must say so and stop, never report a rate it did not offer.
+    out = tmp_path / "sessions.arrow"
+    code, text = invoke(
+        "replay", "traces/poisson-200.jsonl", "--sim-config", "examples/sim/capacity.toml", "--find-max-rate",
+        "--slo", "p90 ttft < 2000", "--rate", "8", "--max-tokens", "64", "--ignore-eos", "--seed", "1", "-o", str(out),
+    )  # fmt: skip
+    assert code in (0, 2), text
+    assert "capacity search: 50 requests per point" in text
     stored = json.loads(specreplay.load(out).attrs[CAPACITY_KEY])["run"]
     assert stored["stop_reason"] == LOAD_NOT_OFFERED, text
     short = [s for s in stored["steps"] if s["status"] == NOT_OFFERED]

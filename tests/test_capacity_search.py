@@ -15,6 +15,8 @@ from specreplay.capacity import (
     FLOOR,
     HELD,
     INVALID,
+    TOO_FEW_SAMPLES,
+    TOO_FEW_UNITS,
     LESS,
     MORE,
     VOID,
@@ -26,9 +28,11 @@ from specreplay.capacity import (
     answer,
     compare_answers,
     requests_per_point,
+    too_short,
+    units_per_point,
 )
+from specreplay.resampling import samples_needed
 from specreplay.slo import Slo
-from specreplay.validity import Thresholds
 
 
 def step(rate: float, status: str, invalid: tuple[str, ...] = ()) -> Step:
@@ -132,14 +136,30 @@ def test_rates_are_rounded_to_what_the_tolerance_needs() -> None:
 
 
 def test_a_point_runs_enough_requests_for_its_strictest_percentile() -> None:
-    thresholds = Thresholds()
-    p99 = Slo.from_table({"targets": ["p99 ttft < 2000", "p90 tpot < 50"]})
-    assert requests_per_point(p99, thresholds, None, 0) == 100
-    assert requests_per_point(p99, thresholds, None, 5) == 105
-    assert requests_per_point(p99, thresholds, 400, 5) == 400
-    assert requests_per_point(Slo.from_table({"targets": ["p90 tpot < 50"]}), thresholds, None, 0) == 10
-    assert requests_per_point(Slo.from_table({"targets": ["p99.9 e2e < 9000"]}), thresholds, None, 0) == 1000
-    assert requests_per_point(Slo.from_table({"min_attainment": 0.9}), Thresholds(min_requests_p90=20), None, 0) == 20
+    # resampling.samples_needed: 500 distinct records for a p99, 50 for a p90, 10 at least.
+    p99 = Slo.from_table({"targets": ["p99 ttft < 2000", "p50 e2e < 9000"]})
+    assert units_per_point(p99) == samples_needed(0.99) == 500
+    assert requests_per_point(p99, None, 0) == 500
+    assert requests_per_point(p99, None, 5) == 505
+    assert requests_per_point(p99, 800, 5) == 800
+    assert requests_per_point(Slo.from_table({"targets": ["p90 tpot < 50"]}), None, 0) == 50
+    assert requests_per_point(Slo.from_table({"targets": ["p99.9 e2e < 9000"]}), None, 0) == 5000
+    assert requests_per_point(Slo.from_table({"min_attainment": 0.9}), None, 0) == 10
+
+
+def test_a_trace_too_short_for_the_percentile_stops_the_search_before_it_runs() -> None:
+    p99 = Slo.from_table({"targets": ["p99 ttft < 2000"]})
+    assert too_short(p99, 500, 0) == ""
+    why = too_short(p99, 200, 0)
+    assert "p99 target needs 500 distinct trace records" in why and "the trace has 200" in why
+    assert "plus 3 warmup" in too_short(p99, 501, 3)
+    assert too_short(Slo.from_table({"targets": ["p90 ttft < 2000"]}), 200, 0) == ""
+
+
+def test_a_point_with_too_few_samples_stops_the_search() -> None:
+    search = Search(Settings(start=8))
+    search.record(Step("rate=8", 8, TOO_FEW_SAMPLES))
+    assert search.next_rate() is None and search.stop_reason == TOO_FEW_UNITS
 
 
 def test_two_answers_compare_by_their_brackets() -> None:

@@ -193,7 +193,9 @@ def test_cli_calibrate_then_predict_then_search_and_compare(calibrated: tuple[Pa
     assert result.exit_code == 0, result.output
     assert "PREDICTED, not measured" in html.read_text()
     search = tmp_path / "s.arrow"
-    result = runner.invoke(cli, ["replay", t, "--predict", str(model), "--find-max-rate", "--slo", "p90 ttft < 200", "--rate", "4",
+    # A p90 needs 50 distinct records per point (resampling.samples_needed): a longer trace.
+    long_trace = trace(tmp_path, "search", n=60, seed=7)
+    result = runner.invoke(cli, ["replay", long_trace, "--predict", str(model), "--find-max-rate", "--slo", "p90 ttft < 200", "--rate", "4",
                                  "--arrival", "constant", "--search-tolerance", "0.1", "-o", str(search)])
     assert result.exit_code == 0, result.output
     assert "max rate holding the SLOs" in result.output

@@ -13,6 +13,7 @@ Pure numpy/pandas rows, no server."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 from conftest import T0, config_metadata, results_table
 
 import specreplay
-from specreplay import resampling
+from specreplay import analysis, resampling
 
 RATE_POINTS = [{"point": "rate=8", "mode": "rate", "value": 8}]
 RECORDS = 48
@@ -30,8 +31,8 @@ RECORDS = 48
 TYPICAL = np.random.default_rng(100).integers(15, 60, RECORDS)
 
 
-def simulated_run(seed: int, tpot_us: float = 10_000, rate: float = 8.0, label: str = "run") -> pd.DataFrame:
-    """One run of the simulated configuration (see the module doc)."""
+def simulated_run(seed: int, tpot_us: float = 10_000, rate: float = 8.0, label: str = "run", slo: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One run of the simulated configuration (see the module doc), under `slo` when given."""
     rng = np.random.default_rng(seed)
     sent = T0 + np.cumsum(rng.exponential(1e6 / rate, RECORDS)).astype(int)
     rows: list[dict[str, Any]] = []
@@ -42,7 +43,10 @@ def simulated_run(seed: int, tpot_us: float = 10_000, rate: float = 8.0, label: 
         offsets = ttft + np.concatenate([[0.0], np.cumsum(gaps)])
         chunks = [(int(o), 1, "reasoning" if j < tokens // 2 else "content") for j, o in enumerate(offsets)]
         rows.append({"label": label, "point": "rate=8", "trace_id": f"r{i}", "sent_us": int(sent[i]), "scheduled_us": int(sent[i]), "chunks": chunks})
-    table = results_table(rows, config_metadata(RATE_POINTS))
+    metadata = config_metadata(RATE_POINTS)
+    if slo is not None:
+        metadata["specreplay.config"] = json.dumps({**json.loads(metadata["specreplay.config"]), "slo": slo})
+    table = results_table(rows, metadata)
     df: pd.DataFrame = table.to_pandas()
     df.attrs = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
     return df
@@ -183,3 +187,45 @@ def test_replay_interleaves_repeats_with_their_own_seeds() -> None:
 
     configs = interleave_repeats([ReplayConfig(label="A", seed=7, repeats=2), ReplayConfig(label="B", seed=7, repeats=2)])
     assert [(c.label, c.seed) for c in configs] == [("A@1", 7), ("B@1", 7), ("A@2", 8), ("B@2", 8)]
+
+
+# --- SLO verdicts: the same resampling, the same A/A property -----------------
+
+SLO_SEEDS = 40
+
+
+def _slo_verdicts(seed: int, targets: list[str], tpot_us: float = 10_000) -> dict[str, str]:
+    [run] = analysis.analyse(simulated_run(seed, tpot_us=tpot_us, slo={"targets": targets}))
+    return {v.target.text: v.verdict for v in run.points[0].slo_verdicts}
+
+
+@pytest.fixture(scope="module")
+def population_p50() -> dict[str, float]:
+    """Each figure's p50 over the runs of every seed pooled: what the
+    configuration's own p50 is, so a target set there is met by chance only."""
+    runs = [analysis.analyse(simulated_run(seed))[0].points[0].summary for seed in range(1, SLO_SEEDS + 1)]
+    return {m: float(np.median([r[f"{m}_p50_ms"] for r in runs])) for m in ("ttfc", "e2e")}
+
+
+def test_slo_verdicts_of_one_configuration_do_not_flip_between_seeds(population_p50: dict[str, float]) -> None:
+    # 48 records: enough for a p50 (10), too few for a p90 (50): that one is never judged.
+    targets = [f"p50 ttft < {population_p50['ttfc']:.3f}", f"p50 e2e < {population_p50['e2e']:.3f}", "p90 e2e < 100000"]
+    verdicts = [_slo_verdicts(seed, targets) for seed in range(1, SLO_SEEDS + 1)]
+    for target in targets[:2]:
+        seen = [v[target] for v in verdicts]
+        # At the configuration's own p50 any held/failed is a false verdict: a 95%
+        # interval is on one side by chance at most 2.5% + 2.5% of the time.
+        confident = sum(v in ("held", "failed") for v in seen)
+        assert confident <= 0.05 * SLO_SEEDS + 1, (target, seen)
+        flips = sum(a == "held" and b == "failed" or a == "failed" and b == "held" for a, b in itertools.combinations(seen, 2))
+        assert flips <= 0.01 * math.comb(SLO_SEEDS, 2), (target, seen)
+    assert {v["p90 e2e < 100000"] for v in verdicts} == {"too few samples"}
+
+
+def test_slo_verdicts_find_a_clear_shift(population_p50: dict[str, float]) -> None:
+    # A decode twice as slow moves E2E p50 well past the configuration's own p50; twice as fast, well below.
+    target = f"p50 e2e < {population_p50['e2e']:.3f}"
+    slower = [_slo_verdicts(seed, [target], tpot_us=20_000)[target] for seed in range(1, 11)]
+    faster = [_slo_verdicts(seed, [target], tpot_us=5_000)[target] for seed in range(1, 11)]
+    assert slower.count("failed") >= 9, slower
+    assert faster.count("held") >= 9, faster

@@ -35,7 +35,7 @@ from specreplay.slo import (
     request_values,
     table_from_expressions,
 )
-from specreplay.summary import summarize
+from specreplay.summary import GOODPUT_COLUMNS, summarize
 
 
 def test_targets_parse_with_units_and_print_back() -> None:
@@ -184,9 +184,12 @@ def test_goodput_is_counted_exactly_in_the_summary() -> None:
     assert row["slo_attainment"] == 3 / 6
     assert row["goodput_rps"] == 3 / duration
     assert row["goodput_tok_s"] == (6 + 5 + 1) / duration
+    # Their intervals resample the records with the duration (resampling.point_intervals).
+    for name in ("goodput_rps", "goodput_tok_s"):
+        assert row[f"{name}_low"] < row[name] < row[f"{name}_high"], name
     # Without SLOs the columns are there, and NaN.
     plain = summarize(results_frame(_requests())).iloc[0]
-    assert all(math.isnan(plain[c]) for c in ("slo_good", "slo_attainment", "goodput_rps", "goodput_tok_s"))
+    assert all(math.isnan(plain[c]) for c in GOODPUT_COLUMNS)
 
 
 def _timed(n: int, ttft_ms: Callable[[int], float]) -> list[dict[str, object]]:
@@ -204,11 +207,18 @@ def test_targets_are_judged_with_compares_bootstrap() -> None:
     assert held.low < held.value < held.high < 300
     failed = by_text["p50 e2e <= 100"]  # E2E = TTFT + 15 ms + 1 ms: p50 125.5 ms
     assert failed.verdict == FAILED and failed.value == pytest.approx(125.5) and failed.low > 100
-    assert by_text["p99 tpot < 100"].verdict == HELD and by_text["p99 tpot < 100"].value == pytest.approx(5.0)
+    # A p99 needs 500 distinct trace records (resampling.samples_needed): 200 are too few.
+    p99 = by_text["p99 tpot < 100"]
+    assert p99.verdict == TOO_FEW and p99.value == pytest.approx(5.0) and (p99.samples, p99.needed) == (200, 500)
+    assert "(200 trace records, 500 needed for a p99)" in p99.describe()
     assert by_text["success >= 99%"].verdict == HELD and by_text["success >= 99%"].value == 1.0
-    # Too few requests for a p99: 50 of the 100 the thresholds ask for.
-    [few] = analyse(_slo_frame({"targets": ["p99 ttft < 300"]}, rows[:50]))
-    assert [v.verdict for v in few.points[0].slo_verdicts] == [TOO_FEW]
+    [enough] = analyse(_slo_frame({"targets": ["p99 tpot < 100"]}, _timed(500, lambda i: 10.0 + i % 200)))
+    assert [v.verdict for v in enough.points[0].slo_verdicts] == [HELD]
+    # A p90 needs 50, a p50 10 (the p50 too is judged only on enough records).
+    [few] = analyse(_slo_frame({"targets": ["p90 ttft < 300", "p50 ttft < 300"]}, rows[:49]))
+    assert [v.verdict for v in few.points[0].slo_verdicts] == [TOO_FEW, HELD]
+    [fewer] = analyse(_slo_frame({"targets": ["p50 ttft < 300"]}, rows[:9]))
+    assert [(v.verdict, v.needed) for v in fewer.points[0].slo_verdicts] == [(TOO_FEW, 10)]
 
 
 def test_the_goodput_snippet_in_the_docs_matches_the_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,8 @@ from conftest import T0, MakeResults, config_metadata
 
 from specreplay.validity import Finding, Thresholds, check, from_json, is_fatal, to_json
 
-# Thresholds that silence too_few_requests, so small tables test one check at a time.
-FEW = Thresholds(min_requests_p90=1, min_requests_p99=1)
+#: The default thresholds (too_few_requests is a note, ignored by the checks below).
+FEW = Thresholds()
 
 
 def codes(findings: list[Finding]) -> list[str]:
@@ -25,7 +25,8 @@ def budget_eaten(reasoning: int = 512) -> dict[str, Any]:
 
 
 def test_a_clean_point_has_no_findings(make_results: MakeResults) -> None:
-    rows = [{"sent_us": T0 + 125_000 * i} for i in range(100)]
+    # 500 records: enough for a p99 (resampling.samples_needed), so not even a note.
+    rows = [{"sent_us": T0 + 125_000 * i} for i in range(500)]
     assert check(make_results(rows), points=[{"point": "rate=8", "mode": "rate", "value": 8.0}]) == []
 
 
@@ -67,7 +68,8 @@ def test_reasoning_ate_budget_across_dialects_and_not_for_truncated_answers(make
 
 def test_warmup_rows_are_left_out_of_checks(make_results: MakeResults) -> None:
     rows = [{**budget_eaten(8), "warmup": True}, {"warmup": True, "error_kind": "connect", "chunks": None}, {}]
-    assert check(make_results(rows), FEW) == []
+    # The one measured request is too few for any percentile: only that note.
+    assert codes(check(make_results(rows), FEW)) == ["too_few_requests"]
 
 
 def test_estimated_tokens(make_results: MakeResults) -> None:
@@ -139,7 +141,7 @@ def test_error_rate_lists_counts_by_kind(make_results: MakeResults) -> None:
     assert finding.level == "error"
     assert finding.count == 3
     assert "timeout: 2" in finding.message and "http: 1" in finding.message
-    assert "error_rate" not in codes(check(make_results(rows), Thresholds(max_error_rate=0.5, min_requests_p90=1, min_requests_p99=1)))
+    assert "error_rate" not in codes(check(make_results(rows), Thresholds(max_error_rate=0.5)))
 
 
 def test_engine_panic_is_an_error_naming_the_first_message(make_results: MakeResults) -> None:
@@ -152,14 +154,18 @@ def test_engine_panic_is_an_error_naming_the_first_message(make_results: MakeRes
     assert "engine_panic" not in codes(check(make_results([{} for _ in range(10)]), FEW))
 
 
-def test_too_few_requests_for_p99_and_p90(make_results: MakeResults) -> None:
+def test_too_few_requests_follows_the_sample_count_rule(make_results: MakeResults) -> None:
+    # resampling.samples_needed: 10 distinct records for a p50, 50 for a p90, 500 for a p99.
     eight = only(check(make_results([{} for _ in range(8)])), "too_few_requests")
-    assert eight.count == 8
-    assert "p90 and p99" in eight.message
+    assert eight.count == 8 and eight.level == "note"
+    assert "the p50 and p90 and p99 printed" in eight.message
+    assert "at least 10 for a p50, 50 for a p90, 500 for a p99" in eight.message
     fifty = only(check(make_results([{} for _ in range(50)])), "too_few_requests")
-    assert "the p99 printed" in fifty.message
-    assert "at least 100 for a p99" in fifty.message
-    assert fifty.level == "note"
+    assert "the p99 printed" in fifty.message and "at least 500 for a p99" in fifty.message
+    assert "too_few_requests" not in codes(check(make_results([{} for _ in range(500)])))
+    # A looped trace's records count once: 60 requests of 6 records are 6 units.
+    looped = only(check(make_results([{"trace_id": f"r{i % 6}" + (f"#{i // 6}" if i >= 6 else "")} for i in range(60)])), "too_few_requests")
+    assert looped.count == 6 and "only 6 distinct trace records among the 60 successful requests" in looped.message
 
 
 def test_errors_come_first_within_a_point(make_results: MakeResults) -> None:
@@ -192,15 +198,21 @@ def test_thresholds_from_config() -> None:
 
 
 def test_each_run_is_checked_with_its_own_recorded_thresholds(make_results: MakeResults) -> None:
-    # Run "a" asks for 100 requests before a p99, run "b" for 5: eight requests
-    # are too few for a's p99 and enough for b's.
-    runs = [{"label": "a", "points": []}, {"label": "b", "points": [], "thresholds": {"min_requests_p90": 1, "min_requests_p99": 5}}]
+    # Run "a" allows 1% of failed requests, run "b" 50%: one failure in eight
+    # is too many for a and within b's limit.
+    runs = [{"label": "a", "points": []}, {"label": "b", "points": [], "thresholds": {"max_error_rate": 0.5}}]
     metadata = {"specreplay.version": "0.1.0", "specreplay.runs": json.dumps(runs)}
-    rows = [{"label": "a", "point_index": 0} for _ in range(8)] + [{"label": "b", "point_index": 1} for _ in range(8)]
+    failed = {"error_kind": "timeout", "chunks": None}
+    rows = [{"label": label, "point_index": i, **(failed if k == 0 else {})} for i, label in enumerate("ab") for k in range(8)]
     df = make_results(rows, metadata)
-    assert [(f.point, f.code) for f in check(df)] == [("a: rate=8", "too_few_requests")]
+    assert [f.point for f in check(df) if f.code == "error_rate"] == ["a: rate=8"]
     # Given thresholds replace the recorded ones, for every run.
-    assert [f.point for f in check(df, Thresholds())] == ["a: rate=8", "b: rate=8"]
+    assert [f.point for f in check(df, Thresholds()) if f.code == "error_rate"] == ["a: rate=8", "b: rate=8"]
+
+
+def test_retired_sample_count_thresholds_are_read_and_ignored() -> None:
+    # Files recorded before the sample counts became resampling.samples_needed.
+    assert Thresholds.from_dict({"min_requests_p90": 1, "min_requests_p99": 5, "min_sessions_p90": 3}) == Thresholds()
 
 
 def test_engine_delay_says_the_client_was_saturated(make_results: MakeResults) -> None:
@@ -215,7 +227,7 @@ def test_engine_delay_says_the_client_was_saturated(make_results: MakeResults) -
     assert "engine_delay" not in codes(check(make_results([{}] * 10), FEW))
     unstamped = [{"chunk_delay_us": [None] * 11, "stamp_source": "user"}] * 10
     assert "engine_delay" not in codes(check(make_results(unstamped), FEW))
-    assert "engine_delay" not in codes(check(make_results(rows), Thresholds(min_requests_p90=1, min_requests_p99=1, engine_delay_p99_ms=10.0)))
+    assert "engine_delay" not in codes(check(make_results(rows), Thresholds(engine_delay_p99_ms=10.0)))
 
 
 def test_queue_growing_when_ttft_climbs_through_an_open_loop_point(make_results: MakeResults) -> None:

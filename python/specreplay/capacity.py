@@ -16,7 +16,11 @@ the results file (`rate=R`, with its own summary and validity findings):
    did not offer the load it names (`offered_load`: the sessions cap the
    load, the trace is too short for the rate, or the client is saturated):
    a point counts only at the load it actually offered, and the search
-   never reports a rate it did not offer.
+   never reports a rate it did not offer; or before the first point, when
+   the trace has fewer records than the SLO's strictest percentile needs
+   (`too_short`), or at a point left with too few (`too few samples`): a
+   percentile is judged only on `resampling.samples_needed` distinct
+   records, and each point is sized for it (`requests_per_point`).
 
 A point **holds** when every target held with confidence (`slo.judge`: the
 far end of its bootstrap interval satisfies the target), the validity
@@ -37,14 +41,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from specreplay.config import Point, ReplayConfig
 from specreplay.replay import FinishedPoint, Plan
+from specreplay.resampling import samples_needed
 from specreplay.slo import FAILED as TARGET_FAILED
 from specreplay.slo import TOO_FEW, Slo, TargetVerdict
-from specreplay.validity import Thresholds
 
 if TYPE_CHECKING:
     from specreplay.analysis import PointAnalysis
@@ -70,6 +74,7 @@ VOID = "void"
 FLOOR = "floor"
 INTERRUPTED = "interrupted"
 LOAD_NOT_OFFERED = "load not offered"
+TOO_FEW_UNITS = "too few samples"
 
 #: A point's sends must reach this share of the rate it names (its schedule's
 #: own rate, when the schedule is fixed in advance) to count at that rate.
@@ -99,12 +104,33 @@ class Settings:
         return float(f"{rate:.{digits}g}")
 
 
-def requests_per_point(slo: Slo, thresholds: Thresholds, num_requests: int | None, warmup: int) -> int:
-    """Requests each point sends: enough successful ones for the strictest
-    percentile among the targets (`Target.samples_needed`: `min_requests_p99`
-    for a p99) plus the warmup, or `num_requests` when that is more."""
-    needed = max([t.samples_needed(thresholds.min_requests_p90, thresholds.min_requests_p99) for t in slo.targets] + [thresholds.min_requests_p90])
-    return max(needed + warmup, num_requests or 0)
+def units_per_point(slo: Slo) -> int:
+    """Distinct trace records (the unit a point's figures are resampled by)
+    each point needs: the strictest `Target.samples_needed` among the
+    targets (500 for a p99, 50 for a p90, 10 for a p50)."""
+    return max([t.samples_needed for t in slo.targets] + [samples_needed(0.5)])
+
+
+def requests_per_point(slo: Slo, num_requests: int | None, warmup: int) -> int:
+    """Requests each point sends: `units_per_point` plus the warmup, or
+    `num_requests` when that is more."""
+    return max(units_per_point(slo) + warmup, num_requests or 0)
+
+
+def too_short(slo: Slo, records: int, warmup: int) -> str:
+    """Why a trace of `records` records cannot size a point for the SLO's
+    strictest percentile ("" when it can): a looped trace sends a record
+    again, but a record sent twice is still one unit of the resampling."""
+    needed = units_per_point(slo)
+    if records >= needed + warmup:
+        return ""
+    strictest = max((t for t in slo.targets if t.quantile is not None), key=lambda t: t.samples_needed, default=None)
+    what = f"a {strictest.stat} target" if strictest is not None else "a point"
+    extra = f" plus {warmup} warmup" if warmup else ""
+    return (
+        f"{what} needs {needed} distinct trace records per point{extra} (the unit its interval is resampled by; "
+        f"docs/compare.md, \"The sample-count rule\"), and the trace has {records}: use a longer trace or a lower percentile"
+    )
 
 
 @dataclass(frozen=True)
@@ -228,6 +254,8 @@ class Answer:
     steps: tuple[Step, ...]
     stop_reason: str | None = None
     tolerance: float = DEFAULT_TOLERANCE
+    short: str = ""
+    """Why the trace could not size a point for the SLO (`too_short`), when it could not."""
 
     @property
     def max_rate(self) -> float | None:
@@ -257,6 +285,10 @@ class Answer:
             out.append(f"max rate holding the SLOs: {self.low.rate:g} req/s ({self.low.label})")
         elif judged:
             out.append(f"no rate held the SLOs (lowest tried: {min(s.rate for s in judged):g} req/s)")
+        elif self.short:
+            out.append(f"no answer: {self.short}")
+        elif short is not None:
+            out.append("no answer: no point offered the load it names")
         else:
             out.append("no answer: " + ("no point finished before the time budget ran out" if self.steps else "no point ran"))
         if self.high is not None:
@@ -300,6 +332,7 @@ STOP_REASONS = {
     FLOOR: "no rate held down to the search's floor (start / 1024)",
     INTERRUPTED: "interrupted",
     LOAD_NOT_OFFERED: "a point did not offer the load it names, so no higher rate can be judged with this trace and setup",
+    TOO_FEW_UNITS: "a point cannot have enough trace records for its SLO's percentile, so no rate can be judged with this trace",
 }
 
 
@@ -327,6 +360,8 @@ class Search:
             self.stop_reason = BUDGET
         elif step.status == NOT_OFFERED:
             self.stop_reason = LOAD_NOT_OFFERED
+        elif step.status == TOO_FEW_SAMPLES:
+            self.stop_reason = TOO_FEW_UNITS
         elif step.status == INVALID and VOID_AT_ANY_RATE.intersection(step.invalid):
             self.stop_reason = VOID
 
@@ -373,16 +408,31 @@ class SearchPlan(Plan):
 
         self.config = config
         self.slo = config.slo_settings()
-        self.thresholds = Thresholds.from_dict(config.thresholds)
         self.settings = Settings(
             start=config.rate[0] if config.rate else DEFAULT_START,
             tolerance=config.search_tolerance,
             budget_s=config.search_budget,
         )
         self.search = Search(self.settings)
-        self.requests = requests_per_point(self.slo, self.thresholds, config.num_requests, config.warmup)
+        self.requests = requests_per_point(self.slo, config.num_requests, config.warmup)
+        self.units = units_per_point(self.slo)
+        #: Why the trace cannot size a point (`too_short`), once `start` has seen it.
+        self.short = ""
         self.now_us = now_us or _core.now_us
         self.started_us: float | None = None
+
+    def start(self, records: int) -> str | None:
+        """Before the first point: how each point is sized; a trace too short
+        for the SLO's strictest percentile stops the search before it runs a
+        point it could not judge."""
+        self.short = too_short(self.slo, records, self.config.warmup)
+        if self.short:
+            self.search.stop_reason = TOO_FEW_UNITS
+            return f"capacity search: {self.short}"
+        return (
+            f"capacity search: {self.requests} requests per point, to have the {self.units} distinct trace records "
+            f"the SLO's strictest percentile needs (docs/capacity.md)"
+        )
 
     def next_point(self) -> Point | None:
         if self.started_us is None:
@@ -427,7 +477,7 @@ class SearchPlan(Plan):
     def result(self, interrupted: bool = False) -> Answer:
         if interrupted:
             self.search.stop_reason = INTERRUPTED
-        return self.search.answer
+        return replace(self.search.answer, short=self.short)
 
 
 # --- answers read back from a results file, and compared ----------------------

@@ -238,12 +238,21 @@ def print_slo(console: Console, row: pd.Series, slo: Slo, verdicts: Sequence[Tar
         limits = ", ".join(f"{metric} ≤ {limit:g} ms" for metric, limit in slo.thresholds.items())
         console.print(
             Text(
-                f"  goodput {fmt_rate(row['goodput_rps'], 2)} req/s, {fmt_rate(row['goodput_tok_s'])} tok/s "
+                f"  goodput {fmt_rate(row['goodput_rps'], 2)} req/s{_interval(row, 'goodput_rps', 2)}, "
+                f"{fmt_rate(row['goodput_tok_s'])} tok/s{_interval(row, 'goodput_tok_s')} "
                 f"({_share(row['slo_attainment'])} of requests met every per-request SLO: {limits})"
             )
         )
     for verdict in verdicts:
         console.print(Text(f"  SLO {verdict.describe(slo)}", style=TARGET_STYLES.get(verdict.verdict, "dim")))
+
+
+def _interval(row: pd.Series, column: str, digits: int = 1) -> str:
+    """` [low, high]` of a figure with its bootstrap interval, "" without one."""
+    low, high = row.get(f"{column}_low"), row.get(f"{column}_high")
+    if _missing(low) or _missing(high):
+        return ""
+    return f" [{fmt_rate(low, digits)}, {fmt_rate(high, digits)}]"
 
 
 def _share(value: Any) -> str:

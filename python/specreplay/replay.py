@@ -163,6 +163,11 @@ class Plan:
 
     def finished(self, finished: FinishedPoint) -> None: ...
 
+    def start(self, records: int) -> str | None:
+        """Before the first point, with the trace's record count: a line for
+        the console about how the plan sizes its points, if any."""
+        return None
+
 
 def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]) -> RunSpec:
     """What the engine runs for `point` (the `RunSpec` of `_core.pyi`)."""
@@ -440,6 +445,9 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
     model = run.target.model or run.config.model
     plan, label = run.plan, run.config.label
     first = True
+    said = plan.start(run.trace.records)
+    if said:
+        hooks.note(said)
     while (point := plan.next_point()) is not None:
         num_requests = plan.num_requests(run.config)
         config = run.config if num_requests == run.config.num_requests else replace(run.config, num_requests=num_requests)

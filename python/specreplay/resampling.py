@@ -364,22 +364,43 @@ def interval_of(ratios: np.ndarray, confidence: float, resamples: int, units: in
     return float(low), float(high)
 
 
+@dataclass
+class PointIntervals:
+    """One run's figures on one point with their intervals (`point_intervals`)."""
+
+    latencies: dict[tuple[str, float], Interval]
+    """(latency prefix, quantile) -> (quantile, low, high), ms."""
+    shares: dict[str, Interval]
+    """share name -> (mean, low, high)."""
+    rates: dict[str, Interval]
+    """rate name -> (per second, low, high)."""
+    units: int
+    """Distinct trace records among the successful requests: the count
+    `samples_needed` is held against."""
+
+
 def point_intervals(
     point: PointAnalysis,
     latencies: Sequence[tuple[str, float]],
     shares: Mapping[str, np.ndarray],
+    rates: Mapping[str, np.ndarray] | None = None,
     *,
     confidence: float = CONFIDENCE,
     resamples: int = RESAMPLES,
     seed: int = SEED,
-) -> tuple[dict[tuple[str, float], Interval], dict[str, Interval]]:
+) -> PointIntervals:
     """One run's figures on one point with their bootstrap intervals,
     resampled as `compare` resamples a point (its trace records, seeded by
-    `seed` and the point's name): each (latency prefix, quantile) ->
-    (quantile, low, high), and each share (a per-request indicator over
-    `point.rows`) -> (mean, low, high). The SLO verdicts read these."""
+    `seed` and the point's name; expanded for few records, `_expansion`):
+    each (latency prefix, quantile) -> (quantile, low, high), each share (a
+    per-request indicator over `point.rows`) -> (mean, low, high), and each
+    rate (a per-request amount over `point.rows`, counted for successful
+    requests only: goodput's requests or tokens) -> (per second, low, high),
+    its duration resampled with its requests (`PointSample.durations`). The
+    SLO verdicts and goodput read these."""
     data = PointSample.of(point)
     unit_of_request, n_units = units(data.ids)
+    rates = rates or {}
     wanted: dict[str, list[float]] = {}
     for prefix, q in latencies:
         wanted.setdefault(prefix, []).append(q)
@@ -387,6 +408,8 @@ def point_intervals(
     generator = rng(seed, point.point)
     drawn: dict[tuple[str, float] | str, list[np.ndarray]] = {(prefix, q): [] for prefix, q in latencies}
     drawn.update({name: [] for name in shares})
+    drawn.update({f"rate:{name}": [] for name in rates})
+    amounts = {name: np.where(data.ok, np.nan_to_num(np.asarray(amount, dtype="float64")), 0.0) for name, amount in rates.items()}
     biggest = max([len(data.samples[p].values) for p in wanted] + [len(data.ids), 1])
     block = max(1, min(resamples, 2_000_000 // biggest))
     done = 0
@@ -400,18 +423,27 @@ def point_intervals(
         with np.errstate(divide="ignore", invalid="ignore"):
             for name, indicator in shares.items():
                 drawn[name].append(per_request @ np.asarray(indicator, dtype="float64") / per_request.sum(axis=1))
+            if amounts:
+                duration = data.durations(per_request.astype("float64"))
+                for name, amount in amounts.items():
+                    drawn[f"rate:{name}"].append(per_request @ amount / duration * 1e6)
         done += size
     ones = np.ones((1, n_units), dtype="int64")
+    ok_units = data.n_units
 
     def interval(value: float, samples: list[np.ndarray]) -> Interval:
         if math.isnan(value):
             return value, math.nan, math.nan
-        low, high = interval_of(np.concatenate(samples), confidence, resamples)
+        low, high = interval_of(np.concatenate(samples), confidence, resamples, ok_units)
         return value, low, high
 
     out_latency = {(prefix, q): interval(float(quantiles[prefix](ones, [q])[0, 0]), drawn[(prefix, q)]) for prefix, q in latencies}
     out_share = {name: interval(float(np.mean(indicator)) if len(indicator) else math.nan, drawn[name]) for name, indicator in shares.items()}
-    return out_latency, out_share
+    whole = float(data.durations(np.ones((1, len(data.ids))))[0]) if len(data.ids) else math.nan
+    out_rate = {
+        name: interval(float(amount.sum()) / whole * 1e6 if whole > 0 else math.nan, drawn[f"rate:{name}"]) for name, amount in amounts.items()
+    }
+    return PointIntervals(out_latency, out_share, out_rate, ok_units)
 
 
 # --- between repeats ------------------------------------------------------------

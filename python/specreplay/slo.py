@@ -98,18 +98,14 @@ class Target:
         """Whether the value `x` satisfies the target."""
         return {"<": x < self.value, "<=": x <= self.value, ">": x > self.value, ">=": x >= self.value}[self.op]
 
-    def samples_needed(self, min_requests_p90: int, min_requests_p99: int) -> int:
-        """Successful requests a point needs before this target gets a verdict:
-        the validity thresholds for a p90 and a p99 (`too_few_requests`), and
-        for a higher percentile as many as keep 1% of min_requests_p99 samples
-        above it (1000 for a p99.9 by default)."""
-        if self.quantile is None:
-            return 1
-        if self.quantile <= 0.90:
-            return min_requests_p90
-        if self.quantile <= 0.99:
-            return min_requests_p99
-        return math.ceil(min_requests_p99 * 0.01 / (1 - self.quantile))
+    @property
+    def samples_needed(self) -> int:
+        """Units (distinct trace records) a point needs before this target
+        gets a verdict: `resampling.samples_needed` of its percentile (10 for
+        a p50, 50 for a p90, 500 for a p99), 2 for a share."""
+        from specreplay.resampling import samples_needed
+
+        return samples_needed(self.quantile)
 
 
 def parse_target(text: str, where: str = "target") -> Target:
@@ -350,7 +346,7 @@ class TargetVerdict:
     def _why(self) -> str:
         t = self.target
         if self.verdict == TOO_FEW:
-            return f" ({self.samples} samples, {self.needed} needed for a {t.stat})"
+            return f" ({self.samples} trace records, {self.needed} needed for a {t.stat or t.metric})"
         if self.verdict == UNCERTAIN:
             return ", the interval straddles the target"
         if self.verdict == FAILED:
@@ -395,23 +391,37 @@ def judge(target: Target, value: float, low: float, high: float, samples: int, n
 def verdicts(point: PointAnalysis) -> tuple[TargetVerdict, ...]:
     """Every target of the point's SLOs judged on it (`judge`), its figure
     and interval from `resampling.point_intervals`: the bootstrap `compare`
-    uses. A percentile counts the point's successful requests as samples; a
-    share, all of its measured requests."""
+    uses (the point's trace records resampled, the interval expanded for few
+    of them). A target counts the distinct trace records among the point's
+    successful requests as its samples, against `Target.samples_needed`."""
     from specreplay.resampling import point_intervals
 
-    slo, thresholds = point.slo, point.thresholds
+    slo = point.slo
     if not slo.targets:
         return ()
     latencies = [(slo.column(t.metric), t.quantile) for t in slo.targets if t.quantile is not None]
     shares = {t.metric: point.ok if t.metric == "success" else point.slo_met for t in slo.targets if t.is_share}
-    latency_figures, share_figures = point_intervals(point, latencies, shares)
-    ok = int(np.count_nonzero(point.ok))
+    figures = point_intervals(point, latencies, shares)
     out = []
     for t in slo.targets:
         if t.quantile is None:
-            value, low, high = share_figures[t.metric]
-            out.append(judge(t, value, low, high, len(point.rows), 1))
+            value, low, high = figures.shares[t.metric]
         else:
-            value, low, high = latency_figures[(slo.column(t.metric), t.quantile)]
-            out.append(judge(t, value, low, high, ok, t.samples_needed(thresholds.min_requests_p90, thresholds.min_requests_p99)))
+            value, low, high = figures.latencies[(slo.column(t.metric), t.quantile)]
+        out.append(judge(t, value, low, high, figures.units, t.samples_needed))
     return tuple(out)
+
+
+def goodput_intervals(point: PointAnalysis) -> dict[str, tuple[float, float, float]]:
+    """The point's goodput with its intervals, from the same resampling as
+    its verdicts (`resampling.point_intervals`: records resampled, the
+    duration with them): `goodput_rps` and `goodput_tok_s` -> (per second,
+    low, high). Empty without per-request thresholds."""
+    from specreplay import metrics
+    from specreplay.resampling import point_intervals
+
+    if not point.slo.thresholds:
+        return {}
+    good = np.asarray(point.slo_met, dtype="float64")
+    tokens = np.nan_to_num(metrics.as_float(point.rows, "output_tokens").to_numpy(dtype="float64")) * good
+    return point_intervals(point, [], {}, {"goodput_rps": good, "goodput_tok_s": tokens}).rates

@@ -286,25 +286,32 @@ def client_figures(rows: pd.DataFrame, chunk_frame: pd.DataFrame) -> dict[str, A
 
 
 #: Goodput columns: NaN for a run without SLOs (docs/capacity.md).
-GOODPUT_COLUMNS: tuple[str, ...] = ("slo_good", "slo_attainment", "goodput_rps", "goodput_tok_s")
+GOODPUT_COLUMNS: tuple[str, ...] = (
+    "slo_good", "slo_attainment", "goodput_rps", "goodput_rps_low", "goodput_rps_high",
+    "goodput_tok_s", "goodput_tok_s_low", "goodput_tok_s_high",
+)  # fmt: skip
 
 
 def goodput(point: PointAnalysis, duration_s: float) -> dict[str, float]:
     """The point's requests that met every per-request SLO threshold: how
     many, their share of the measured requests, and per second of the
-    point (requests and their output tokens)."""
+    point (requests and their output tokens), each rate with its bootstrap
+    interval (`slo.goodput_intervals`: the trace records resampled, the
+    duration with them, as `compare` resamples a throughput)."""
+    from specreplay.slo import goodput_intervals
+
     if point.slo.empty:
         return dict.fromkeys(GOODPUT_COLUMNS, math.nan)
     good = point.slo_met
     n = int(good.sum())
     tokens = float(metrics.as_float(point.rows, "output_tokens").to_numpy()[good].sum())
     per_s = duration_s if duration_s > 0 else math.nan
-    return {
-        "slo_good": n,
-        "slo_attainment": n / len(good) if len(good) else math.nan,
-        "goodput_rps": n / per_s,
-        "goodput_tok_s": tokens / per_s,
-    }
+    out = {"slo_good": n, "slo_attainment": n / len(good) if len(good) else math.nan, "goodput_rps": n / per_s, "goodput_tok_s": tokens / per_s}
+    intervals = goodput_intervals(point)
+    for name in ("goodput_rps", "goodput_tok_s"):
+        _, low, high = intervals.get(name, (math.nan, math.nan, math.nan))
+        out[f"{name}_low"], out[f"{name}_high"] = low, high
+    return out
 
 
 PER_REQUEST_COLUMNS: tuple[str, ...] = (

@@ -54,12 +54,6 @@ class Thresholds:
     whose next request waits for the engine to read the previous answer."""
     max_error_rate: float = 0.01
     """error_rate: share of failed requests above this."""
-    min_requests_p90: int = 10
-    """too_few_requests: ok requests needed before p90 means anything."""
-    min_requests_p99: int = 100
-    """too_few_requests: ok requests needed before p99 means anything."""
-    min_sessions_p90: int = 10
-    """too_few_sessions: completed sessions needed before the session duration p90 means anything."""
     max_queue_growth: float = 0.05
     """queue_growing: TTFT growth per second of an open-loop point (s/s) above this."""
     max_acceptance_gap: float = 0.1
@@ -76,10 +70,20 @@ class Thresholds:
         """Thresholds from a mapping such as the config's `thresholds`; an
         unknown key is an error rather than a silently ignored typo."""
         known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in values.items() if k not in RETIRED}
         unknown = set(values) - known
         if unknown:
             raise ValueError(f"unknown thresholds: {', '.join(sorted(unknown))}")
         return cls(**values)
+
+
+#: Thresholds of files recorded before the sample counts became one rule
+#: (`resampling.samples_needed`, for too_few_requests, too_few_sessions, the
+#: SLO verdicts and `compare` alike): read and ignored.
+RETIRED = frozenset({"min_requests_p90", "min_requests_p99", "min_sessions_p90"})
+
+#: queue_growing: successful requests needed before a slope of TTFT over the send time is fitted.
+MIN_SLOPE_REQUESTS = 10
 
 
 @dataclass(frozen=True)
@@ -331,7 +335,7 @@ def _queue_growing(point: PointAnalysis) -> Finding | None:
     keep = ~(np.isnan(sent) | np.isnan(ttft))
     sent, ttft = sent[keep], ttft[keep]
     span = float(sent.max() - sent.min()) if len(sent) else 0.0
-    if len(sent) < thresholds.min_requests_p90 or span <= 0:
+    if len(sent) < MIN_SLOPE_REQUESTS or span <= 0:
         return None
     growth = float(np.polyfit(sent - sent.min(), ttft, 1)[0])
     if growth <= thresholds.max_queue_growth:
@@ -448,32 +452,43 @@ def _estimated_chunk_counts(ok: pd.DataFrame) -> str:
     )
 
 
+def _percentiles_short(units: int, quantiles: tuple[float, ...] = (0.5, 0.9, 0.99)) -> tuple[list[str], str]:
+    """The printed percentiles that `units` are too few to judge
+    (`resampling.samples_needed`), and the counts they need."""
+    from specreplay.resampling import samples_needed
+
+    short = [(f"p{round(q * 100)}", samples_needed(q)) for q in quantiles if units < samples_needed(q)]
+    return [name for name, _ in short], ", ".join(f"{n} for a {name}" for name, n in short)
+
+
 def _too_few_requests(point: PointAnalysis) -> Finding | None:
-    ok, thresholds = len(point.ok_rows), point.thresholds
-    if ok >= thresholds.min_requests_p99:
+    from specreplay.resampling import record_id
+
+    ok = point.ok_rows
+    units = len({record_id(str(t)) for t in ok["trace_id"]}) if "trace_id" in ok.columns else len(ok)
+    short, needed = _percentiles_short(units)
+    if not short:
         return None
-    if ok < thresholds.min_requests_p90:
-        unreliable, needed = "p90 and p99", f"{thresholds.min_requests_p90} for a p90, {thresholds.min_requests_p99} for a p99"
-    else:
-        unreliable, needed = "p99", f"{thresholds.min_requests_p99} for a p99"
     return Finding(
         code="too_few_requests",
         level="note",
         point=point.point,
-        count=ok,
+        count=units,
         message=(
-            f"only {ok} successful requests (at least {needed}): "
-            f"the {unreliable} printed come from the top one or two samples, not a distribution."
+            f"only {units} distinct trace records among the {len(ok)} successful requests (at least {needed}: "
+            f"resampling.samples_needed): the {' and '.join(short)} printed rest on fewer than 5 samples beyond them, "
+            "so compare and the SLO verdicts call them `too few samples`."
         ),
     )
 
 
 def _too_few_sessions(point: PointAnalysis) -> Finding | None:
-    sessions, thresholds = point.sessions, point.thresholds
+    sessions = point.sessions
     if sessions.empty:
         return None
     completed = int(sessions["completed"].sum())
-    if completed >= thresholds.min_sessions_p90:
+    short, needed = _percentiles_short(completed, (0.5, 0.9))  # sessions print a p50 and a p90
+    if not short:
         return None
     return Finding(
         code="too_few_sessions",
@@ -481,8 +496,9 @@ def _too_few_sessions(point: PointAnalysis) -> Finding | None:
         point=point.point,
         count=completed,
         message=(
-            f"only {completed} of {len(sessions)} sessions completed (at least {thresholds.min_sessions_p90} "
-            "for a p90): the session duration p90 printed comes from the top one or two sessions, not a distribution."
+            f"only {completed} of {len(sessions)} sessions completed (at least {needed}: resampling.samples_needed): "
+            f"the session duration {' and '.join(short)} printed rest on fewer than 5 sessions beyond them, "
+            "so compare calls them `too few samples`."
         ),
     )
 
