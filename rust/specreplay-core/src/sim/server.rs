@@ -49,6 +49,7 @@ impl SimServer {
                 stats: FaultStats::default(),
                 metrics,
                 engine,
+                pool_lane: Default::default(),
                 shutdown: stop.clone(),
             });
             serve(listener, shared, stop)

@@ -8,6 +8,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 
 use super::config::SimConfig;
+use super::embed::PoolLane;
 use super::engine::{EngineHandle, Job};
 use super::fault::FaultStats;
 use super::metrics::Metrics;
@@ -36,6 +37,8 @@ pub(crate) struct Shared {
     pub metrics: Arc<Metrics>,
     /// The capacity model's scheduler, when the config has one.
     pub engine: Option<EngineHandle>,
+    /// The pooling endpoints' forwards, one after another.
+    pub pool_lane: PoolLane,
     pub shutdown: watch::Receiver<bool>,
 }
 
