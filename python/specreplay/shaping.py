@@ -179,7 +179,12 @@ class Conversation:
 
 
 def _is_answer(message: Any) -> bool:
-    return isinstance(message, dict) and message.get("role") == "assistant" and (isinstance(message.get("content"), str) or _first_call(message) is not None)
+    if not (isinstance(message, dict) and message.get("role") == "assistant"):
+        return False
+    content = message.get("content")
+    # An Anthropic tool call: a `tool_use` block whose `input` the engine replaces.
+    tool_use = isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
+    return isinstance(content, str) or tool_use or _first_call(message) is not None
 
 
 def _first_call(message: dict[str, Any]) -> dict[str, Any] | None:
@@ -195,8 +200,17 @@ def _first_call(message: dict[str, Any]) -> dict[str, Any] | None:
 
 def _with_answer_mark(message: dict[str, Any], mark: str) -> dict[str, Any]:
     """The assistant `message` with `mark` where the live answer goes: its
-    first tool call's arguments when it made one, else its content."""
+    first tool call's arguments when it made one (chat), its first `tool_use`
+    block's `input` (Anthropic: the engine writes the call's JSON object in
+    place of the mark's string), else its content."""
     call = _first_call(message)
+    content = message.get("content")
+    if call is None and isinstance(content, list):
+        for k, block in enumerate(content):
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                blocks = list(content)
+                blocks[k] = {**block, "input": mark}
+                return {**message, "content": blocks}
     if call is None:
         return {**message, "content": mark}
     calls = list(message["tool_calls"])
