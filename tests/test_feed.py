@@ -279,3 +279,23 @@ def test_live_history_marks_an_anthropic_tool_use_input(tmp_path: Path) -> None:
     blocks = sent["messages"][1]["content"]
     assert blocks[0] == {"type": "text", "text": "Let me look."}
     assert blocks[1]["input"] == {"city": "live"} and blocks[1]["id"] == "toolu_1"
+
+
+def test_live_history_marks_a_responses_function_call(tmp_path: Path) -> None:
+    """A Responses turn that answered with a `function_call` item: its
+    `arguments` string is where the call the server made goes."""
+    first = [{"role": "user", "content": "weather in Paris?"}]
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "recorded"}'}
+    result = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+    turns = [
+        {"id": "t0", "session_id": "s", "api": "responses", "body": {"input": first}},
+        {"id": "t1", "session_id": "s", "api": "responses", "body": {"input": [*first, call, result]}},
+    ]
+    rows = feed_all(write(tmp_path, turns), live_history=True, concurrency=[1]).rows()
+    body, history = rows[1]["body"], rows[1]["history_at"]
+    assert b"recorded" not in body
+    (at,) = history
+    sent = json.loads(body[:at] + b'{\\"city\\": \\"live\\"}' + body[at:])
+    items = sent["input"]
+    assert items[1] == {**call, "arguments": '{"city": "live"}'}
+    assert items[2] == result
