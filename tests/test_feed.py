@@ -254,3 +254,48 @@ def test_a_points_rows_are_replaced_from_its_first_row(tmp_path: Path) -> None:
         writer.replace_from(first_row, recounted.slice(1))
     writer.close()
     assert pa.ipc.open_file(str(tmp_path / "r.arrow")).read_all().column("trace_id").to_pylist()[-1] == f"x{mine.num_rows - 1}"
+
+
+def test_live_history_marks_an_anthropic_tool_use_input(tmp_path: Path) -> None:
+    """An Anthropic turn that answered with a `tool_use` block: the block's
+    `input` is where the call the server made goes (the engine writes the
+    object there; rust engine::body tests that half)."""
+    first = [{"role": "user", "content": "weather in Paris?"}]
+    call = {"role": "assistant", "content": [
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "recorded"}},
+    ]}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}
+    turns = [
+        {"id": "t0", "session_id": "s", "api": "anthropic", "body": {"max_tokens": 50, "messages": first}},
+        {"id": "t1", "session_id": "s", "api": "anthropic", "body": {"max_tokens": 50, "messages": [*first, call, result]}},
+    ]
+    rows = feed_all(write(tmp_path, turns), live_history=True, concurrency=[1]).rows()
+    body, history = rows[1]["body"], rows[1]["history_at"]
+    assert b"recorded" not in body
+    (at,) = history
+    assert body[at - 1 : at + 1] == b'""' and body[: at - 1].rstrip().endswith(b'"input":')
+    sent = json.loads(body[: at - 1] + b'{"city": "live"}' + body[at + 1 :])
+    blocks = sent["messages"][1]["content"]
+    assert blocks[0] == {"type": "text", "text": "Let me look."}
+    assert blocks[1]["input"] == {"city": "live"} and blocks[1]["id"] == "toolu_1"
+
+
+def test_live_history_marks_a_responses_function_call(tmp_path: Path) -> None:
+    """A Responses turn that answered with a `function_call` item: its
+    `arguments` string is where the call the server made goes."""
+    first = [{"role": "user", "content": "weather in Paris?"}]
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "recorded"}'}
+    result = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+    turns = [
+        {"id": "t0", "session_id": "s", "api": "responses", "body": {"input": first}},
+        {"id": "t1", "session_id": "s", "api": "responses", "body": {"input": [*first, call, result]}},
+    ]
+    rows = feed_all(write(tmp_path, turns), live_history=True, concurrency=[1]).rows()
+    body, history = rows[1]["body"], rows[1]["history_at"]
+    assert b"recorded" not in body
+    (at,) = history
+    sent = json.loads(body[:at] + b'{\\"city\\": \\"live\\"}' + body[at:])
+    items = sent["input"]
+    assert items[1] == {**call, "arguments": '{"city": "live"}'}
+    assert items[2] == result

@@ -152,15 +152,18 @@ class Conversation:
     earlier turns sit in each turn's messages. Turn n's messages hold turn
     n-1's answer when they extend turn n-1's messages by an assistant message
     with text and then more; the places found for turn n-1 hold in turn n
-    then too. Chat and anthropic messages only (a prompt given by blocks, or
-    a completions prompt, has no answer to replace)."""
+    then too. Chat and anthropic messages, and Responses `input` items (a
+    prompt given by blocks, or a completions prompt, has no answer to
+    replace)."""
 
     previous: list[Any] | None = None
     #: (message index, turn whose answer it is).
     answers: list[tuple[int, int]] = field(default_factory=list)
 
     def places(self, record: TraceRecord, turn_index: int) -> list[tuple[int, int]]:
-        messages = record.body.get("messages") if record.api in ("chat", "anthropic") else None
+        # Responses: the `input` items (a `function_call` item is an answer).
+        key = "input" if record.api == "responses" else "messages"
+        messages = record.body.get(key) if record.api in ("chat", "anthropic", "responses") else None
         if record.prompt_blocks is not None or not isinstance(messages, list):
             self.previous, self.answers = None, []
             return []
@@ -179,7 +182,14 @@ class Conversation:
 
 
 def _is_answer(message: Any) -> bool:
-    return isinstance(message, dict) and message.get("role") == "assistant" and (isinstance(message.get("content"), str) or _first_call(message) is not None)
+    if isinstance(message, dict) and message.get("type") == "function_call":
+        return isinstance(message.get("arguments"), str)
+    if not (isinstance(message, dict) and message.get("role") == "assistant"):
+        return False
+    content = message.get("content")
+    # An Anthropic tool call: a `tool_use` block whose `input` the engine replaces.
+    tool_use = isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
+    return isinstance(content, str) or tool_use or _first_call(message) is not None
 
 
 def _first_call(message: dict[str, Any]) -> dict[str, Any] | None:
@@ -195,8 +205,20 @@ def _first_call(message: dict[str, Any]) -> dict[str, Any] | None:
 
 def _with_answer_mark(message: dict[str, Any], mark: str) -> dict[str, Any]:
     """The assistant `message` with `mark` where the live answer goes: its
-    first tool call's arguments when it made one, else its content."""
+    first tool call's arguments when it made one (chat), its first `tool_use`
+    block's `input` (Anthropic: the engine writes the call's JSON object in
+    place of the mark's string), a Responses `function_call` item's
+    `arguments`, else its content."""
+    if message.get("type") == "function_call":
+        return {**message, "arguments": mark}
     call = _first_call(message)
+    content = message.get("content")
+    if call is None and isinstance(content, list):
+        for k, block in enumerate(content):
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                blocks = list(content)
+                blocks[k] = {**block, "input": mark}
+                return {**message, "content": blocks}
     if call is None:
         return {**message, "content": mark}
     calls = list(message["tool_calls"])
@@ -282,10 +304,11 @@ def _with_answers(body: dict[str, Any], answers: list[tuple[int, int]]) -> dict[
     """A copy of `body` (one level deep) with the live answers' marks in its messages."""
     body = dict(body)
     if answers:
-        messages = list(body["messages"])
+        key = "messages" if "messages" in body else "input"  # Responses: its input items
+        messages = list(body[key])
         for at, j in answers:
             messages[at] = _with_answer_mark(messages[at], _answer_mark(j))
-        body["messages"] = messages
+        body[key] = messages
     return body
 
 

@@ -481,3 +481,70 @@ async fn a_cached_prefix_costs_no_prefill() {
     assert!(!page.keys().any(|k| k.contains("prefix_cache")));
     server.shutdown().await;
 }
+
+/// Sends each body at once and waits for every answer, in order.
+async fn together(addr: std::net::SocketAddr, bodies: Vec<Value>) -> Vec<Reply> {
+    let tasks: Vec<_> = bodies
+        .into_iter()
+        .map(|body| tokio::spawn(async move { chat(addr, &body).await }))
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn each_model_steps_at_its_own_speed_and_adapters_share_the_batch() {
+    // base and lora-a (the base's speed) share one batch; slow (its own
+    // tpot) runs in its own engine. A step of two sequences costs 1.5 ×.
+    let server = start(SimConfig {
+        model: "base".into(),
+        models: vec![
+            specreplay_core::sim::ModelSpec {
+                name: "lora-a".into(),
+                ..Default::default()
+            },
+            specreplay_core::sim::ModelSpec {
+                name: "slow".into(),
+                tpot_ms: Some(24.0),
+                ..Default::default()
+            },
+        ],
+        ..config(Capacity {
+            max_num_seqs: 8,
+            batch_step_cost: 0.5,
+            ..Capacity::default()
+        })
+    })
+    .await;
+    let addr = server.local_addr();
+    let body = |model: &str| {
+        let mut b = fixed_length(PROMPT, 20);
+        b["model"] = model.into();
+        b
+    };
+    let replies = together(addr, vec![body("base"), body("lora-a"), body("slow")]).await;
+    // The steps away from either end (joins may be one iteration apart).
+    let step = |r: &Reply| {
+        assert_eq!(r.chunks.iter().map(|c| c.tokens).sum::<u64>(), 20);
+        let g = gaps_ms(r);
+        median(g[3..g.len() - 3].to_vec())
+    };
+    let (base, lora, slow) = (step(&replies[0]), step(&replies[1]), step(&replies[2]));
+    // base and lora-a decode together: 8 ms × 1.5 = 12 ms each; slow is
+    // alone in its batch: 24 ms (it would be 8 × 1.5 = 12 in the base's
+    // batch, or 36 if the others joined its one).
+    assert!(
+        (10.5..=14.0).contains(&base),
+        "base step {base} ms, want 12"
+    );
+    assert!(
+        (10.5..=14.0).contains(&lora),
+        "lora-a step {lora} ms, want 12"
+    );
+    let ratio = slow / base;
+    assert!((1.6..=2.4).contains(&ratio), "slow/base {ratio}, want 2");
+    server.shutdown().await;
+}

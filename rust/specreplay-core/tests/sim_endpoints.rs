@@ -318,3 +318,53 @@ async fn several_models_each_at_its_own_speed() {
     assert_eq!(embed.status, 404);
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn messages_errors_are_in_anthropic_shape() {
+    let sim = start(SimConfig {
+        model: "base".into(),
+        models: vec![ModelSpec {
+            name: "other".into(),
+            ..ModelSpec::default()
+        }],
+        ..config()
+    })
+    .await;
+    let addr = sim.local_addr();
+    let anthropic = |a: &sim_http::Answer, kind: &str| {
+        let v = a.json();
+        assert_eq!(v["type"], "error", "{v}");
+        assert_eq!(v["error"]["type"], kind, "{v}");
+        assert!(v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    };
+    let bad = post(addr, "/v1/messages", &json!({"messages": "nope"})).await;
+    assert_eq!(bad.status, 400);
+    anthropic(&bad, "invalid_request_error");
+    let missing = post(
+        addr,
+        "/v1/messages",
+        &json!({"model": "nope", "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(missing.status, 404);
+    anthropic(&missing, "not_found_error");
+    let limited = send(
+        addr,
+        "POST",
+        "/v1/messages",
+        Some(&json!({"max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})),
+        Some("http_429"),
+    )
+    .await;
+    assert_eq!(limited.status, 429);
+    anthropic(&limited, "rate_limit_error");
+    // The OpenAI endpoints keep the OpenAI shape.
+    let chat = post(addr, "/v1/chat/completions", &json!({"messages": "nope"})).await;
+    assert_eq!(chat.status, 400);
+    assert_eq!(chat.json()["error"]["type"], "invalid_request_error");
+    assert!(chat.json().get("type").is_none());
+    sim.shutdown().await;
+}

@@ -181,7 +181,7 @@ pub fn decoder_for(dialect: Dialect) -> Box<dyn StreamDecoder> {
     match dialect {
         Dialect::Chat => Box::new(chat::ChatDecoder),
         Dialect::Completions => Box::new(completions::CompletionsDecoder),
-        Dialect::Responses => Box::new(responses::ResponsesDecoder),
+        Dialect::Responses => Box::<responses::ResponsesDecoder>::default(),
         Dialect::Anthropic => Box::new(anthropic::AnthropicDecoder),
         Dialect::Embeddings | Dialect::Rerank => Box::new(retrieval::NotStreamed),
     }

@@ -14,7 +14,13 @@ use super::json::{self, count, ApiError};
 use super::{Channel, DecodeError, Record, StreamDecoder, Usage};
 use crate::sse::SseEvent;
 
-pub(super) struct ResponsesDecoder;
+/// The Responses stream decoder. Its wire has no finish reason for a tool
+/// call (the status is `completed` either way), so it remembers whether the
+/// response made one: such a response finishes `tool_calls`, as chat's does.
+#[derive(Default)]
+pub(super) struct ResponsesDecoder {
+    called: bool,
+}
 
 impl StreamDecoder for ResponsesDecoder {
     fn decode(&mut self, event: &SseEvent, out: &mut Vec<Record>) -> Result<(), DecodeError> {
@@ -29,6 +35,7 @@ impl StreamDecoder for ResponsesDecoder {
                 if let Some(raw) = ev.item {
                     let item: OutputItem = json::parse(raw.get())?;
                     if item.kind.as_deref() == Some("function_call") {
+                        self.called = true;
                         json::push_tool_call(out, item.call_id, item.name);
                     }
                 }
@@ -42,7 +49,8 @@ impl StreamDecoder for ResponsesDecoder {
                     None => Response::default(),
                 };
                 push_usage(&resp, out);
-                push_outcome(&kind["response.".len()..], resp, out);
+                let called = self.called || resp.has_function_call();
+                push_outcome(&kind["response.".len()..], called, resp, out);
                 out.push(Record::Done);
             }
             "error" => {
@@ -61,6 +69,7 @@ impl StreamDecoder for ResponsesDecoder {
 
 pub(super) fn decode_body(body: &str, out: &mut Vec<Record>) -> Result<(), DecodeError> {
     let mut resp: Response = json::parse(body)?;
+    let called = resp.has_function_call();
     for item in resp.output.take().into_iter().flatten() {
         let channel = match item.kind.as_deref() {
             Some("reasoning") => Channel::Reasoning,
@@ -88,7 +97,7 @@ pub(super) fn decode_body(body: &str, out: &mut Vec<Record>) -> Result<(), Decod
         None if resp.error.is_some() => "failed".into(),
         None => String::new(),
     };
-    push_outcome(&status, resp, out);
+    push_outcome(&status, called, resp, out);
     Ok(())
 }
 
@@ -110,11 +119,12 @@ fn push_usage(resp: &Response, out: &mut Vec<Record>) {
 }
 
 /// Finish or error for a terminal status, shared by streams (status from the
-/// event name) and bodies (status from the object).
-fn push_outcome(status: &str, resp: Response, out: &mut Vec<Record>) {
+/// event name) and bodies (status from the object). A completed response
+/// that `called` a function finishes `tool_calls`, else `stop`.
+fn push_outcome(status: &str, called: bool, resp: Response, out: &mut Vec<Record>) {
     match status {
         "completed" => out.push(Record::Finish {
-            reason: "stop".into(),
+            reason: if called { "tool_calls" } else { "stop" }.into(),
         }),
         "incomplete" => {
             let reason = resp
@@ -166,6 +176,15 @@ struct Response {
     error: Option<ApiError>,
     #[serde(default)]
     output: Option<Vec<OutputItem>>,
+}
+
+impl Response {
+    fn has_function_call(&self) -> bool {
+        self.output
+            .iter()
+            .flatten()
+            .any(|item| item.kind.as_deref() == Some("function_call"))
+    }
 }
 
 #[derive(Deserialize)]

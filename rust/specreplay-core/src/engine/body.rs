@@ -2,7 +2,9 @@
 //! synthesized from its blocks (compact traces), and with live history the
 //! answer the server generated for the previous turn. The Python layer
 //! leaves an empty JSON string (`""`) where the text goes and says where (a
-//! byte offset between its quotes); the text is written there, escaped.
+//! byte offset between its quotes); the text is written there, escaped. One
+//! exception: a history slot that is the `input` of an Anthropic `tool_use`
+//! block takes the server's call as a JSON object, the quotes replaced.
 //!
 //! Building the prompt here rather than in Python saves copying it through a
 //! Python string and `json.dumps` twice; writing it straight into the body
@@ -71,7 +73,49 @@ pub fn with_history(
         .zip(answers)
         .filter_map(|(at, answer)| Some((at.as_ref().copied()?, answer.as_deref()?)))
         .collect();
-    insert_all(body, &mut texts, "history_at").map(Bytes::from)
+    if !texts.iter().any(|&(at, _)| is_input_value(body, at)) {
+        return insert_all(body, &mut texts, "history_at").map(Bytes::from);
+    }
+    texts.sort_by_key(|(at, _)| *at);
+    let mut out =
+        Vec::with_capacity(body.len() + texts.iter().map(|(_, t)| t.len() + 16).sum::<usize>());
+    let mut from = 0;
+    for &(at, text) in &texts {
+        check_slot(body, at, "history_at")?;
+        if is_input_value(body, at) {
+            // An Anthropic `tool_use` block's `input`: the call's JSON object
+            // in place of the empty string (`{}` when the answer is not one:
+            // a text answer, or arguments cut at the token limit).
+            out.extend_from_slice(&body[from..at - 1]);
+            match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(v @ serde_json::Value::Object(_)) => {
+                    serde_json::to_writer(&mut out, &v).expect("writing into memory cannot fail")
+                }
+                _ => out.extend_from_slice(b"{}"),
+            }
+            from = at + 1;
+        } else {
+            out.extend_from_slice(&body[from..at]);
+            escape_into(&mut out, text);
+            from = at;
+        }
+    }
+    out.extend_from_slice(&body[from..]);
+    Ok(Bytes::from(out))
+}
+
+/// Whether the empty string at `at` is the value of an `input` key (the
+/// `input` of an Anthropic `tool_use` block: the only `input` inside
+/// `messages`, where history slots are).
+fn is_input_value(body: &[u8], at: usize) -> bool {
+    let Some(before) = at.checked_sub(1).and_then(|q| body.get(..q)) else {
+        return false;
+    };
+    let trimmed = before.trim_ascii_end();
+    let Some(key) = trimmed.strip_suffix(b":") else {
+        return false;
+    };
+    key.trim_ascii_end().ends_with(b"\"input\"")
 }
 
 /// Whether `at` is between the quotes of an empty JSON string in `body`.
@@ -169,6 +213,39 @@ mod tests {
                 v["messages"][3]["content"].as_str()
             ),
             (Some(""), Some("a \"1\""))
+        );
+    }
+
+    #[test]
+    fn an_anthropic_tool_use_input_takes_the_calls_object() {
+        // Turn 0 answered with a tool call, turn 1 with text; the recorded
+        // turn 1 (python's shaping, `json.dumps` spacing) has both slots.
+        let body = br#"{"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": ""}]}, {"role": "assistant", "content": ""}]}"#;
+        let slots: Vec<usize> = body
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| *w == b"\"\"")
+            .map(|(i, _)| i + 1)
+            .collect();
+        let history = [Some(slots[0]), Some(slots[1])];
+        let answers = [
+            Some(r#"{"city": "Paris"}"#.to_string()),
+            Some("it is \"sunny\"".to_string()),
+        ];
+        let out = with_history(&Bytes::from_static(body), &history, &answers).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["messages"][0]["content"][0]["input"],
+            serde_json::json!({"city": "Paris"})
+        );
+        assert_eq!(v["messages"][1]["content"], "it is \"sunny\"");
+        // Arguments that are not an object (cut at the token limit): `{}`.
+        let cut = [Some(r#"{"city": "Pa"#.to_string()), None];
+        let out = with_history(&Bytes::from_static(body), &history, &cut).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["messages"][0]["content"][0]["input"],
+            serde_json::json!({})
         );
     }
 

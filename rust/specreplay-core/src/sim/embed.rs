@@ -3,11 +3,14 @@
 //! `/v2/rerank`) and `/v1/score` (vLLM's). Each answers one JSON document
 //! after a prefill of all its input tokens (`ttft_ms` + `prefill_us_per_token`
 //! per token, the answering model's), so latency grows with the inputs and
-//! the batch. Vectors and scores are deterministic in the text. The faults
-//! that need no model output (error statuses, resets, slow headers, HTML)
-//! apply; the capacity model does not see these requests.
+//! the batch: pooling forwards run one after another on the server's
+//! [`PoolLane`] (a batch of pooling requests costs the sum of their
+//! prefills), and under the capacity model each also waits one decode step
+//! of the running batch (see "Pooling endpoints" in docs/simulator.md).
+//! Vectors and scores are deterministic in the text. The faults that need no
+//! model output (error statuses, resets, slow headers, HTML) apply.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -17,6 +20,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
+use super::config::{Capacity, SimConfig};
 use super::fault::ConnControl;
 use super::generate::{answer_early, bad_request, model_not_found, pick_fault, read_request};
 use super::hash::Fnv1a;
@@ -29,6 +33,28 @@ pub enum Pooling {
     Embeddings,
     Rerank,
     Score,
+}
+
+/// The server's pooling forwards, run one after another: a request's
+/// prefill starts when it is ready or when the one before it ends, so
+/// concurrent pooling requests wait for each other (a batched forward of
+/// several costs the sum of their prefills, as it does on a GPU).
+#[derive(Default)]
+pub(crate) struct PoolLane {
+    /// When the last booked forward ends.
+    free_at: Mutex<Option<Instant>>,
+}
+
+impl PoolLane {
+    /// Books a forward of `compute_us` for a request ready at `ready`;
+    /// returns when it ends.
+    pub fn book(&self, ready: Instant, compute_us: u64) -> Instant {
+        let mut free_at = self.free_at.lock().unwrap_or_else(|e| e.into_inner());
+        let start = free_at.map_or(ready, |free| free.max(ready));
+        let end = start + Duration::from_micros(compute_us);
+        *free_at = Some(end);
+        end
+    }
 }
 
 /// One answer before its deadline.
@@ -67,7 +93,15 @@ pub(super) async fn pool(
         Ok(arrived) => arrived,
         Err(answered) => return answered,
     };
-    let due = arrived + Duration::from_micros(served.config.prefill_us(pooled.input_tokens));
+    let ready = arrived + served.config.frontend_delay();
+    let running = shared.metrics.running().get().max(0) as usize;
+    let compute_us = compute_us(
+        &served.config,
+        shared.config.capacity.as_ref(),
+        running,
+        pooled.input_tokens,
+    );
+    let due = shared.pool_lane.book(ready, compute_us);
     tokio::select! {
         _ = tokio::time::sleep_until(due.into()) => {}
         _ = shared.shutdown_signal() => return shutting_down(),
@@ -77,6 +111,19 @@ pub(super) async fn pool(
     pooled.body["created"] = shared.created.into();
     let bytes = serde_json::to_vec(&pooled.body).expect("serializing into memory cannot fail");
     json(StatusCode::OK, bytes)
+}
+
+/// The forward of a pooling request of `input_tokens`: their prefill, and
+/// under the capacity model one decode step of the `running` batch (the
+/// iteration it shares with them, as a prefill does in `engine`).
+fn compute_us(
+    config: &SimConfig,
+    capacity: Option<&Capacity>,
+    running: usize,
+    input_tokens: u32,
+) -> u64 {
+    let batch_us = capacity.map_or(0, |c| c.decode_step_us(config.step_us(), running));
+    config.prefill_compute_us(input_tokens) + batch_us
 }
 
 fn answer(shared: &Shared, kind: Pooling, v: &Value) -> Result<Pooled, String> {
@@ -267,4 +314,47 @@ fn score(v: &Value) -> Result<(u32, Value), String> {
     let body = json!({"object": "list", "data": data,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}});
     Ok((tokens, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrent_pooling_requests_wait_for_each_other() {
+        let lane = PoolLane::default();
+        let t0 = Instant::now();
+        // Alone: ready + its own prefill.
+        let alone = lane.book(t0, 1_000) - t0;
+        assert_eq!(alone, Duration::from_micros(1_000));
+        // Three more ready at the same instant, after the first ended.
+        let t1 = t0 + Duration::from_secs(1);
+        let ends: Vec<Duration> = (0..3).map(|_| lane.book(t1, 1_000) - t1).collect();
+        assert_eq!(
+            ends,
+            [1_000, 2_000, 3_000].map(Duration::from_micros).to_vec()
+        );
+        // One ready after the lane went idle runs alone again.
+        let t2 = t1 + Duration::from_secs(1);
+        assert_eq!(lane.book(t2, 500) - t2, Duration::from_micros(500));
+    }
+
+    #[test]
+    fn a_running_batch_slows_a_pooling_forward() {
+        let config = SimConfig {
+            tpot_ms: 10.0,
+            prefill_us_per_token: 100.0,
+            ..SimConfig::default()
+        };
+        let capacity = Capacity {
+            batch_step_cost: 0.1,
+            ..Capacity::default()
+        };
+        // Without the capacity model: the prefill only.
+        assert_eq!(compute_us(&config, None, 8, 50), 5_000);
+        // With it: plus one step of the batch, which grows with it.
+        assert_eq!(compute_us(&config, Some(&capacity), 0, 50), 5_000);
+        assert_eq!(compute_us(&config, Some(&capacity), 1, 50), 15_000);
+        assert_eq!(compute_us(&config, Some(&capacity), 8, 50), 5_000 + 17_000);
+    }
 }

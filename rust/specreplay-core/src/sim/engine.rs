@@ -1,5 +1,6 @@
-//! The capacity model: one scheduler per server, continuous batching as vLLM
-//! does it. A request joins the FIFO waiting queue once its frontend delay
+//! The capacity model: one scheduler per batch (the base model and its
+//! adapters share one; a model of its own speed has another), continuous
+//! batching as vLLM does it. A request joins the FIFO waiting queue once its frontend delay
 //! (`ttft_ms`) has passed. At each iteration boundary the head of the queue
 //! is admitted while a batch slot (`max_num_seqs`) is free and the KV cache
 //! holds its prompt plus its whole answer (a request waits, it is never

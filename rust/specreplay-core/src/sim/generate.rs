@@ -50,9 +50,12 @@ pub(super) async fn generate(
         Ok(arrived) => arrived,
         Err(answered) => return answered,
     };
+    let served = shared
+        .served(Some(&model))
+        .expect("an admitted request names a served model");
     let render = renderer(shared, model, &request, &script, n);
     let prefix_blocks = std::mem::take(&mut request.prefix_blocks);
-    let pacer = shared.pacer(&script, prefix_blocks, arrived);
+    let pacer = shared.pacer(served, &script, prefix_blocks, arrived);
     if request.stream {
         stream(shared, control, fault, render, script, pacer, &request)
     } else {

@@ -57,7 +57,8 @@ pub(crate) async fn handle(
             generate(&shared, &control, Endpoint::Responses, req, arrived).await
         }
         (Method::POST, "/v1/messages") => {
-            generate(&shared, &control, Endpoint::Messages, req, arrived).await
+            let resp = generate(&shared, &control, Endpoint::Messages, req, arrived).await;
+            in_anthropic_shape(resp)
         }
         (Method::POST, "/v1/embeddings") => {
             pool(&shared, &control, Pooling::Embeddings, req, arrived).await
@@ -96,4 +97,40 @@ pub(crate) async fn handle(
         ),
     };
     Ok(resp)
+}
+
+/// An error answer of `/v1/messages` in Anthropic's shape,
+/// `{"type":"error","error":{"type","message"}}`, in place of the OpenAI one
+/// every handler builds (`http::error`); any other answer as it is.
+fn in_anthropic_shape(resp: Response<SimBody>) -> Response<SimBody> {
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let SimBody::Full(Some(bytes)) = &body else {
+        return Response::from_parts(parts, body);
+    };
+    let message = serde_json::from_slice::<serde_json::Value>(bytes)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned));
+    let Some(message) = message else {
+        // Not a JSON error (a fault's HTML page): as it is.
+        return Response::from_parts(parts, body);
+    };
+    let body = render::anthropic_error_body(&message, anthropic_error_type(status));
+    Response::from_parts(parts, SimBody::Full(Some(body.into())))
+}
+
+/// Anthropic's error type for an HTTP status (its API's documented table).
+fn anthropic_error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 405 | 413 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        _ => "api_error",
+    }
 }

@@ -36,19 +36,26 @@ impl SimServer {
             .map_or(0, |d| d.as_secs());
         Ok(SimServer(Background::spawn(addr, |stop| {
             let metrics = Arc::new(Metrics::new(&config));
-            let engine = config.capacity.clone().map(|capacity| {
+            let spawn = |own: &SimConfig| {
+                let capacity = config.capacity.clone()?;
                 let shutdown = Box::pin(stopped(stop.clone()));
-                EngineHandle::spawn(&config, capacity, metrics.clone(), shutdown)
-            });
+                Some(EngineHandle::spawn(
+                    own,
+                    capacity,
+                    metrics.clone(),
+                    shutdown,
+                ))
+            };
+            let models = Shared::served_models(&config, spawn);
             let shared = Arc::new(Shared {
-                models: Shared::served_models(&config),
+                models,
                 media: config.media_rule(),
                 config,
                 created,
                 next_id: AtomicU64::new(0),
                 stats: FaultStats::default(),
                 metrics,
-                engine,
+                pool_lane: Default::default(),
                 shutdown: stop.clone(),
             });
             serve(listener, shared, stop)

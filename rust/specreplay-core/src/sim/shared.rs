@@ -8,6 +8,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 
 use super::config::SimConfig;
+use super::embed::PoolLane;
 use super::engine::{EngineHandle, Job};
 use super::fault::FaultStats;
 use super::metrics::Metrics;
@@ -21,6 +22,11 @@ use crate::serve::stopped;
 pub(crate) struct Served {
     pub name: Arc<str>,
     pub config: SimConfig,
+    /// The capacity model's batch it runs in, when the config has one: the
+    /// base model's for a model at the base's speed (a LoRA adapter shares
+    /// its base's batch, as in vLLM), its own for a model with a speed of
+    /// its own (another base model: another engine).
+    pub engine: Option<EngineHandle>,
 }
 
 /// What every request handler shares.
@@ -34,8 +40,8 @@ pub(crate) struct Shared {
     pub next_id: AtomicU64,
     pub stats: FaultStats,
     pub metrics: Arc<Metrics>,
-    /// The capacity model's scheduler, when the config has one.
-    pub engine: Option<EngineHandle>,
+    /// The pooling endpoints' forwards, one after another.
+    pub pool_lane: PoolLane,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -50,18 +56,35 @@ impl Shared {
         }
     }
 
-    /// The `models` list from a config.
-    pub fn served_models(config: &SimConfig) -> Vec<Served> {
+    /// The `models` list from a config, each with its batch: `spawn` starts
+    /// an engine for a config (called once for the base, and once more for
+    /// each model whose speed differs from the base's).
+    pub fn served_models(
+        config: &SimConfig,
+        mut spawn: impl FnMut(&SimConfig) -> Option<EngineHandle>,
+    ) -> Vec<Served> {
+        let base = SimConfig {
+            models: Vec::new(),
+            ..config.clone()
+        };
+        let base_engine = spawn(&base);
         let first = Served {
             name: Arc::from(config.model.as_str()),
-            config: SimConfig {
-                models: Vec::new(),
-                ..config.clone()
-            },
+            engine: base_engine.clone(),
+            config: base,
         };
-        let more = config.models.iter().map(|spec| Served {
-            name: Arc::from(spec.name.as_str()),
-            config: config.for_model(spec),
+        let more = config.models.iter().map(|spec| {
+            let own = config.for_model(spec);
+            let engine = if same_speed(&own, config) {
+                base_engine.clone()
+            } else {
+                spawn(&own)
+            };
+            Served {
+                name: Arc::from(spec.name.as_str()),
+                config: own,
+                engine,
+            }
         });
         std::iter::once(first).chain(more).collect()
     }
@@ -73,17 +96,30 @@ impl Shared {
 
     /// What paces a request that arrived at `arrived`: its own clock, or the
     /// engine's batch (the request is submitted to it now).
-    pub fn pacer(&self, script: &Script, prefix_blocks: Vec<u64>, arrived: Instant) -> Pacer {
-        let Some(engine) = &self.engine else {
+    pub fn pacer(
+        &self,
+        served: &Served,
+        script: &Script,
+        prefix_blocks: Vec<u64>,
+        arrived: Instant,
+    ) -> Pacer {
+        let Some(engine) = &served.engine else {
             return Pacer::own(arrived, script, self.metrics.clone());
         };
         let (steps, rx) = mpsc::unbounded_channel();
         engine.submit(Job {
-            ready_at: arrived + self.config.frontend_delay(),
+            ready_at: arrived + served.config.frontend_delay(),
             script: script.clone(),
             prefix_blocks,
             steps,
         });
         Pacer::engine(rx, script, self.metrics.clone())
     }
+}
+
+/// Whether two configs run at the same speed (share one batch).
+fn same_speed(a: &SimConfig, b: &SimConfig) -> bool {
+    a.ttft_ms == b.ttft_ms
+        && a.prefill_us_per_token == b.prefill_us_per_token
+        && a.tpot_ms == b.tpot_ms
 }

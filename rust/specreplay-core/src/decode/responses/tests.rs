@@ -15,7 +15,7 @@ fn full_stream_with_summary_text_and_function_call() {
             tool("{\"level\":"),
             tool("\"info\"}"),
             usage(Some(21), Some(180), Some(128), Some(16)),
-            finish("stop"),
+            finish("tool_calls"),
             Record::Done,
         ]
     );
@@ -126,8 +126,13 @@ fn body() {
             call("c", "f"),
             tool("{}"),
             usage(Some(3), Some(9), Some(6), Some(0)),
-            finish("stop"),
+            finish("tool_calls"),
         ]
+    );
+    let text_only = br#"{"status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}]}"#;
+    assert_eq!(
+        decode_body(Dialect::Responses, text_only).unwrap(),
+        vec![content("Hi"), finish("stop")]
     );
     let incomplete = br#"{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[]}"#;
     assert_eq!(

@@ -252,6 +252,12 @@ pub fn error_body(message: &str, kind: &str, code: u16) -> Vec<u8> {
     serde_json::to_vec(&body).expect("serializing an error into memory cannot fail")
 }
 
+/// `{"type": "error", "error": {...}}` as Anthropic's Messages API sends it.
+pub fn anthropic_error_body(message: &str, kind: &str) -> Vec<u8> {
+    let body = serde_json::json!({"type": "error", "error": {"type": kind, "message": message}});
+    serde_json::to_vec(&body).expect("serializing an error into memory cannot fail")
+}
+
 /// The `/v1/models` listing: every served name.
 pub fn models_body<'a>(
     models: impl IntoIterator<Item = &'a str>,
