@@ -263,10 +263,15 @@ def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: 
             f"decoding requests whose chunk gaps hold another request's prefill (seen: {len(ratios)}): "
             "a run at concurrency >= 2 or an open-loop rate, prompts of a few hundred tokens"))
     m = float(np.median(ratios))
-    if m >= 0.75 or len(budgets) < 5:
+    if m >= 0.75:
         return Param(name, "unknown", needs=(
             f"none seen below {longest} prompt tokens: the stalls held the whole prefill (median {m:.2f} of it over "
             f"{len(ratios)} gaps), so the model prefills whole as the runs did; prompts longer than the budget would measure it"))
+    if len(budgets) < 5:
+        return Param(name, "unknown", needs=(
+            f"the gaps ending a prefill held a median {m:.2f} of it ({len(ratios)} gaps), but only {len(budgets)} gaps fell "
+            "inside a prefill, too few to size a chunk: a run where newcomers join a decoding batch (an open-loop rate) "
+            "would measure it; the model prefills whole until then"))
     b = np.asarray(budgets)
     value = float(np.median(b))
     return Param(name, "fitted", int(round(value)), None, float(np.sqrt(np.mean((b - value) ** 2))), int(len(b)),
