@@ -74,7 +74,7 @@ TPOT, ≤ 25% at p99 (E2E and tokens/s have none).
 
 - command: `{command}`
 - commit: `{commit}`, took {took:.0f} s
-- load average (1, 5, 15 min) before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (2 cores, shared)
+- load average (1, 5, 15 min) before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (2 cores, shared); the bench ran at niceness {os.nice(0)}
 
 {chr(10).join(rows)}
 

@@ -79,7 +79,24 @@ def test_calibration_recovers_the_simulators_knobs(calibrated: tuple[Path, Serve
     # What the runs could not show is unknown, with the run that would show it.
     for name in ("prefill_us_per_cached_token", "kv_cache_tokens", "spec_step_cost"):
         assert p[name].status == "unknown" and p[name].needs, p[name]
+    # No token budget: the stalls held whole prefills, so none shows.
+    budget = p["max_num_batched_tokens"]
+    assert budget.status == "unknown" and "whole prefill" in budget.needs, budget
     assert model.calibration["max_in_flight"] == 8
+
+
+def test_calibration_recovers_a_token_budget(tmp_path: Path) -> None:
+    # Chunked prefill: 96 tokens an iteration, prompts of 100 to 300 tokens,
+    # so a newcomer's prefill spans several iterations between decode steps.
+    sim = {**SIM, "capacity": {**SIM["capacity"], "max_num_batched_tokens": 96}}
+    t = trace(tmp_path, "long", n=24)
+    write_synth(SynthConfig(num_requests=24, input_len="uniform:100:300", output_len="30", seed=2), tmp_path / "long.jsonl")
+    runs = [run(tmp_path, "b1", t, sim=sim, concurrency=[1]), run(tmp_path, "b4", t, sim=sim, concurrency=[4])]
+    model = calibrate([str(p) for p in runs])
+    budget = model.params["max_num_batched_tokens"]
+    assert budget.status == "fitted" and budget.samples >= 5, budget
+    assert abs(budget.value - 96) <= 0.2 * 96, budget
+    assert model.core_mapping(0)["max_num_batched_tokens"] == budget.value
 
 
 def test_the_file_round_trips_with_fit_quality(calibrated: tuple[Path, ServerModel]) -> None:

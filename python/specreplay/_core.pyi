@@ -140,6 +140,7 @@ class SimCapacity(TypedDict, total=False):
     kv_cache_tokens: int
     batch_step_cost: float
     prefix_caching: bool
+    max_num_batched_tokens: int
 
 @type_check_only
 class ProxyConfig(TypedDict):
@@ -306,6 +307,7 @@ class ServerModel(TypedDict, total=False):
     step_us: float
     batch_step_cost: float
     max_num_seqs: int | None
+    max_num_batched_tokens: int | None
     kv_cache_tokens: int | None
     prefix_caching: bool
     prompt_tokens_per_word: float

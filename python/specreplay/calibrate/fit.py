@@ -213,6 +213,72 @@ def fit_decode(rows: pd.DataFrame, tokens_per_step: float) -> tuple[Param, Param
             steps_per_chunk, peak)
 
 
+def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: Param, batch_cost: Param) -> Param:
+    """max_num_batched_tokens (chunked prefill) from the stalls newcomers'
+    prefills put in the chunk gaps of the requests already decoding. A gap
+    in which another request got its first token holds the end of that
+    prefill: if its excess over the decode step is the whole prompt (at
+    prefill_us_per_token), prompts were prefilled whole and no budget below
+    the longest prompt seen shows (unknown; the model prefills whole, as the
+    runs did). If it is a fraction, prompts came in chunks: a gap while a
+    newcomer was still prefilling (sent, past its frontend time, no first
+    token yet) holds one full chunk, and the budget is that chunk in tokens
+    plus the decode tokens sharing the iteration (the median)."""
+    name = "max_num_batched_tokens"
+    if prefill.status != "fitted" or step.status != "fitted" or not float(prefill.value) > 0:
+        return Param(name, "unknown", needs="prefill_us_per_token and step_us first (runs at low load and at concurrency >= 2)")
+    per_token = float(prefill.value)
+    cost = float(batch_cost.value) if batch_cost.status == "fitted" else 0.0
+    ahead = float(frontend.value) if frontend.status == "fitted" else 0.0
+    ratios: list[float] = []
+    budgets: list[float] = []
+    longest = 0
+    for _, g in rows.groupby("group"):
+        g = g[g["first_token_us"].notna()]
+        if len(g) < 2:
+            continue
+        cached = g["cached_tokens"].fillna(0) if "cached_tokens" in g else 0
+        computed = (g["prompt_tokens"].fillna(0) - cached).to_numpy(dtype=float)
+        firsts = g["first_token_us"].to_numpy(dtype=np.int64)
+        ready = g["sent_us"].to_numpy(dtype=np.int64) + int(ahead)
+        longest = max(longest, int(computed.max(initial=0)))
+        order = np.argsort(firsts)
+        sorted_firsts, sorted_computed = firsts[order], computed[order]
+        for ts in g["chunk_ts_us"]:
+            ts = np.unique(np.asarray(ts, dtype=np.int64))
+            if len(ts) < 2:
+                continue
+            t0, t1 = ts[:-1], ts[1:]
+            lo = np.searchsorted(sorted_firsts, t0, side="right")
+            hi = np.searchsorted(sorted_firsts, t1, side="right")
+            decoding = np.maximum(_in_server(g, (t0 + t1) // 2, "first_token_us", "last_token_us"), 1)
+            excess = (t1 - t0) - float(step.value) * (1 + cost * (decoding - 1))
+            for k in range(len(t0)):
+                if hi[k] - lo[k] == 1 and sorted_computed[lo[k]] > 0:
+                    ratios.append(float(excess[k]) / (per_token * sorted_computed[lo[k]]))
+                elif hi[k] == lo[k] and np.any((ready < t0[k]) & (firsts > t1[k])):
+                    budgets.append(max(float(excess[k]), 0.0) / per_token + int(decoding[k]))
+    if len(ratios) < 5:
+        return Param(name, "unknown", needs=(
+            f"decoding requests whose chunk gaps hold another request's prefill (seen: {len(ratios)}): "
+            "a run at concurrency >= 2 or an open-loop rate, prompts of a few hundred tokens"))
+    m = float(np.median(ratios))
+    if m >= 0.75:
+        return Param(name, "unknown", needs=(
+            f"none seen below {longest} prompt tokens: the stalls held the whole prefill (median {m:.2f} of it over "
+            f"{len(ratios)} gaps), so the model prefills whole as the runs did; prompts longer than the budget would measure it"))
+    if len(budgets) < 5:
+        return Param(name, "unknown", needs=(
+            f"the gaps ending a prefill held a median {m:.2f} of it ({len(ratios)} gaps), but only {len(budgets)} gaps fell "
+            "inside a prefill, too few to size a chunk: a run where newcomers join a decoding batch (an open-loop rate) "
+            "would measure it; the model prefills whole until then"))
+    b = np.asarray(budgets)
+    value = float(np.median(b))
+    return Param(name, "fitted", int(round(value)), None, float(np.sqrt(np.mean((b - value) ** 2))), int(len(b)),
+                 f"{len(b)} chunk gaps while a newcomer was prefilling: the stall (gap − decode step) in prompt tokens plus "
+                 f"the decode tokens, the median (the gaps ending a prefill held a median {m:.2f} of its prompt)")
+
+
 def _counter_delta(m: pd.DataFrame, name: str) -> pd.Series:
     """Per group and labels, the increase of counter `name` from its first to last sample."""
     s = m[m["name"] == name]
@@ -348,6 +414,7 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
     base_tps = 1.0 if plain else specs[drafting[0]][1] if drafting else 1.0
     step, batch_cost, delivery, peak_decoding = fit_decode(base_rows if len(base_rows) else rows, base_tps)
     max_seqs, kv = fit_limits(metrics)
+    budget = fit_token_budget(base_rows if len(base_rows) else rows, frontend, prefill, step, batch_cost)
     ratio = fit_prompt_ratio(rows, configs, paths)
     spec_cost = Param("spec_step_cost", "unknown",
                       needs="a run with speculation and one without on the same server (the step's growth per draft)")
@@ -373,7 +440,7 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
     if len(plain) and len(drafting):
         spec.how += f"; from {paths[drafting[0]]} (the runs without drafts give step_us)"
     jitter = fit_jitter(frontend, prefill)
-    params = {p.name: p for p in (frontend, jitter, prefill, cached, step, batch_cost, max_seqs, kv, ratio, delivery, spec, spec_cost)}
+    params = {p.name: p for p in (frontend, jitter, prefill, cached, step, batch_cost, max_seqs, budget, kv, ratio, delivery, spec, spec_cost)}
     in_flight = 0
     for _, g in rows.groupby("group"):
         in_flight = max(in_flight, int(_in_server(g, g["sent_us"].to_numpy(dtype=np.int64), "sent_us", "end_us").max()))

@@ -31,6 +31,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "step_us": ("µs", "decode step with one sequence in the batch"),
     "batch_step_cost": ("fraction", "extra step time per further decoding sequence, as a fraction of step_us"),
     "max_num_seqs": ("requests", "batch limit: the most requests running at once"),
+    "max_num_batched_tokens": ("tokens", "token budget of one iteration (chunked prefill): decode tokens first, then prompt chunks"),
     "kv_cache_tokens": ("tokens", "KV-cache budget"),
     "prompt_tokens_per_word": ("ratio", "server prompt tokens per token of the simulator's count (a word, 4 per chat message)"),
     "steps_per_chunk": ("steps", "decode steps per streamed chunk (delivery)"),
@@ -42,7 +43,7 @@ PARAMS: dict[str, tuple[str, str]] = {
 RESIDUAL_OF: dict[str, str] = {
     "frontend_us": "µs of TTFT", "frontend_jitter_us": "µs of TTFT", "prefill_us_per_token": "µs of TTFT",
     "prefill_us_per_cached_token": "µs of TTFT", "step_us": "µs per step", "batch_step_cost": "µs per step",
-    "max_num_seqs": "requests", "prompt_tokens_per_word": "prompt tokens", "steps_per_chunk": "tokens per chunk", "spec_step_cost": "µs per step",
+    "max_num_seqs": "requests", "max_num_batched_tokens": "tokens per iteration", "prompt_tokens_per_word": "prompt tokens", "steps_per_chunk": "tokens per chunk", "spec_step_cost": "µs per step",
 }
 
 #: Parameters a prediction cannot run without (the others have a stated
@@ -198,6 +199,7 @@ class ServerModel:
             "step_us": float(value("step_us", 0.0)),
             "batch_step_cost": float(value("batch_step_cost", 0.0)),
             "max_num_seqs": None if self.params["max_num_seqs"].status == "unknown" else int(self.params["max_num_seqs"].value),
+            "max_num_batched_tokens": None if self.params["max_num_batched_tokens"].status == "unknown" else int(self.params["max_num_batched_tokens"].value),
             "kv_cache_tokens": None if self.params["kv_cache_tokens"].status == "unknown" else int(self.params["kv_cache_tokens"].value),
             "prefix_caching": self.params["prefill_us_per_cached_token"].status != "unknown",
             "prompt_tokens_per_word": float(value("prompt_tokens_per_word", 1.0)),
@@ -230,6 +232,8 @@ class ServerModel:
                 out.append(f"batch_step_cost unknown: the decode step taken as not growing with the batch ({p['batch_step_cost'].needs})")
             if p["max_num_seqs"].status == "unknown":
                 out.append(f"max_num_seqs unknown: no batch limit modelled ({p['max_num_seqs'].needs})")
+            if p["max_num_batched_tokens"].status == "unknown":
+                out.append(f"max_num_batched_tokens unknown: each prompt prefilled whole in one iteration ({p['max_num_batched_tokens'].needs})")
             if p["kv_cache_tokens"].status == "unknown":
                 out.append(f"kv_cache_tokens unknown: no KV-cache limit modelled ({p['kv_cache_tokens'].needs})")
         if p["spec_step_cost"].status == "unknown" and p["spec_acceptance"].status == "what-if":

@@ -548,3 +548,39 @@ async fn each_model_steps_at_its_own_speed_and_adapters_share_the_batch() {
     assert!((1.6..=2.4).contains(&ratio), "slow/base {ratio}, want 2");
     server.shutdown().await;
 }
+
+/// The longest gap of a decoding request while a 404-token prompt joins
+/// its batch, ms: 100 µs per prompt token, 8 ms steps.
+async fn stall_behind_a_long_prompt(max_num_batched_tokens: u32) -> f64 {
+    let server = start(SimConfig {
+        prefill_us_per_token: 100.0,
+        ..config(Capacity {
+            batch_step_cost: 0.0,
+            max_num_batched_tokens,
+            ..Capacity::default()
+        })
+    })
+    .await;
+    let addr = server.local_addr();
+    let decoding = tokio::spawn(async move { chat(addr, &fixed_length(PROMPT, 40)).await });
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let long: String = (0..400).map(|i| format!("w{i} ")).collect();
+    let newcomer = chat(addr, &fixed_length(&long, 4)).await;
+    let first = decoding.await.unwrap();
+    assert_eq!((first.status, newcomer.status), (200, 200));
+    server.shutdown().await;
+    gaps_ms(&first).into_iter().fold(0.0, f64::max)
+}
+
+#[tokio::test]
+async fn a_token_budget_chunks_a_long_prefill_between_decode_steps() {
+    // Whole (no budget): one 8 + 40.4 ms iteration. With 50 tokens an
+    // iteration, 49 prompt tokens ride with the decode token: 8 + 4.9 ms.
+    let whole = stall_behind_a_long_prompt(0).await;
+    let chunked = stall_behind_a_long_prompt(50).await;
+    assert!(whole >= 45.0, "stall without a budget {whole} ms, want ~48");
+    assert!(
+        chunked <= 20.0,
+        "stall with a 50-token budget {chunked} ms, want ~13"
+    );
+}

@@ -65,6 +65,9 @@ struct Live {
     req: usize,
     kv: u64,
     decoding: bool,
+    /// Prompt tokens still to compute (chunked prefill); it gets its first
+    /// token in the iteration that computes the last of them.
+    prefill_left: u32,
     emitted: u32,
     /// Tokens already delivered in chunks.
     delivered: u32,
@@ -368,8 +371,9 @@ impl<'a> Des<'a> {
                 self.arriving.pop();
                 self.waiting.push_back(r);
             }
-            let prefill_us = self.admit();
+            let cached_us = self.admit();
             let decoding = self.running.iter().filter(|l| l.decoding).count();
+            let prefill_us = self.prefill(decoding) + cached_us;
             let busy = self.capacity.decode_step_us(self.step_us, decoding) + prefill_us;
             // A free iteration would not advance the clock: one µs keeps order.
             let end = start + busy.max(1) as i64;
@@ -393,6 +397,27 @@ impl<'a> Des<'a> {
         }
     }
 
+    /// Computes this iteration's prompt chunks (the capacity model's token
+    /// budget); returns their cost, µs.
+    fn prefill(&mut self, decoding: usize) -> u64 {
+        let left: Vec<u32> = self
+            .running
+            .iter()
+            .filter(|l| !l.decoding)
+            .map(|l| l.prefill_left)
+            .collect();
+        let chunks = self.capacity.prefill_chunks(decoding, &left);
+        let mut computed = 0u64;
+        for (live, chunk) in self.running.iter_mut().filter(|l| !l.decoding).zip(chunks) {
+            live.prefill_left -= chunk;
+            computed += u64::from(chunk);
+        }
+        (self.model.prefill_us_per_token * computed as f64).round() as u64
+    }
+
+    /// Admits from the head of the queue while a slot and KV room are free;
+    /// returns the cost of the admitted prompts' cached tokens, µs (their
+    /// computed tokens are charged by `prefill`, chunk by chunk).
     fn admit(&mut self) -> u64 {
         let mut prefill = 0.0;
         while let Some(&r) = self.waiting.front() {
@@ -412,8 +437,7 @@ impl<'a> Des<'a> {
                 None => 0,
             };
             let computed = p.prompt_tokens - cached;
-            prefill += self.model.prefill_us_per_token * f64::from(computed)
-                + self.model.prefill_us_per_cached_token * f64::from(cached);
+            prefill += self.model.prefill_us_per_cached_token * f64::from(cached);
             let record = &mut self.records[r];
             record.prompt_tokens = Some(i64::from(p.prompt_tokens));
             record.cached_tokens = self.prefix.as_ref().map(|_| i64::from(cached));
@@ -422,6 +446,7 @@ impl<'a> Des<'a> {
                 req: r,
                 kv,
                 decoding: false,
+                prefill_left: computed,
                 emitted: 0,
                 delivered: 0,
                 steps: 0,
@@ -438,6 +463,11 @@ impl<'a> Des<'a> {
         let mut i = 0;
         while i < self.running.len() {
             let live = &mut self.running[i];
+            if live.prefill_left > 0 {
+                // Still prefilling in chunks: no token this iteration.
+                i += 1;
+                continue;
+            }
             let p = &mut self.planned[live.req];
             let total = p.reasoning + p.content;
             let mut tokens = 1;
@@ -614,6 +644,27 @@ mod tests {
         assert_eq!(rows[0].end_us, Some(1340));
         assert_eq!(rows[1].first_token_us, Some(1340 + 140));
         assert_eq!((stats.peak_running, stats.peak_waiting), (1, 1));
+    }
+
+    #[test]
+    fn a_token_budget_prefills_in_chunks_between_decode_steps() {
+        // 14-token prompts, a 10-token budget. The first runs alone: chunks of
+        // 10 and 4 (100 + 40 µs), first token at 1000 + 140. A second sent
+        // at once prefills with it: 10 + 0 then 4 + 6 then 0 + 8.
+        let mut m = model(None);
+        m.max_num_batched_tokens = Some(10);
+        let (rows, stats) = predict_point(&m, &closed_loop(1), &requests(1, 10, 3), 0).unwrap();
+        let stamps: Vec<i64> = rows[0].chunks.iter().map(|c| c.ts_us).collect();
+        assert_eq!(stamps, vec![1100 + 40, 1240, 1340]);
+        assert_eq!(stats.iterations, 4);
+        let (rows, _) = predict_point(&m, &closed_loop(2), &requests(2, 10, 3), 0).unwrap();
+        // Iterations: 100 (10+0), 100 (4+6): the first's token at 1200;
+        // then 1 decode + 8 prompt tokens: 100 + 80 = 180 → both at 1380.
+        assert_eq!(rows[0].first_token_us, Some(1200));
+        assert_eq!(rows[1].first_token_us, Some(1380));
+        assert_eq!(rows[0].chunks[1].ts_us, 1380);
+        // The rule is the simulator's: Capacity::prefill_chunks.
+        assert_eq!(m.capacity().prefill_chunks(1, &[8]), vec![8]);
     }
 
     #[test]

@@ -45,6 +45,11 @@ pub struct ServerModel {
     /// Batch limit; `None`: unknown, predicted without one.
     #[serde(default)]
     pub max_num_seqs: Option<u32>,
+    /// Tokens one iteration computes (chunked prefill,
+    /// `Capacity::max_num_batched_tokens`); `None`: unknown, a prompt is
+    /// prefilled whole in its admitting iteration.
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u32>,
     /// KV-cache budget, tokens; `None`: unknown or none.
     #[serde(default)]
     pub kv_cache_tokens: Option<u64>,
@@ -124,6 +129,12 @@ impl ServerModel {
                 ));
             }
         }
+        if self.max_num_batched_tokens == Some(0) {
+            return Err(CoreError::config(
+                "model.max_num_batched_tokens",
+                "must be >= 1 (leave it out for no budget)",
+            ));
+        }
         if self.spec_acceptance.len() > 64 {
             return Err(CoreError::config(
                 "model.spec_acceptance",
@@ -157,6 +168,7 @@ impl ServerModel {
             kv_cache_tokens: self.kv_cache_tokens.unwrap_or(0),
             batch_step_cost: self.batch_step_cost,
             prefix_caching: self.prefix_caching,
+            max_num_batched_tokens: self.max_num_batched_tokens.unwrap_or(0),
         }
     }
 

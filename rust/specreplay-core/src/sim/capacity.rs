@@ -24,6 +24,12 @@ pub struct Capacity {
     /// Reuse the prompt blocks of earlier requests (vLLM's automatic prefix
     /// caching, on by default there too): a cached prefix costs no prefill.
     pub prefix_caching: bool,
+    /// Tokens one iteration computes, decode and prompt together (vLLM's
+    /// `--max-num-batched-tokens`, llama.cpp's `n_batch`): a longer prompt
+    /// is prefilled in chunks over several iterations, interleaved with the
+    /// decode steps. 0: no budget, a prompt is prefilled in its admitting
+    /// iteration (the behaviour before this key existed).
+    pub max_num_batched_tokens: u32,
 }
 
 impl Default for Capacity {
@@ -33,6 +39,7 @@ impl Default for Capacity {
             kv_cache_tokens: 0,
             batch_step_cost: 0.01,
             prefix_caching: true,
+            max_num_batched_tokens: 0,
         }
     }
 }
@@ -46,6 +53,28 @@ impl Capacity {
         }
         let extra = self.batch_step_cost * (decoding - 1) as f64;
         (step_us as f64 * (1.0 + extra)).round() as u64
+    }
+
+    /// The prompt tokens each prefilling request computes this iteration,
+    /// in batch order, given what each has left and `decoding` sequences
+    /// taking their step: decode tokens are scheduled first (as vLLM and
+    /// llama.cpp's server both do), the rest of the token budget goes to
+    /// prompts first come, first served. At least one prompt token is
+    /// computed per iteration, so a budget smaller than the batch still
+    /// advances. Without a budget every prompt is computed whole.
+    pub fn prefill_chunks(&self, decoding: usize, left: &[u32]) -> Vec<u32> {
+        if self.max_num_batched_tokens == 0 {
+            return left.to_vec();
+        }
+        let budget = u64::from(self.max_num_batched_tokens);
+        let mut room = budget.saturating_sub(decoding as u64).max(1);
+        left.iter()
+            .map(|&l| {
+                let take = u64::from(l).min(room);
+                room -= take;
+                take as u32
+            })
+            .collect()
     }
 
     /// Whether the batch admits a request holding `kv` KV-cache tokens when
@@ -133,6 +162,7 @@ mod tests {
             kv_cache_tokens: 0,
             batch_step_cost: 0.05,
             prefix_caching: true,
+            max_num_batched_tokens: 0,
         };
         // 20 tokens: 19 steps, 0.2 admitted and 3.8 decoding per iteration;
         // T = 10 ms × (1 + 0.05 × 2.8) + 1 ms × 0.2 = 11.6 ms.
@@ -157,5 +187,20 @@ mod tests {
         let admitted = 4.0 / (1.0 + steps);
         let t = 0.01 * (1.0 + 0.05 * (4.0 - admitted - 1.0)) + 0.001 * admitted;
         assert!((cap.knee_rate(&spec, 10, 20) - admitted / t).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_token_budget_chunks_prompts_after_the_decode_tokens() {
+        let none = Capacity::default();
+        assert_eq!(none.prefill_chunks(3, &[500, 700]), vec![500, 700]);
+        let cap = Capacity {
+            max_num_batched_tokens: 512,
+            ..Capacity::default()
+        };
+        // 3 decode tokens first: 509 left for prompts, first come first served.
+        assert_eq!(cap.prefill_chunks(3, &[500, 700]), vec![500, 9]);
+        assert_eq!(cap.prefill_chunks(0, &[100, 700, 50]), vec![100, 412, 0]);
+        // A batch that fills the budget still advances the head by one token.
+        assert_eq!(cap.prefill_chunks(600, &[10, 10]), vec![1, 0]);
     }
 }

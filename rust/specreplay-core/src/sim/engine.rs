@@ -91,6 +91,9 @@ struct Running {
     kv: u64,
     /// Past its prefill iteration.
     decoding: bool,
+    /// Prompt tokens still to compute (`capacity.max_num_batched_tokens`):
+    /// no step until the last chunk is in.
+    prefill_left: u32,
 }
 
 struct Engine {
@@ -137,8 +140,9 @@ impl Engine {
                 self.last_end.expect("a busy engine has run an iteration")
             };
             self.promote(start);
-            let prefill_us = self.admit();
+            self.admit();
             let decoding = self.running.iter().filter(|r| r.decoding).count();
+            let prefill_us = self.prefill(decoding);
             let busy_us = self.capacity.decode_step_us(self.step_us, decoding) + prefill_us;
             let end = start + Duration::from_micros(busy_us);
             self.publish();
@@ -167,10 +171,8 @@ impl Engine {
     }
 
     /// Admits from the head of the queue while a slot and KV room are free
-    /// (first come, first served: the head blocks those behind it). Returns
-    /// the prefill cost of the admitted prompts, µs.
-    fn admit(&mut self) -> u64 {
-        let mut prefill_us = 0;
+    /// (first come, first served: the head blocks those behind it).
+    fn admit(&mut self) {
         while let Some(head) = self.waiting.front() {
             if head.steps.is_closed() {
                 // The client went while it waited (its pacer counted the abort).
@@ -190,15 +192,32 @@ impl Engine {
                 None => 0,
             };
             self.metrics.count_prefix(prompt, cached);
-            prefill_us += self.config.prefill_compute_us(prompt - cached);
             self.kv_used += kv;
             self.running.push(Running {
                 job,
                 kv,
                 decoding: false,
+                prefill_left: prompt - cached,
             });
         }
-        prefill_us
+    }
+
+    /// Computes this iteration's prompt chunks (the whole prompts without a
+    /// token budget); returns their cost, µs.
+    fn prefill(&mut self, decoding: usize) -> u64 {
+        let left: Vec<u32> = self
+            .running
+            .iter()
+            .filter(|r| !r.decoding)
+            .map(|r| r.prefill_left)
+            .collect();
+        let chunks = self.capacity.prefill_chunks(decoding, &left);
+        let mut computed = 0;
+        for (r, chunk) in self.running.iter_mut().filter(|r| !r.decoding).zip(chunks) {
+            r.prefill_left -= chunk;
+            computed += chunk;
+        }
+        self.config.prefill_compute_us(computed)
     }
 
     /// The iteration ended at `end`: every running request gets its next
@@ -206,6 +225,9 @@ impl Engine {
     fn step_all(&mut self, end: Instant) {
         let mut freed = 0;
         self.running.retain_mut(|r| {
+            if r.prefill_left > 0 {
+                return true; // mid-prefill: no step yet
+            }
             let Some(step) = r.job.script.next_step() else {
                 freed += r.kv;
                 return false;
