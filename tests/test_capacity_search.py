@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from specreplay.capacity import (
+from specreplay.run.capacity import (
     BUDGET,
     CONVERGED,
     CUT,
@@ -27,8 +27,8 @@ from specreplay.capacity import (
     compare_answers,
     requests_per_point,
 )
-from specreplay.slo import Slo
-from specreplay.validity import Thresholds
+from specreplay.analysis.slo import Slo
+from specreplay.analysis.validity import Thresholds
 
 
 def step(rate: float, status: str, invalid: tuple[str, ...] = ()) -> Step:
@@ -164,7 +164,7 @@ def test_two_answers_compare_by_their_brackets() -> None:
 
 
 def test_a_point_that_did_not_offer_its_load_stops_the_search_and_is_no_answer() -> None:
-    from specreplay.capacity import LOAD_NOT_OFFERED, NOT_OFFERED
+    from specreplay.run.capacity import LOAD_NOT_OFFERED, NOT_OFFERED
 
     search = Search(Settings(start=8.0, tolerance=0.05))
     assert search.next_rate() == 8.0

@@ -21,15 +21,17 @@ import pandas as pd
 import pytest
 
 import specreplay
-from specreplay import media, models, report
-from specreplay.comparison import compare
-from specreplay.analysis import analyse
-from specreplay.config import ReplayConfig
-from specreplay.replay import run_replay
-from specreplay.summary import by_model, summarize
-from specreplay.synth import SynthConfig, write_synth
-from specreplay.trace import load_trace
-from specreplay.validity import check
+from specreplay.trace import media
+from specreplay.trace import models
+from specreplay.present import report
+from specreplay.comparison.compare import compare
+from specreplay.analysis.analyse import analyse
+from specreplay.settings.config import ReplayConfig
+from specreplay.run.replay import run_replay
+from specreplay.analysis.summary import by_model, summarize
+from specreplay.trace.synth import SynthConfig, write_synth
+from specreplay.trace.records import load_trace
+from specreplay.analysis.validity import check
 
 TOOL_ARGS = ['{"city": ', '"Paris", ', '"unit": "C"}']
 
@@ -363,7 +365,7 @@ def test_done_when_a_mixed_trace_replays_against_the_embedded_simulator(tmp_path
 
 def test_openai_batch_import_names_the_endpoints_and_stores_images_once(tmp_path: Path) -> None:
     from specreplay.errors import TraceError
-    from specreplay.importers import import_trace
+    from specreplay.trace.importers import import_trace
 
     png = _png(8, 8)
     uri = "data:image/png;base64," + base64.b64encode(png).decode()
@@ -390,7 +392,7 @@ def test_openai_batch_import_names_the_endpoints_and_stores_images_once(tmp_path
 
 def test_capture_stores_a_sessions_repeated_image_once(tmp_path: Path) -> None:
     from specreplay._core import SimServer
-    from specreplay.capture import BackgroundCapture
+    from specreplay.trace.capture import BackgroundCapture
 
     uri = "data:image/png;base64," + base64.b64encode(_png(16, 16)).decode()
     first = [{"role": "user", "content": [{"type": "text", "text": "what?"}, {"type": "image_url", "image_url": {"url": uri}}]}]

@@ -16,11 +16,11 @@ import pytest
 from conftest import T0, results_frame, results_table
 
 import specreplay
-from specreplay import metrics
-from specreplay.analysis import analyse
-from specreplay.config import ReplayConfig
+from specreplay.results import derived as metrics
+from specreplay.analysis.analyse import analyse
+from specreplay.settings.config import ReplayConfig
 from specreplay.errors import ConfigError
-from specreplay.slo import (
+from specreplay.analysis.slo import (
     FAILED,
     HELD,
     NA,
@@ -35,7 +35,7 @@ from specreplay.slo import (
     request_values,
     table_from_expressions,
 )
-from specreplay.summary import summarize
+from specreplay.analysis.summary import summarize
 
 
 def test_targets_parse_with_units_and_print_back() -> None:

@@ -6,10 +6,10 @@ import json
 
 import click
 
-from specreplay.config import ReplayConfig
-from specreplay.config_file import stored_runs, to_toml
+from specreplay.settings.config import ReplayConfig
+from specreplay.settings.config_file import stored_runs, to_toml
 from specreplay.errors import ConfigError
-from specreplay.results import CONFIG_KEY, RUNS_KEY, read_table
+from specreplay.results.files import CONFIG_KEY, RUNS_KEY, read_table
 
 
 def configs_of(path: str) -> tuple[list[ReplayConfig], list[dict[str, object]]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from specreplay.errors import ConfigError
-from specreplay.synth import ARRIVALS, SynthConfig, write_synth
-from specreplay.text import Tokenizer
+from specreplay.trace.synth import ARRIVALS, SynthConfig, write_synth
+from specreplay.trace.text import Tokenizer
 
 
 @click.command("synth")
