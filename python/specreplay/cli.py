@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rerun": ("specreplay.commands.rerun", "rerun", "Run the benchmark recorded in RESULTS again: same trace, target, load, sweep, seed and options (the API key comes from the environment, as then)."),
     "config": ("specreplay.commands.config", "config_group", "Benchmark configuration files."),
     "init": ("specreplay.commands.init", "init", "Write a commented starter config."),
-    "serve": ("specreplay.commands.serve", "serve", "Serve the simulated reasoning model (OpenAI-compatible) until Ctrl-C."),
+    "serve": ("specreplay.commands.serve", "serve", "Serve the simulated reasoning model (OpenAI-compatible chat and completions, the Responses and Anthropic Messages APIs, embeddings, rerank and score) until Ctrl-C."),
     "capture": ("specreplay.commands.capture", "capture", "Record the requests applications send: a transparent proxy in front of UPSTREAM."),
     "import": ("specreplay.commands.import_trace", "import_cmd", "Convert a public trace FILE of FORMAT into a specreplay trace."),
     "synth": ("specreplay.commands.synth", "synth", "Write a synthetic trace: arrival process, length distributions, shared-prefix groups, multi-turn sessions."),
