@@ -9,7 +9,7 @@ import pytest
 
 from conftest import MakeResults
 from specreplay.analysis.analyse import PointAnalysis, analyse
-from specreplay.analysis.validity import Thresholds
+from specreplay.settings.thresholds import Thresholds
 
 def burst(spread_us: int) -> list[tuple[int, int, str]]:
     """As vLLM sent them (docs/real-servers.md): 40 tokens within `spread_us`

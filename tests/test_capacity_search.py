@@ -27,8 +27,8 @@ from specreplay.run.capacity import (
     compare_answers,
     requests_per_point,
 )
-from specreplay.analysis.slo import Slo
-from specreplay.analysis.validity import Thresholds
+from specreplay.settings.objectives import Slo
+from specreplay.settings.thresholds import Thresholds
 
 
 def step(rate: float, status: str, invalid: tuple[str, ...] = ()) -> Step:

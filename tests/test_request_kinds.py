@@ -23,6 +23,7 @@ import pytest
 import specreplay
 from specreplay.trace import media
 from specreplay.trace import models
+from specreplay.settings import model_mix
 from specreplay.present import report
 from specreplay.comparison.compare import compare
 from specreplay.analysis.analyse import analyse
@@ -281,7 +282,7 @@ def test_synth_draws_images_and_audio_stored_once(tmp_path: Path) -> None:
 
 
 def test_model_mix_is_seeded_and_keeps_a_session_on_one_model() -> None:
-    mix = models.parse_mix("base:0.7,lora-a:0.2,lora-b:0.1")
+    mix = model_mix.parse_mix("base:0.7,lora-a:0.2,lora-b:0.1")
     assert [n for n, _ in mix] == ["base", "lora-a", "lora-b"] and sum(s for _, s in mix) == pytest.approx(1.0)
     drawn = [models.draw(mix, 0, f"r{i}") for i in range(2000)]
     assert drawn == [models.draw(mix, 0, f"r{i}") for i in range(2000)]
@@ -290,7 +291,7 @@ def test_model_mix_is_seeded_and_keeps_a_session_on_one_model() -> None:
     assert share["base"] == pytest.approx(0.7, abs=0.05) and share["lora-b"] == pytest.approx(0.1, abs=0.03)
     for bad, message in [("base", "NAME:WEIGHT"), ("a:x", "not a number"), ("a:0", "positive"), ("a:1,a:2", "twice"), ("", "empty")]:
         with pytest.raises(ValueError, match=message):
-            models.parse_mix(bad)
+            model_mix.parse_mix(bad)
 
 
 def test_model_mix_end_to_end_gives_figures_per_model(tmp_path: Path, server: str) -> None:

@@ -128,7 +128,8 @@ def conversations(make_results: MakeResults, n: int, *, turns: int = 3, gap_s: f
 
 
 def test_findings_on_sessions(make_results: MakeResults) -> None:
-    from specreplay.analysis.validity import Thresholds, check
+    from specreplay.analysis.validity import check
+    from specreplay.settings.thresholds import Thresholds
 
     df = conversations(make_results, 12, fail=frozenset({3, 7}))
     found = {f.code: f for f in check(df, Thresholds(min_requests_p90=1, min_requests_p99=1))}

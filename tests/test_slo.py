@@ -20,21 +20,8 @@ from specreplay.results import derived as metrics
 from specreplay.analysis.analyse import analyse
 from specreplay.settings.config import ReplayConfig
 from specreplay.errors import ConfigError
-from specreplay.analysis.slo import (
-    FAILED,
-    HELD,
-    NA,
-    TOO_FEW,
-    UNCERTAIN,
-    Slo,
-    Target,
-    judge,
-    merge_tables,
-    met,
-    parse_target,
-    request_values,
-    table_from_expressions,
-)
+from specreplay.analysis.slo import FAILED, HELD, NA, TOO_FEW, UNCERTAIN, judge, met, request_values
+from specreplay.settings.objectives import Slo, Target, merge_tables, parse_target, table_from_expressions
 from specreplay.analysis.summary import summarize
 
 

@@ -4,7 +4,8 @@ from typing import Any
 import pytest
 from conftest import T0, MakeResults, config_metadata
 
-from specreplay.analysis.validity import Finding, Thresholds, check, from_json, is_fatal, to_json
+from specreplay.analysis.validity import Finding, check, from_json, is_fatal, to_json
+from specreplay.settings.thresholds import Thresholds
 
 # Thresholds that silence too_few_requests, so small tables test one check at a time.
 FEW = Thresholds(min_requests_p90=1, min_requests_p99=1)

@@ -43,11 +43,13 @@ from specreplay.results import derived as metrics
 from specreplay.analysis import session_figures
 from specreplay.analysis import summary
 from specreplay.analysis import validity
-from specreplay.results.files import config_points, run_config_of
-from specreplay.analysis.slo import Slo, TargetVerdict, met, request_values, verdicts
+from specreplay.results.files import PREDICTED_KEY, config_points, run_config_of
+from specreplay.analysis.slo import TargetVerdict, met, request_values, verdicts
+from specreplay.settings.objectives import Slo
 from specreplay.servermetrics import figures as server_figures
 from specreplay.results import server_samples as server_store
-from specreplay.analysis.validity import Finding, Thresholds
+from specreplay.analysis.validity import Finding
+from specreplay.settings.thresholds import Thresholds
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,7 +70,7 @@ class PointAnalysis:
     server_samples: pd.DataFrame = field(default_factory=lambda: server_store.empty().to_pandas())
     """The server's Prometheus samples scraped during the point (`specreplay.load(path, metrics=True)`'s rows of it)."""
     prediction: dict[str, Any] | None = None
-    """A predicted point: what it was predicted from (`predict.PREDICTED_KEY`'s entry for it); None when measured."""
+    """A predicted point: what it was predicted from (`results.files.PREDICTED_KEY`'s entry for it); None when measured."""
 
     @cached_property
     def ok_rows(self) -> pd.DataFrame:
@@ -211,8 +213,6 @@ def analyse(
 
 def _predictions(df: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (label, point), what a predicted point was predicted from."""
-    from specreplay.run.predict import PREDICTED_KEY
-
     raw = df.attrs.get(PREDICTED_KEY)
     if not raw:
         return {}

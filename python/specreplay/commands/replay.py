@@ -25,7 +25,7 @@ from specreplay.errors import ConfigError
 from specreplay.present.live import PLAIN_INTERVAL_S, LiveView
 from specreplay.run.replay import FinishedPoint, Hooks, Progress, run_replay
 from specreplay.results.files import VALIDITY_KEY, to_frame
-from specreplay.analysis.slo import merge_tables, table_from_expressions
+from specreplay.settings.objectives import merge_tables, table_from_expressions
 from specreplay.analysis.summary import by_model, request_lines
 from specreplay.run.target import Target
 from specreplay.settings.tomlfile import read_toml

@@ -21,7 +21,8 @@ from rich.text import Text
 
 from specreplay.analysis.resampling import samples_needed
 from specreplay.analysis.summary import STATS
-from specreplay.analysis.slo import FAILED, HELD, UNCERTAIN, Slo, TargetVerdict
+from specreplay.analysis.slo import FAILED, HELD, UNCERTAIN, TargetVerdict
+from specreplay.settings.objectives import Slo
 from specreplay.analysis.validity import Finding
 
 # Summary prefix -> row label. TTFC is spelled out: it is the figure a user waits for.

@@ -196,6 +196,8 @@ def read_server_metrics(path: str | os.PathLike[str]) -> pa.Table:
 CONFIG_KEY = "specreplay.config"
 VALIDITY_KEY = "specreplay.validity"
 RUNS_KEY = "specreplay.runs"
+#: What each predicted point was predicted from (JSON).
+PREDICTED_KEY = "specreplay.predicted"
 
 
 def to_frame(table: pa.Table) -> pd.DataFrame:

@@ -43,8 +43,9 @@ from typing import TYPE_CHECKING, Any
 from specreplay.settings.config import Point, ReplayConfig
 from specreplay.run.replay import FinishedPoint, Plan
 from specreplay.analysis.slo import FAILED as TARGET_FAILED
-from specreplay.analysis.slo import TOO_FEW, Slo, TargetVerdict
-from specreplay.analysis.validity import Thresholds
+from specreplay.analysis.slo import TOO_FEW, TargetVerdict
+from specreplay.settings.objectives import Slo
+from specreplay.settings.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from specreplay.analysis.analyse import PointAnalysis

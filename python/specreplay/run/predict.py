@@ -23,11 +23,11 @@ from specreplay.run.calibrate.model import ServerModel
 from specreplay.run.feed import Feeder
 from specreplay.trace.shaping import request_batch
 
+from specreplay.results.files import PREDICTED_KEY
+
 if TYPE_CHECKING:
     from specreplay._core import RunSpec
 
-#: Results metadata: what each predicted point was predicted from (JSON).
-PREDICTED_KEY = "specreplay.predicted"
 #: Where a predicted run's requests would go: nowhere.
 PREDICT_URL = "http://predicted.invalid/v1"
 

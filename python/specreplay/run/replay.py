@@ -32,7 +32,7 @@ from specreplay.settings.config import Point, ReplayConfig
 from specreplay.errors import ConfigError, SpecreplayError
 from specreplay.run.feed import Feeder
 from specreplay.run.limits import ceiling_note, in_flight
-from specreplay.results.files import ResultsWriter, read_table
+from specreplay.results.files import PREDICTED_KEY, ResultsWriter, read_table
 from specreplay.run.server_tokenize import ServerTokenizer
 from specreplay.results import server_samples as metrics_store
 from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
@@ -416,8 +416,6 @@ def run_replay(
                 extra[WORKERS_KEY] = json.dumps(clusters[0] if len(clusters) == 1 else clusters)
             predictors = [r.predictor.metadata() for r in runs if r.predictor is not None]
             if predictors:
-                from specreplay.run.predict import PREDICTED_KEY
-
                 extra[PREDICTED_KEY] = json.dumps(predictors)
             if len(samples):
                 extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())

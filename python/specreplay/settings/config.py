@@ -18,8 +18,12 @@ from typing import Any, Literal, get_args
 
 from specreplay._core import is_secret_header
 from specreplay.settings.distributions import Dist
+from specreplay.settings.extras import require_ray
+from specreplay.settings.model_mix import parse_mix
+from specreplay.settings.objectives import Slo
+from specreplay.settings.thresholds import Thresholds
 from specreplay.errors import ConfigError
-from specreplay.analysis.slo import Slo
+from specreplay.settings.objectives import Slo
 
 #: Arrival processes of the open loop (the engine's `Arrival`).
 Arrival = Literal["poisson", "constant", "gamma"]
@@ -136,18 +140,12 @@ class ReplayConfig:
         if self.concurrency and self.ray is not None and min(self.concurrency) < self.workers:
             raise ConfigError(f"concurrency: {min(self.concurrency)} is below workers={self.workers}: every worker needs a request in flight")
         if self.ray is not None:
-            from specreplay.run.distributed import require_ray
-
             require_ray()
         if self.tokenizer and self.server_tokenize:
             raise ConfigError("give tokenizer or server_tokenize, not both: one counts the chunks")
         if self.preconnect and not self.concurrency and self.max_concurrency is None:
             raise ConfigError("preconnect: an open-loop run opens max_concurrency connections before the clock; set max_concurrency too")
-        from specreplay.analysis.validity import Thresholds
-
         if self.model_mix is not None:
-            from specreplay.trace.models import parse_mix
-
             try:
                 parse_mix(self.model_mix)
             except ValueError as e:

@@ -15,7 +15,7 @@ from html import escape
 from specreplay.run import capacity
 from specreplay.present.report import data
 from specreplay.present.report.svg import PALETTE, Series, xy
-from specreplay.analysis.slo import Slo, Target
+from specreplay.settings.objectives import Slo, Target
 
 #: Colours of a search step by how it went.
 STEP_COLOURS = {capacity.HELD: "#1a7f37", "not held": "#cf222e", "no verdict": "#8c959f"}

@@ -16,21 +16,10 @@ Ray is an optional dependency (`pip install 'specreplay[ray]'`): only
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 from specreplay.errors import ConfigError
-
-#: The one line a user without Ray sees.
-INSTALL_HINT = "--ray needs Ray: pip install 'specreplay[ray]'"
-
-
-def require_ray() -> None:
-    """A ConfigError saying how to install Ray when it is not installed
-    (checked with the options, before anything starts; imports nothing)."""
-    if importlib.util.find_spec("ray") is None:
-        raise ConfigError(INSTALL_HINT)
-
+from specreplay.settings.extras import INSTALL_HINT
 
 def import_ray() -> Any:
     """The `ray` module, or a ConfigError saying how to install it."""
