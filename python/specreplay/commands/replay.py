@@ -17,7 +17,8 @@ from rich.text import Text
 
 from specreplay.analysis import validity
 from specreplay.analysis.analyse import analyse, findings_of
-from specreplay.settings.config import ARRIVALS, SESSION_MODES, Point, ReplayConfig
+from specreplay.literals import ARRIVALS, SESSION_MODES
+from specreplay.settings.config import Point, ReplayConfig
 from specreplay.settings.config_file import apply_overrides, env_overrides, load_config_file
 from specreplay.run.capacity import Answer
 from specreplay.present.console import cli_console, is_tty, print_capacity, print_per_request, print_summary, print_verdict

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from specreplay.errors import ConfigError
-from specreplay.trace.synth import ARRIVALS, SynthConfig, write_synth
+from specreplay.literals import ARRIVALS
+from specreplay.trace.synth import SynthConfig, write_synth
 from specreplay.trace.text import Tokenizer
 
 

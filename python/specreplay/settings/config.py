@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any
 
 from specreplay._core import is_secret_header
 from specreplay.settings.distributions import Dist
@@ -23,15 +23,9 @@ from specreplay.settings.model_mix import parse_mix
 from specreplay.settings.objectives import Slo
 from specreplay.settings.thresholds import Thresholds
 from specreplay.errors import ConfigError
+from specreplay.literals import ARRIVALS, SESSION_MODES, Arrival, SessionMode
 from specreplay.settings.objectives import Slo
 
-#: Arrival processes of the open loop (the engine's `Arrival`).
-Arrival = Literal["poisson", "constant", "gamma"]
-ARRIVALS: tuple[Arrival, ...] = get_args(Arrival)
-#: How a session's turns are sent (the engine's `SessionMode`;
-#: docs/trace-format.md, "Sessions").
-SessionMode = Literal["dependent", "independent"]
-SESSION_MODES: tuple[SessionMode, ...] = get_args(SessionMode)
 
 
 @dataclass(frozen=True)

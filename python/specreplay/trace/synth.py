@@ -25,11 +25,11 @@ from typing import Any
 
 from specreplay.settings.distributions import Dist
 from specreplay.errors import ConfigError
+from specreplay.literals import ARRIVALS
 from specreplay.trace.text import PromptMaker, Tokenizer
 from specreplay.trace.synth_media import IMAGE_FORMATS, draw_image, parse_size, write_audio
 from specreplay.trace.records import TraceRecord
 
-ARRIVALS = ("poisson", "constant", "gamma")
 
 
 @dataclass
