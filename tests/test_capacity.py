@@ -23,7 +23,8 @@ from specreplay import _core
 from specreplay.run.capacity import BUDGET, CONVERGED, CUT, FAILED, HELD, INVALID, LOAD_NOT_OFFERED, NOT_OFFERED, NOT_SUSTAINED, UNCERTAIN, VOID, Answer
 from specreplay.cli import cli
 from specreplay.settings.config import ReplayConfig
-from specreplay.run.replay import CAPACITY_KEY, run_replay
+from specreplay.results.files import CAPACITY_KEY
+from specreplay.run.replay import run_replay
 
 #: The worked example of docs/simulator.md, "The knee": 108.8 req/s for
 #: prompts of 10 tokens and answers of 10. No prefix cache, so that every

@@ -232,7 +232,7 @@ def test_findings_cover_rows_that_no_finished_point_reported() -> None:
 
     from specreplay.commands.replay import ConsoleHooks
     from specreplay.settings.config import Point
-    from specreplay.run.replay import FinishedPoint, Progress
+    from specreplay.run.plan import FinishedPoint, Progress
 
     points = [{"point": "concurrency=1", "mode": "concurrency", "value": 1}, {"point": "concurrency=2", "mode": "concurrency", "value": 2}]
     metadata = config_metadata(points)

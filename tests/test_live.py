@@ -13,7 +13,7 @@ from rich.console import Console
 
 from specreplay.commands.replay import ConsoleHooks
 from specreplay.present.live import LiveView, Rolling, status_text
-from specreplay.run.replay import Progress
+from specreplay.run.plan import Progress
 
 
 def batch(n: int, start_us: int, ttft_us: int, lag_us: int = 50, fail_every: int = 0) -> list[dict[str, object]]:

@@ -22,7 +22,8 @@ import pytest
 import specreplay
 from specreplay.analysis import validity
 from specreplay.settings.config import ReplayConfig
-from specreplay.run.replay import Hooks, Progress, run_replay
+from specreplay.run.plan import Progress
+from specreplay.run.replay import Hooks, run_replay
 from specreplay.results.files import read_table
 
 ray = pytest.importorskip("ray")

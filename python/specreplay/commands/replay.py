@@ -24,7 +24,8 @@ from specreplay.run.capacity import Answer
 from specreplay.present.console import cli_console, is_tty, print_capacity, print_per_request, print_summary, print_verdict
 from specreplay.errors import ConfigError
 from specreplay.present.live import PLAIN_INTERVAL_S, LiveView
-from specreplay.run.replay import FinishedPoint, Hooks, Progress, run_replay
+from specreplay.run.plan import FinishedPoint, Progress
+from specreplay.run.replay import Hooks, run_replay
 from specreplay.results.files import VALIDITY_KEY, to_frame
 from specreplay.settings.objectives import merge_tables, table_from_expressions
 from specreplay.analysis.summary import by_model, request_lines

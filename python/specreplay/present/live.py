@@ -31,7 +31,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TaskID, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
-from specreplay.run.replay import Progress
+from specreplay.run.plan import Progress
 
 #: The rolling window of the live figures, seconds.
 WINDOW_S = 10.0

@@ -198,6 +198,8 @@ VALIDITY_KEY = "specreplay.validity"
 RUNS_KEY = "specreplay.runs"
 #: What each predicted point was predicted from (JSON).
 PREDICTED_KEY = "specreplay.predicted"
+#: What each run's capacity search found (JSON).
+CAPACITY_KEY = "specreplay.capacity"
 
 
 def to_frame(table: pa.Table) -> pd.DataFrame:

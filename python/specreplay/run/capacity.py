@@ -41,11 +41,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specreplay.settings.config import Point, ReplayConfig
-from specreplay.run.replay import FinishedPoint, Plan
+from specreplay.run.plan import FinishedPoint, Plan
 from specreplay.analysis.slo import FAILED as TARGET_FAILED
 from specreplay.analysis.slo import TOO_FEW, TargetVerdict
 from specreplay.settings.objectives import Slo
 from specreplay.settings.thresholds import Thresholds
+
+from specreplay.results.files import CAPACITY_KEY
 
 if TYPE_CHECKING:
     from specreplay.analysis.analyse import PointAnalysis
@@ -439,8 +441,6 @@ def answer_of(run: Run) -> Answer | None:
     their findings (None when the run did not search). The file's record of
     the search (`specreplay.capacity`) gives only what the rows cannot: the
     stop reason and which points the budget cut."""
-    from specreplay.run.replay import CAPACITY_KEY
-
     config = run.config
     if not config.get("find_max_rate"):
         return None

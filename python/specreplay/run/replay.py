@@ -19,7 +19,6 @@ import platform
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +30,10 @@ from specreplay.run.chunk_tokenizer import ChunkCounter, ChunkTokenizer, recount
 from specreplay.settings.config import Point, ReplayConfig
 from specreplay.errors import ConfigError, SpecreplayError
 from specreplay.run.feed import Feeder
+from specreplay.run.capacity import Answer, SearchPlan
 from specreplay.run.limits import ceiling_note, in_flight
-from specreplay.results.files import PREDICTED_KEY, ResultsWriter, read_table
+from specreplay.run.plan import FinishedPoint, Plan, Progress
+from specreplay.results.files import CAPACITY_KEY, PREDICTED_KEY, ResultsWriter, read_table
 from specreplay.run.server_tokenize import ServerTokenizer
 from specreplay.results import server_samples as metrics_store
 from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
@@ -45,7 +46,6 @@ from specreplay.trace.index import TraceIndex, scan_trace
 if TYPE_CHECKING:
     from specreplay._core import ConcurrencyLoad, RateLoad, RunSpec, SpeedupLoad
     from specreplay.analysis.analyse import RunAnalysis
-    from specreplay.run.capacity import Answer
     from specreplay.run.distributed.driver import Cluster
     from specreplay.run.predict import Predictor
 
@@ -66,44 +66,6 @@ WORKERS_KEY = "specreplay.workers"
 #: How long one drain waits for finished requests before reporting progress.
 POLL_S = 0.25
 #: Metadata key of what each run's capacity search found (`capacity.Answer.to_dict`).
-CAPACITY_KEY = "specreplay.capacity"
-
-
-@dataclass(frozen=True)
-class Progress:
-    point: str
-    scheduled: int
-    sent: int
-    finished: int
-    failed: int
-    output_tokens: int
-    elapsed_s: float
-
-    @property
-    def in_flight(self) -> int:
-        return max(self.sent - self.finished, 0)
-
-
-@dataclass
-class FinishedPoint:
-    """A point that ran: its rows as written, how far it got, and (made on
-    first use, once for everyone who reads it) its analysis."""
-
-    point: Point
-    label: str
-    rows: pa.Table
-    progress: Progress
-    interrupted: bool = False
-    cut: bool = False
-    """Cancelled when the run's time budget ran out (a capacity search's)."""
-
-    @cached_property
-    def runs(self) -> list[RunAnalysis]:
-        """`analysis.analyse` of the rows (one run; none when no row was written)."""
-        from specreplay.analysis.analyse import analyse
-        from specreplay.results.files import to_frame
-
-        return analyse(to_frame(self.rows)) if self.rows.num_rows else []
 
 
 @dataclass
@@ -136,32 +98,6 @@ class Hooks:
     def progress(self, progress: Progress) -> None: ...
     def point_finished(self, finished: FinishedPoint) -> None: ...
     def search_finished(self, label: str, answer: Answer, lines: list[str]) -> None: ...
-
-
-class Plan:
-    """The points of a run: the configured sweep, in order. A plan may also
-    set each point's request count, a deadline, and a status line
-    (`capacity.SearchPlan` does)."""
-
-    searching = False
-
-    def __init__(self, points: list[Point]) -> None:
-        self.points = list(points)
-
-    def next_point(self) -> Point | None:
-        return self.points.pop(0) if self.points else None
-
-    def num_requests(self, config: ReplayConfig) -> int | None:
-        return config.num_requests
-
-    @property
-    def deadline_us(self) -> float | None:
-        return None
-
-    def status(self) -> str | None:
-        return None
-
-    def finished(self, finished: FinishedPoint) -> None: ...
 
 
 def _run_spec(config: ReplayConfig, point: Point, headers: list[tuple[str, str]]) -> RunSpec:
@@ -281,8 +217,6 @@ def _prepare_run(config: ReplayConfig) -> _Run:
     tokenizer = ChunkTokenizer(config.tokenizer) if config.tokenizer else None
     predictor = _predictor(config)
     if config.find_max_rate:
-        from specreplay.run.capacity import SearchPlan
-
         return _Run(config, trace, [], headers, trace.sha256, SearchPlan(config), tokenizer=tokenizer, predictor=predictor)
     points = config.points(trace.has_arrivals)
     return _Run(config, trace, points, headers, trace.sha256, Plan(points), tokenizer=tokenizer, predictor=predictor)
@@ -467,8 +401,6 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
             result.interrupted = True
             break
     if plan.searching:
-        from specreplay.run.capacity import SearchPlan
-
         assert isinstance(plan, SearchPlan)
         found = plan.result(interrupted=result.interrupted)
         result.capacity[label] = found
