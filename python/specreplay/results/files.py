@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -243,26 +243,26 @@ def load(path: str | os.PathLike[str], chunks: bool = False, metrics: bool = Fal
     return frame
 
 
-def run_config(df: pd.DataFrame) -> dict[str, Any]:
-    """The resolved run config stored in `df.attrs`; {} when absent."""
-    text = df.attrs.get(CONFIG_KEY)
-    if not text:
-        return {}
-    config = json.loads(text)
-    if not isinstance(config, dict):
-        raise ValueError(f"{CONFIG_KEY} is not a JSON object")
-    return config
-
-
-def run_configs(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """Every run's resolved config (a config file may name several runs)."""
-    text = df.attrs.get(RUNS_KEY)
+def stored_configs(metadata: Mapping[Any, Any]) -> list[dict[str, Any]]:
+    """Every run's resolved config as a results file's metadata recorded it
+    (a config file may name several runs); [] when it recorded none."""
+    text = metadata.get(RUNS_KEY)
     if text:
         runs = json.loads(text)
         if isinstance(runs, list):
             return [r for r in runs if isinstance(r, dict)]
-    config = run_config(df)
-    return [config] if config else []
+    text = metadata.get(CONFIG_KEY)
+    if not text:
+        return []
+    config = json.loads(text)
+    if not isinstance(config, dict):
+        raise ValueError(f"{CONFIG_KEY} is not a JSON object")
+    return [config]
+
+
+def run_configs(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Every run's resolved config (`stored_configs` of `df.attrs`)."""
+    return stored_configs(df.attrs)
 
 
 def run_config_of(df: pd.DataFrame, label: str | None) -> dict[str, Any]:
