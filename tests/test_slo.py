@@ -20,7 +20,8 @@ from specreplay.results import derived as metrics
 from specreplay.analysis.analyse import analyse
 from specreplay.settings.config import ReplayConfig
 from specreplay.errors import ConfigError
-from specreplay.analysis.slo import FAILED, HELD, NA, TOO_FEW, UNCERTAIN, judge, met, request_values
+from specreplay.analysis.slo import judge, met, request_values
+from specreplay.analysis.verdicts import FAILED, HELD, NA, TOO_FEW, UNCERTAIN
 from specreplay.settings.objectives import Slo, Target, merge_tables, parse_target, table_from_expressions
 from specreplay.analysis.summary import summarize
 

@@ -31,17 +31,12 @@ import numpy as np
 import pandas as pd
 
 from specreplay.errors import ConfigError
+from specreplay.analysis.verdicts import FAILED, HELD, NA, TOO_FEW, UNCERTAIN
 from specreplay.settings.objectives import Slo, Target
 
 if TYPE_CHECKING:
     from specreplay.analysis.analyse import PointAnalysis
 
-#: Verdicts on a target, in the order a reader cares about them.
-HELD = "held"
-FAILED = "failed"
-UNCERTAIN = "uncertain"
-TOO_FEW = "too few samples"
-NA = "n/a"
 
 # --- per request -------------------------------------------------------------
 

@@ -74,14 +74,8 @@ from specreplay.results.files import load, partial_path, run_config_of
 from specreplay.servermetrics.compare import server_rows
 from specreplay.trace.records import RETRIEVAL_APIS
 from specreplay.analysis.validity import Finding
+from specreplay.analysis.verdicts import FASTER, NA, NOT_RESAMPLED, SAME, SLOWER, TOO_FEW
 
-FASTER = "faster"
-SLOWER = "slower"
-SAME = "no significant difference"
-TOO_FEW = "too few samples"
-NA = "n/a"
-#: The server's figures (`servermetrics.compare`): one number per run, no interval.
-NOT_RESAMPLED = "not resampled"
 
 COLUMNS: tuple[str, ...] = (
     "base",

@@ -21,7 +21,8 @@ from rich.text import Text
 
 from specreplay.analysis.resampling import samples_needed
 from specreplay.analysis.summary import STATS
-from specreplay.analysis.slo import FAILED, HELD, UNCERTAIN, TargetVerdict
+from specreplay.analysis.slo import TargetVerdict
+from specreplay.analysis.verdicts import FAILED, FASTER, HELD, NA, SAME, SLOWER, UNCERTAIN
 from specreplay.settings.objectives import Slo
 from specreplay.analysis.validity import Finding
 
@@ -452,7 +453,7 @@ def _print_header(console: Console, findings: list[Finding]) -> None:
         console.print(Text("validity: no errors or warnings", style="green"))
 
 
-VERDICT_STYLES: dict[str, str] = {"faster": "bold green", "slower": "bold red", "no significant difference": "dim", "n/a": "dim"}
+VERDICT_STYLES: dict[str, str] = {FASTER: "bold green", SLOWER: "bold red", SAME: "dim", NA: "dim"}
 
 
 def figure_name(row: pd.Series) -> str:

@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 from specreplay.settings.config import Point, ReplayConfig
 from specreplay.run.plan import FinishedPoint, Plan
-from specreplay.analysis.slo import FAILED as TARGET_FAILED
-from specreplay.analysis.slo import TOO_FEW, TargetVerdict
+from specreplay.analysis.verdicts import FAILED as TARGET_FAILED
+from specreplay.analysis.slo import TargetVerdict
+from specreplay.analysis.verdicts import TOO_FEW
 from specreplay.settings.objectives import Slo
 from specreplay.settings.thresholds import Thresholds
 

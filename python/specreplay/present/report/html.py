@@ -30,6 +30,7 @@ from specreplay.present.report import capacity as report_capacity
 from specreplay.present.report import data, plots
 from specreplay.analysis.summary import by_model
 from specreplay.analysis.validity import Finding
+from specreplay.analysis.verdicts import FASTER, SLOWER
 
 CSS = """
 :root { --fg:#1b1f24; --muted:#59636e; --line:#d1d9e0; --bg:#fff; --soft:#f6f8fa; }
@@ -288,7 +289,7 @@ def _comparison_table(frame: pd.DataFrame, confidence: float) -> str:
             name = figure_name(row)
             interval = "—" if pd.isna(row["ci_low"]) else f"[{fmt_change(row['ci_low'])}, {fmt_change(row['ci_high'])}]"
             verdict = str(row["verdict"])
-            css = verdict if verdict in ("faster", "slower") else "same"
+            css = verdict if verdict in (FASTER, SLOWER) else "same"
             body.append(
                 f'<tr><td class="l">{escape(name)}</td><td>{fmt_value(row["base_value"], row["unit"])}</td><td>{fmt_value(row["value"], row["unit"])}</td>'
                 f'<td>{fmt_change(row["change"])}</td><td>{interval}</td><td class="l {css}">{escape(verdict)}</td></tr>'
