@@ -66,18 +66,13 @@ import numpy as np
 import pandas as pd
 
 from specreplay.results import derived as metrics
+from specreplay.results.latencies import LATENCIES
 from specreplay.analysis.analyse import PointAnalysis
 from specreplay.analysis.quantiles import UnitQuantiles, weighted_quantiles
 from specreplay.trace.records import RETRIEVAL_APIS
 
 #: (summary prefix, display name) of the latencies compared, in table order.
-LATENCY_METRICS: tuple[tuple[str, str], ...] = (
-    ("ttft", "TTFT"),
-    ("ttfc", "TTFC"),
-    ("tpot", "TPOT"),
-    ("itl_token", "ITL"),
-    ("e2e", "E2E"),
-)
+LATENCY_METRICS: tuple[tuple[str, str], ...] = tuple((lat.name, lat.compared_as) for lat in LATENCIES if lat.compared_as is not None)
 LATENCY_STATS: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 #: (summary column, display name, token column) of the throughputs compared.
 THROUGHPUT_METRICS: tuple[tuple[str, str, str], ...] = (

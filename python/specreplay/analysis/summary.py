@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from specreplay.results import derived as metrics
+from specreplay.results import latencies
 from specreplay.servermetrics import figures as server_figures
 from specreplay.trace.records import RETRIEVAL_APIS
 
@@ -34,15 +35,7 @@ STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99")
 QUANTILES: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 
 # Summary name -> per-request column (µs) of `metrics.add_derived`, or ITL sample column.
-LATENCIES: dict[str, str] = {
-    "ttft": "ttft_us",
-    "ttfc": "ttfc_us",
-    "tpot": "tpot_us",
-    "itl_chunk": "itl_chunk_us",
-    "itl_token": "itl_token_us",
-    "e2e": "e2e_us",
-    "send_lag": "send_lag_us",
-}
+LATENCIES: dict[str, str] = {latency.name: latency.column for latency in latencies.LATENCIES}
 
 OPEN_LOOP_MODES = frozenset({"rate", "speedup"})
 

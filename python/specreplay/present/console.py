@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specreplay.analysis.resampling import samples_needed
+from specreplay.results.latencies import LATENCIES
 from specreplay.analysis.summary import STATS
 from specreplay.analysis.slo import TargetVerdict
 from specreplay.analysis.verdicts import FAILED, FASTER, HELD, NA, SAME, SLOWER, UNCERTAIN
@@ -27,15 +28,7 @@ from specreplay.settings.objectives import Slo
 from specreplay.analysis.validity import Finding
 
 # Summary prefix -> row label. TTFC is spelled out: it is the figure a user waits for.
-LATENCY_LABELS: dict[str, str] = {
-    "ttft": "TTFT (first token)",
-    "ttfc": "TTFC (first answer token)",
-    "tpot": "TPOT",
-    "itl_chunk": "ITL / chunk",
-    "itl_token": "ITL / token",
-    "e2e": "E2E",
-    "send_lag": "send lag",
-}
+LATENCY_LABELS: dict[str, str] = {latency.name: latency.label for latency in LATENCIES}
 MISSING = "—"
 
 #: The width of a CLI console whose output is not a terminal: wide enough that
