@@ -47,8 +47,13 @@ def errors(predicted: pd.DataFrame, measured: pd.DataFrame) -> list[Error]:
     out = []
     for point in p.index.intersection(m.index):
         for figure in FIGURES:
-            out.append(Error(str(point), figure, float(p.at[point, figure]), float(m.at[point, figure])))
+            out.append(Error(str(point), figure, _figure(p, point, figure), _figure(m, point, figure)))
     return out
+
+
+def _figure(summary: pd.DataFrame, point: Any, figure: str) -> float:
+    """A summary's figure (a float column) at a point."""
+    return float(summary[figure].astype("float64")[point])
 
 
 def markdown(rows: list[Error]) -> str:
