@@ -193,9 +193,19 @@ def read_server_metrics(path: str | os.PathLike[str]) -> pa.Table:
     raise FileNotFoundError(f"{path}: no results file (nor an interrupted run's {partial_path(p).name})")
 
 
+# The results file's metadata keys (docs/results.md), every one of them here.
 CONFIG_KEY = "specreplay.config"
 VALIDITY_KEY = "specreplay.validity"
 RUNS_KEY = "specreplay.runs"
+VERSION_KEY = "specreplay.version"
+RUN_ID_KEY = "specreplay.run_id"
+TARGET_KEY = "specreplay.target"
+MODEL_KEY = "specreplay.model"
+STARTED_AT_KEY = "specreplay.started_at"
+HOST_KEY = "specreplay.host"
+INTERRUPTED_KEY = "specreplay.interrupted"
+#: The distributed run's workers (JSON).
+WORKERS_KEY = "specreplay.workers"
 #: What each predicted point was predicted from (JSON).
 PREDICTED_KEY = "specreplay.predicted"
 #: What each run's capacity search found (JSON).

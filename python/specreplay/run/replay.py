@@ -33,7 +33,22 @@ from specreplay.run.feed import Feeder
 from specreplay.run.capacity import Answer, SearchPlan
 from specreplay.run.limits import ceiling_note, in_flight
 from specreplay.run.plan import FinishedPoint, Plan, Progress
-from specreplay.results.files import CAPACITY_KEY, PREDICTED_KEY, ResultsWriter, read_table
+from specreplay.results.files import (
+    CAPACITY_KEY,
+    CONFIG_KEY,
+    HOST_KEY,
+    INTERRUPTED_KEY,
+    MODEL_KEY,
+    PREDICTED_KEY,
+    RUN_ID_KEY,
+    RUNS_KEY,
+    STARTED_AT_KEY,
+    TARGET_KEY,
+    VERSION_KEY,
+    WORKERS_KEY,
+    ResultsWriter,
+    read_table,
+)
 from specreplay.run.server_tokenize import ServerTokenizer
 from specreplay.results import server_samples as metrics_store
 from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
@@ -61,7 +76,6 @@ def _local_start(spec: RunSpec, feeder: Feeder, label: str, point: str) -> Any:
 
 
 #: Results metadata of a distributed replay: its workers and their clocks.
-WORKERS_KEY = "specreplay.workers"
 
 #: How long one drain waits for finished requests before reporting progress.
 POLL_S = 0.25
@@ -246,8 +260,8 @@ def _predictor(config: ReplayConfig) -> Predictor | None:
 def _runs_metadata(runs: list[_Run]) -> dict[str, str]:
     return {
         # The first run's configuration (the only one, unless a config file named several).
-        "specreplay.config": json.dumps(runs[0].metadata()),
-        "specreplay.runs": json.dumps([r.metadata() for r in runs]),
+        CONFIG_KEY: json.dumps(runs[0].metadata()),
+        RUNS_KEY: json.dumps([r.metadata() for r in runs]),
     }
 
 
@@ -264,13 +278,13 @@ def _file_metadata(runs: list[_Run], run_id: str) -> dict[str, str]:
     first = runs[0]
     target = first.target.url if first.target is not None else ""
     return {
-        "specreplay.version": _core.__version__,
-        "specreplay.run_id": run_id,
+        VERSION_KEY: _core.__version__,
+        RUN_ID_KEY: run_id,
         **_runs_metadata(runs),
-        "specreplay.target": redact_url(target),
-        "specreplay.model": (first.target.model if first.target is not None else None) or "",
-        "specreplay.started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-        "specreplay.host": platform.node(),
+        TARGET_KEY: redact_url(target),
+        MODEL_KEY: (first.target.model if first.target is not None else None) or "",
+        STARTED_AT_KEY: _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        HOST_KEY: platform.node(),
     }
 
 
@@ -342,7 +356,7 @@ def run_replay(
             for run in runs:
                 if run.scraper is not None:
                     run.scraper.stop()
-            extra = {"specreplay.interrupted": json.dumps(result.interrupted), **_runs_metadata(runs)}
+            extra = {INTERRUPTED_KEY: json.dumps(result.interrupted), **_runs_metadata(runs)}
             if result.capacity:
                 extra[CAPACITY_KEY] = json.dumps({label: found.to_dict() for label, found in result.capacity.items()})
             clusters = [r.cluster.metadata() for r in runs if r.cluster is not None]

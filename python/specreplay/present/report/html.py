@@ -31,6 +31,7 @@ from specreplay.present.report import data, plots
 from specreplay.analysis.summary import by_model
 from specreplay.analysis.validity import Finding
 from specreplay.analysis.verdicts import FASTER, SLOWER
+from specreplay.results.files import MODEL_KEY, STARTED_AT_KEY, TARGET_KEY
 
 CSS = """
 :root { --fg:#1b1f24; --muted:#59636e; --line:#d1d9e0; --bg:#fff; --soft:#f6f8fa; }
@@ -316,9 +317,9 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
     attrs = runs[0].run.df.attrs
     meta = [
         ("files", ", ".join(dict.fromkeys(str(r.run.path) for r in runs if r.run.path)) or "—"),
-        ("model", attrs.get("specreplay.model") or "—"),
-        ("target", attrs.get("specreplay.target") or "—"),
-        ("started", attrs.get("specreplay.started_at") or "—"),
+        ("model", attrs.get(MODEL_KEY) or "—"),
+        ("target", attrs.get(TARGET_KEY) or "—"),
+        ("started", attrs.get(STARTED_AT_KEY) or "—"),
         ("recorded by", f"specreplay {attrs.get('specreplay.version', '?')}; report by specreplay {__version__}"),
     ]
     charts = plots.all_plots(runs)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specreplay.results.files import CONFIG_KEY
 from specreplay.run.calibrate.model import PARAMS, Param, ServerModel
 
 #: Paired output-length samples kept per prompt class.
@@ -46,7 +47,7 @@ def _runs(paths: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[s
     frames, samples, configs = [], [], []
     for i, path in enumerate(paths):
         df = specreplay.load(path)
-        config = json.loads(df.attrs.get("specreplay.config", "{}"))
+        config = json.loads(df.attrs.get(CONFIG_KEY, "{}"))
         if config.get("predicted"):
             raise ValueError(f"{path}: a prediction, not a measurement: calibrate from real runs")
         rows = df[df["error_kind"].isna() & ~df["warmup"].astype(bool)].copy()
