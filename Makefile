@@ -56,9 +56,11 @@ wheel-check: dev ## build a wheel from the debug build and run the quick start f
 	WHEEL="target/wheel-check/specreplay-*.whl" bash tests/wheel_check.sh
 
 .PHONY: lint
-lint: ## clippy and rustfmt check
+lint: $(PY) ## clippy, rustfmt check, and the Python layers (import-linter, pyproject.toml: an import up a layer or a circle between packages fails)
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo fmt --all --check
+	$(PIP) install --quiet "import-linter>=2.1"
+	PYTHONPATH=python $(VENV)/bin/lint-imports  # reads the source: no build needed
 
 # The quick settings: a few minutes in all after the build. Each bench writes
 # bench/results/<name>-<time>.json with the commit, a dirty flag, the load and

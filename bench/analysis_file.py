@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from specreplay.schema import CHANNELS, COLUMNS, results_schema
+from specreplay.results.schema import CHANNELS, COLUMNS, results_schema
 
 LABELS = ("baseline", "ngram")
 CONCURRENCY = (8, 16, 32, 64)

@@ -1,5 +1,5 @@
 """What finding sessions costs `specreplay capture`'s recorder
-(`specreplay.conversations.ConversationFinder`): CPU per request and memory
+(`specreplay.trace.conversations.ConversationFinder`): CPU per request and memory
 per remembered request, for chat conversations of a given length. The
 recorder runs on its own thread, off the forwarding path, so this is the
 rate it keeps up with, not a delay any client sees.
@@ -21,7 +21,7 @@ import random
 import time
 import tracemalloc
 
-from specreplay.conversations import ConversationFinder
+from specreplay.trace.conversations import ConversationFinder
 
 from bench_util import write_result
 

@@ -7,7 +7,7 @@ repeat so a busy moment of this shared machine hits them alike.
     .venv/bin/python bench/live_view.py                       # 100 and 1000 req/s, 4 repeats
     .venv/bin/python bench/live_view.py --rates 1000 --repeats 6
 
-The replay is `specreplay.replay.run_replay` with `commands.replay.ConsoleHooks`,
+The replay is `specreplay.run.replay.run_replay` with `commands.replay.ConsoleHooks`,
 exactly what `specreplay replay` runs, against the simulator in its own
 process (bench/bench_util.py's `Sim`), constant arrivals, short answers.
 The terminal is a rich Console forced into terminal mode that writes to
@@ -62,9 +62,9 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
 
     from bench_util import Sim  # type: ignore[import-not-found]
     from specreplay.commands.replay import ConsoleHooks
-    from specreplay.config import ReplayConfig
-    from specreplay.replay import run_replay
-    from specreplay.results import load
+    from specreplay.settings.config import ReplayConfig
+    from specreplay.run.replay import run_replay
+    from specreplay.results.files import load
 
     mode, rate = job["mode"], job["rate"]
     sim = Sim(STREAMS, "normal")

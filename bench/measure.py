@@ -56,7 +56,7 @@ CLIENT_TIMEOUT_S = 200.0
 def engine_requests(url: str, bodies: list[dict[str, Any]]) -> Any:
     """The requests as the engine takes them: one batch with the columns of `schema.REQUEST_COLUMNS`."""
     import pyarrow as pa
-    from specreplay.schema import request_schema
+    from specreplay.results.schema import request_schema
 
     rows = [{"trace_id": f"q{i}", "api": "chat", "url": url + "/chat/completions", "body": json.dumps(b).encode(),
              "arrival_s": 0.0} for i, b in enumerate(bodies)]

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specreplay.config import ReplayConfig
-from specreplay.media import MediaStore, media_dir
-from specreplay.shaping import request_row
-from specreplay.synth import SynthConfig, write_synth
-from specreplay.trace import load_trace
+from specreplay.settings.config import ReplayConfig
+from specreplay.trace.media import MediaStore, media_dir
+from specreplay.trace.shaping import request_row
+from specreplay.trace.synth import SynthConfig, write_synth
+from specreplay.trace.records import load_trace
 
 
 def _size(path: Path) -> int:

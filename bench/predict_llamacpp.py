@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from realservers.llamacpp import LlamaCppServer  # noqa: E402
 from realservers.predict_loop import loop  # noqa: E402
 from realservers.smollm2 import smollm2_gguf  # noqa: E402
-from specreplay.calibrate.check import markdown  # noqa: E402
+from specreplay.run.calibrate.check import markdown  # noqa: E402
 
 TARGETS = {"p50": 0.15, "p90": 0.15, "p99": 0.25}
 

@@ -63,8 +63,8 @@ def peak_streams(df: Any) -> int:
 
 def one_run(work: Path, url: str, workers: int | None, rate: float, seconds: float) -> dict[str, Any]:
     import specreplay
-    from specreplay.config import ReplayConfig
-    from specreplay.replay import run_replay
+    from specreplay.settings.config import ReplayConfig
+    from specreplay.run.replay import run_replay
 
     out = work / "run.arrow"
     config = ReplayConfig(trace=str(TRACE), url=url, rate=[rate], arrival="constant", num_requests=int(rate * seconds),
@@ -146,9 +146,9 @@ def main() -> None:
             transfer: list[dict[str, Any]] = []
             if not args.no_transfer:
                 # Real rows for the transfer cost.
-                from specreplay.config import ReplayConfig
-                from specreplay.replay import run_replay
-                from specreplay.results import read_table
+                from specreplay.settings.config import ReplayConfig
+                from specreplay.run.replay import run_replay
+                from specreplay.results.files import read_table
 
                 config = ReplayConfig(trace=str(TRACE), url=url, rate=[500.0], num_requests=4096, metrics=False, output=str(work / "rows.arrow"))
                 run_replay(config)

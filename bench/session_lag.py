@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 import specreplay
-from specreplay.config import ReplayConfig
-from specreplay.replay import run_replay
+from specreplay.settings.config import ReplayConfig
+from specreplay.run.replay import run_replay
 
 from bench_util import write_result
 

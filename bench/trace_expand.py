@@ -15,8 +15,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from specreplay.shaping import body_with_prompt
-from specreplay.trace import iter_trace
+from specreplay.trace.shaping import body_with_prompt
+from specreplay.trace.records import iter_trace
 
 
 def main() -> None:

@@ -27,11 +27,11 @@ import time
 from typing import Any
 
 from specreplay import _core
-from specreplay.config import ReplayConfig
-from specreplay.feed import Feeder
-from specreplay.shaping import request_batch, shape_body
-from specreplay.trace import iter_trace
-from specreplay.trace_index import scan_trace
+from specreplay.settings.config import ReplayConfig
+from specreplay.run.feed import Feeder
+from specreplay.trace.shaping import request_batch, shape_body
+from specreplay.trace.records import iter_trace
+from specreplay.trace.index import scan_trace
 
 DEAD_URL = "http://127.0.0.1:9/v1"
 

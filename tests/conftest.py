@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from specreplay.schema import CHANNELS, COLUMNS, results_schema
+from specreplay.results.schema import CHANNELS, COLUMNS, results_schema
 
 T0 = 1_750_000_000_000_000  # µs since epoch: a realistic magnitude
 DEFAULT_CHUNKS = [(100_000 + 10_000 * i, 1, "content") for i in range(11)]  # 11 tokens over 100 ms
@@ -136,8 +136,8 @@ SIM_CONCURRENCY = 8
 
 
 def simulated_run(path: Path, sim: dict[str, Any], seed: int = 1, label: str = "run") -> Path:
-    from specreplay.config import ReplayConfig
-    from specreplay.replay import run_replay
+    from specreplay.settings.config import ReplayConfig
+    from specreplay.run.replay import run_replay
 
     # Requests on their own (the trace's session ids are labels): 8 always in flight.
     config = ReplayConfig(trace=TRACE, concurrency=[SIM_CONCURRENCY], seed=seed, sim=sim, num_requests=SIM_REQUESTS + SIM_WARMUP, warmup=SIM_WARMUP,

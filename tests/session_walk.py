@@ -4,9 +4,9 @@ time from `think_time.ThinkTimes` (asked with the session's turn before)."""
 
 from __future__ import annotations
 
-from specreplay.config import ReplayConfig
-from specreplay.think_time import ThinkTimes
-from specreplay.trace import TraceRecord
+from specreplay.settings.config import ReplayConfig
+from specreplay.trace.think_time import ThinkTimes
+from specreplay.trace.records import TraceRecord
 
 
 def think_times(records: list[TraceRecord], config: ReplayConfig | None = None) -> tuple[list[int | None], ThinkTimes]:

@@ -15,7 +15,10 @@ from click.testing import CliRunner
 from conftest import T0, MakeResults, config_metadata, results_table
 
 import specreplay
-from specreplay import analysis, metrics, report, validity
+from specreplay.analysis import analyse as analysis
+from specreplay.results import derived as metrics
+from specreplay.present import report
+from specreplay.analysis import validity
 from specreplay.cli import cli
 
 POINTS = [

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 
 from specreplay import _core
-from specreplay.config import ReplayConfig
+from specreplay.settings.config import ReplayConfig
 from specreplay.errors import ConfigError
-from specreplay.schema import REQUEST_COLUMNS, request_schema
+from specreplay.results.schema import REQUEST_COLUMNS, request_schema
 
 STUB = Path(_core.__file__).with_name("_core.pyi")
 LOAD: Any = {"mode": "concurrency", "concurrency": 1}
@@ -161,7 +161,7 @@ import json, resource, sys
 import pyarrow as pa
 from specreplay import _core
 from specreplay.errors import EngineError
-from specreplay.schema import request_schema
+from specreplay.results.schema import request_schema
 
 rows = [{"trace_id": "r0", "api": "chat", "url": "http://127.0.0.1:9/v1/chat/completions",
          "body": b"{}", "arrival_s": 0.0}]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import MakeResults
-from specreplay.analysis import PointAnalysis, analyse
-from specreplay.validity import Thresholds
+from specreplay.analysis.analyse import PointAnalysis, analyse
+from specreplay.settings.thresholds import Thresholds
 
 def burst(spread_us: int) -> list[tuple[int, int, str]]:
     """As vLLM sent them (docs/real-servers.md): 40 tokens within `spread_us`

@@ -20,10 +20,11 @@ from test_report import run_browser
 
 import specreplay
 from specreplay import _core
-from specreplay.capacity import BUDGET, CONVERGED, CUT, FAILED, HELD, INVALID, LOAD_NOT_OFFERED, NOT_OFFERED, NOT_SUSTAINED, UNCERTAIN, VOID, Answer
+from specreplay.run.capacity import BUDGET, CONVERGED, CUT, FAILED, HELD, INVALID, LOAD_NOT_OFFERED, NOT_OFFERED, NOT_SUSTAINED, UNCERTAIN, VOID, Answer
 from specreplay.cli import cli
-from specreplay.config import ReplayConfig
-from specreplay.replay import CAPACITY_KEY, run_replay
+from specreplay.settings.config import ReplayConfig
+from specreplay.results.files import CAPACITY_KEY
+from specreplay.run.replay import run_replay
 
 #: The worked example of docs/simulator.md, "The knee": 108.8 req/s for
 #: prompts of 10 tokens and answers of 10. No prefix cache, so that every

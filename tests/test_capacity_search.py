@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from specreplay.capacity import (
+from specreplay.run.capacity import (
     BUDGET,
     CONVERGED,
     CUT,
@@ -31,8 +31,8 @@ from specreplay.capacity import (
     too_short,
     units_per_point,
 )
-from specreplay.resampling import samples_needed
-from specreplay.slo import Slo
+from specreplay.analysis.resampling import samples_needed
+from specreplay.settings.objectives import Slo
 
 
 def step(rate: float, status: str, invalid: tuple[str, ...] = ()) -> Step:
@@ -184,7 +184,7 @@ def test_two_answers_compare_by_their_brackets() -> None:
 
 
 def test_a_point_that_did_not_offer_its_load_stops_the_search_and_is_no_answer() -> None:
-    from specreplay.capacity import LOAD_NOT_OFFERED, NOT_OFFERED
+    from specreplay.run.capacity import LOAD_NOT_OFFERED, NOT_OFFERED
 
     search = Search(Settings(start=8.0, tolerance=0.05))
     assert search.next_rate() == 8.0

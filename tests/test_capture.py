@@ -22,12 +22,12 @@ import pytest
 
 import specreplay
 from specreplay._core import SimServer, decode_response
-from specreplay.capture import BackgroundCapture, split_upstream
-from specreplay.config import ReplayConfig
+from specreplay.trace.capture import BackgroundCapture, split_upstream
+from specreplay.settings.config import ReplayConfig
 from specreplay.errors import ConfigError, StreamFormatError
-from specreplay.replay import run_replay
-from specreplay.text import approx_tokens
-from specreplay.trace import load_trace
+from specreplay.run.replay import run_replay
+from specreplay.trace.text import approx_tokens
+from specreplay.trace.records import load_trace
 
 SIM: dict[str, Any] = {"ttft_ms": 5, "prefill_us_per_token": 0, "tpot_ms": 1, "reasoning_tokens": [5, 15], "content_tokens": [5, 15], "seed": 7}
 SECRETS = {

@@ -16,10 +16,10 @@ import aiohttp
 import pytest
 
 from specreplay._core import SimServer
-from specreplay.capture import BackgroundCapture
-from specreplay.conversations import ConversationFinder
+from specreplay.trace.capture import BackgroundCapture
+from specreplay.trace.conversations import ConversationFinder
 from specreplay.errors import ConfigError
-from specreplay.trace import TraceRecord, load_trace
+from specreplay.trace.records import TraceRecord, load_trace
 
 from session_walk import think_times
 

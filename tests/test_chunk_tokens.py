@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import specreplay
-from specreplay.analysis import analyse
+from specreplay.analysis.analyse import analyse
 from specreplay.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +132,7 @@ def test_a_bad_tokenizer_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_a_token_counts_in_the_chunk_that_completes_it(tmp_path: Path) -> None:
-    from specreplay.chunk_tokenizer import ChunkTokenizer
+    from specreplay.run.chunk_tokenizer import ChunkTokenizer
 
     tokenizer = ChunkTokenizer(word_tokenizer(tmp_path / "tokenizer.json"))
     # "hello world again" streamed as "hel" | "lo wor" | "ld again": "hello"

@@ -86,7 +86,7 @@ def test_budget_trap_warns_and_strict_fails(tmp_path: Path, sim_toml: str) -> No
     assert code == 3
     assert "--strict" in text
     # The findings are in the file too.
-    from specreplay.validity import from_json
+    from specreplay.analysis.validity import from_json
 
     stored = from_json(specreplay.load(tmp_path / "b.arrow").attrs["specreplay.validity"])
     assert "reasoning_ate_budget" in {f.code for f in stored}
@@ -201,7 +201,7 @@ def test_each_run_of_a_config_file_is_checked_with_its_own_thresholds(tmp_path: 
     )
     code, text = invoke("replay", "--config", str(config))
     assert code == 0, text
-    from specreplay.validity import from_json
+    from specreplay.analysis.validity import from_json
 
     stored = from_json(specreplay.load(tmp_path / "ab.arrow").attrs["specreplay.validity"])
     assert [(f.point, f.code) for f in stored if f.code != "too_few_requests"] == [("strict: concurrency=4", "burst_streams")]
@@ -232,8 +232,8 @@ def test_findings_cover_rows_that_no_finished_point_reported() -> None:
     from rich.console import Console
 
     from specreplay.commands.replay import ConsoleHooks
-    from specreplay.config import Point
-    from specreplay.replay import FinishedPoint, Progress
+    from specreplay.settings.config import Point
+    from specreplay.run.plan import FinishedPoint, Progress
 
     points = [{"point": "concurrency=1", "mode": "concurrency", "value": 1}, {"point": "concurrency=2", "mode": "concurrency", "value": 2}]
     metadata = config_metadata(points)

@@ -54,9 +54,9 @@ def test_each_listed_help_line_is_the_commands_own() -> None:
 
 def test_the_package_api_is_still_there_and_replay_is_the_function() -> None:
     import specreplay
-    import specreplay.replay  # the submodule does not take the function's name
+    import specreplay.run.replay  # the submodule does not take the function's name
 
-    assert callable(specreplay.replay) and specreplay.replay.__module__ == "specreplay.replay"
+    assert callable(specreplay.replay) and specreplay.replay.__module__ == "specreplay.run.replay"
     assert specreplay.load.__name__ == "load" and isinstance(specreplay.__version__, str)
     with pytest.raises(AttributeError):
         specreplay.nope  # noqa: B018

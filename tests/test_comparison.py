@@ -1,4 +1,4 @@
-"""specreplay.comparison on synthetic results: the figures are the summary's,
+"""specreplay.comparison.compare on synthetic results: the figures are the summary's,
 the bootstrap is exact where it can be checked and deterministic under a
 seed, pairing follows the trace, and the verdict rule is the documented one."""
 
@@ -15,7 +15,8 @@ import pytest
 from conftest import T0, config_metadata, results_table
 
 import specreplay
-from specreplay import comparison, quantiles
+from specreplay.comparison import compare as comparison
+from specreplay.analysis import quantiles
 from specreplay.errors import InvalidRunError
 
 POINTS = [{"point": "concurrency=4", "mode": "concurrency", "value": 4}]

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 import specreplay
 from specreplay.cli import cli
-from specreplay.config import FIELDS, ReplayConfig
-from specreplay.config_file import load_config_file, stored_runs, to_toml
+from specreplay.settings.config import FIELDS, ReplayConfig
+from specreplay.settings.config_file import load_config_file, stored_runs, to_toml
 from specreplay.errors import ConfigError
 from specreplay.samples import trace_path
 

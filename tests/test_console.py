@@ -4,9 +4,9 @@ import pytest
 from conftest import MakeResults
 from rich.console import Console
 
-from specreplay import console as render
-from specreplay.summary import per_request, summarize
-from specreplay.validity import Finding
+from specreplay.present import console as render
+from specreplay.analysis.summary import per_request, summarize
+from specreplay.analysis.validity import Finding
 
 
 def recording() -> Console:

@@ -28,7 +28,7 @@ def _name(requirement: str) -> str:
 def test_every_third_party_import_of_the_package_is_declared() -> None:
     declared = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
     optional = {_name(r) for extra in PYPROJECT["project"]["optional-dependencies"].values() for r in extra}
-    dist_of = {"yaml": "pyyaml", "PIL": "pillow", "prometheus_client": "prometheus-client", "tomli_w": "tomli-w"}
+    dist_of = {"yaml": "pyyaml", "prometheus_client": "prometheus-client", "tomli_w": "tomli-w", "PIL": "pillow"}
     stdlib = set(sys.stdlib_module_names)
     missing = set()
     for path in (ROOT / "python" / "specreplay").rglob("*.py"):

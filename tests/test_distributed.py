@@ -16,10 +16,10 @@ from click.testing import CliRunner
 
 from specreplay import _core
 from specreplay.cli import cli
-from specreplay.config import ReplayConfig
-from specreplay.distributed import INSTALL_HINT, clock, import_ray, split
+from specreplay.settings.config import ReplayConfig
+from specreplay.run.distributed import INSTALL_HINT, clock, import_ray, split
 from specreplay.errors import ConfigError
-from specreplay.schema import request_schema
+from specreplay.results.schema import request_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = str(ROOT / "traces" / "reasoning-prompts.jsonl")

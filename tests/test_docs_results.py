@@ -12,9 +12,10 @@ import pyarrow as pa
 import pytest
 from conftest import T0, results_frame, results_table
 
-from specreplay import summary, validity
-from specreplay.analysis import analyse
-from specreplay.schema import CHUNK_TOKEN_SOURCES, COLUMNS, SERVER_METRIC_COLUMNS, TOKEN_SOURCES
+from specreplay.analysis import summary
+from specreplay.analysis import validity
+from specreplay.analysis.analyse import analyse
+from specreplay.results.schema import CHUNK_TOKEN_SOURCES, COLUMNS, SERVER_METRIC_COLUMNS, TOKEN_SOURCES
 from specreplay.servermetrics.figures import FIGURES, point_figures
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "results.md"
@@ -132,8 +133,8 @@ def test_the_session_snippet_matches_summarize(tmp_path: Path, monkeypatch: pyte
 
 
 def test_the_server_by_hand_snippet_matches_point_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specreplay.config import ReplayConfig
-    from specreplay.replay import run_replay
+    from specreplay.settings.config import ReplayConfig
+    from specreplay.run.replay import run_replay
 
     snippet = snippet_with("server_by_hand = {")
     sim = {"tpot_ms": 5, "reasoning_tokens": [20, 30], "content_tokens": [5, 10], "spec_draft_len": 3, "spec_acceptance": 0.6,

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from specreplay import _core
 from specreplay._core import SimServer
-from specreplay.schema import engine_schema, request_schema
+from specreplay.results.schema import engine_schema, request_schema
 
 FAST = {
     "ttft_ms": 5,

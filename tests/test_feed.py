@@ -14,10 +14,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from specreplay.config import ReplayConfig
+from specreplay.settings.config import ReplayConfig
 from specreplay.errors import TraceError
-from specreplay.feed import BATCH_ROWS, Feeder
-from specreplay.trace_index import scan_trace
+from specreplay.run.feed import BATCH_ROWS, Feeder
+from specreplay.trace.index import scan_trace
 
 
 def record(i: int, session: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -134,7 +134,7 @@ def start(path: Path, load: dict[str, Any], monkeypatch: pytest.MonkeyPatch, **o
         run.events.append(batch.to_pylist())
         return run
 
-    monkeypatch.setattr("specreplay.feed._core.start_point", start_point)
+    monkeypatch.setattr("specreplay.run.feed._core.start_point", start_point)
     config = ReplayConfig(trace=str(path), **options)
     Feeder(scan_trace(path), config, "http://h:1/v1", None).start({"load": load})  # type: ignore[typeddict-item]
     return run
@@ -211,8 +211,8 @@ def test_rows_kept_for_the_summary_are_compacted_in_order(tmp_path: Path) -> Non
     """The engine hands rows over a few at a time; the writer copies every
     COMPACT_EVERY batches into one (their buffers cost ~20 KB a row as they
     come), and the rows stay in order."""
-    from specreplay.results import COMPACT_EVERY, ResultsWriter
-    from specreplay.schema import engine_schema
+    from specreplay.results.files import COMPACT_EVERY, ResultsWriter
+    from specreplay.results.schema import engine_schema
 
     writer = ResultsWriter(tmp_path / "r.arrow", {})
     n = 2 * COMPACT_EVERY + 7
@@ -230,8 +230,8 @@ def test_rows_kept_for_the_summary_are_compacted_in_order(tmp_path: Path) -> Non
 def test_a_points_rows_are_replaced_from_its_first_row(tmp_path: Path) -> None:
     """A recount (--tokenizer) puts a point's rows in place of the ones
     written, across the writer's compactions, and the final file has them."""
-    from specreplay.results import COMPACT_EVERY, ResultsWriter
-    from specreplay.schema import engine_schema
+    from specreplay.results.files import COMPACT_EVERY, ResultsWriter
+    from specreplay.results.schema import engine_schema
 
     writer = ResultsWriter(tmp_path / "r.arrow", {})
 

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 from specreplay.cli import cli
 from specreplay.errors import TraceError
-from specreplay.importers import ImportReport, Options, import_trace
-from specreplay.shaping import body_with_prompt
-from specreplay.text import approx_tokens
-from specreplay.trace import TraceRecord, load_trace
+from specreplay.trace.importers import ImportReport, Options, import_trace
+from specreplay.trace.shaping import body_with_prompt
+from specreplay.trace.text import approx_tokens
+from specreplay.trace.records import TraceRecord, load_trace
 
 from session_walk import think_times
 
@@ -233,7 +233,7 @@ def test_a_multi_turn_sharegpt_conversation_is_a_session(tmp_path: Path) -> None
 
 
 def test_sharegpt_is_read_a_chunk_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import specreplay.importers.rows as rows
+    import specreplay.trace.importers.rows as rows
 
     whole = [run("sharegpt", src, tmp_path)[0] for src in (SHAREGPT, SHAREGPT_MULTI)]
     monkeypatch.setattr(rows, "_CHUNK", 97)  # elements, strings and escapes cut at every place
@@ -302,8 +302,8 @@ def test_an_imported_trace_replays_with_a_lower_budget_and_no_request_refused(tm
     prompt it receives is the length the source says."""
     import specreplay
     from specreplay._core import SimServer
-    from specreplay.config import ReplayConfig
-    from specreplay.replay import run_replay
+    from specreplay.settings.config import ReplayConfig
+    from specreplay.run.replay import run_replay
 
     trace = tmp_path / "mc.jsonl"
     import_trace("mooncake", MOONCAKE, trace, Options(api="completions", max_prompt_tokens=8000, over_limit="truncate"))

@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from specreplay.cli import cli
-from specreplay.config import ReplayConfig
+from specreplay.settings.config import ReplayConfig
 from specreplay.errors import TraceError
-from specreplay.importers import Options, import_trace, parse_timestamp_us
-from specreplay.shaping import body_with_prompt
-from specreplay.text import approx_tokens
-from specreplay.trace import TraceRecord, load_trace
+from specreplay.trace.importers import Options, import_trace, parse_timestamp_us
+from specreplay.trace.shaping import body_with_prompt
+from specreplay.trace.text import approx_tokens
+from specreplay.trace.records import TraceRecord, load_trace
 
 from session_walk import think_times
 
@@ -117,7 +117,7 @@ def test_mooncake_malformed_rows_name_the_line_and_field(tmp_path: Path, row: di
 
 
 def test_rows_are_put_in_order_within_a_window_and_a_file_beyond_it_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import specreplay.importers.pipeline as pipeline
+    import specreplay.trace.importers.pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "REORDER_WINDOW", 3)
     stamps = [0, 2000, 1000, 3000, 4000, 5000, 6000]

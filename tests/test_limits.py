@@ -8,7 +8,7 @@ import resource
 
 import pytest
 
-from specreplay import limits
+from specreplay.run import limits
 from specreplay.errors import ConfigError
 
 

@@ -12,8 +12,8 @@ from conftest import T0, results_table
 from rich.console import Console
 
 from specreplay.commands.replay import ConsoleHooks
-from specreplay.live import LiveView, Rolling, status_text
-from specreplay.replay import Progress
+from specreplay.present.live import LiveView, Rolling, status_text
+from specreplay.run.plan import Progress
 
 
 def batch(n: int, start_us: int, ttft_us: int, lag_us: int = 50, fail_every: int = 0) -> list[dict[str, object]]:

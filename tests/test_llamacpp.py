@@ -21,10 +21,10 @@ import pytest
 pytest.importorskip("xllamacpp", reason="no xllamacpp wheel for this platform: the llama.cpp server tests cannot run")
 
 import specreplay  # noqa: E402
-from specreplay import validity  # noqa: E402
-from specreplay.config import ReplayConfig  # noqa: E402
-from specreplay.replay import run_replay  # noqa: E402
-from specreplay.schema import CHANNELS  # noqa: E402
+from specreplay.analysis import validity  # noqa: E402
+from specreplay.settings.config import ReplayConfig  # noqa: E402
+from specreplay.run.replay import run_replay  # noqa: E402
+from specreplay.results.schema import CHANNELS  # noqa: E402
 
 from realservers.llamacpp import LlamaCppServer  # noqa: E402
 from realservers.scripted_model import ANSWER, REASONING, ScriptedModel, write_scripted_gguf  # noqa: E402
@@ -197,7 +197,7 @@ def test_capture_through_the_proxy_against_llamacpp(tmp_path: Path, scripted: tu
     import sys
     import urllib.request
 
-    from specreplay.trace import load_trace
+    from specreplay.trace.records import load_trace
 
     server, _ = scripted
     trace_path = tmp_path / "captured.jsonl"
@@ -247,7 +247,7 @@ def test_an_imported_mooncake_excerpt_replays_with_no_request_refused(tmp_path: 
     from click.testing import CliRunner
 
     from specreplay.cli import cli
-    from specreplay.trace import load_trace
+    from specreplay.trace.records import load_trace
 
     excerpt = Path(__file__).resolve().parent.parent / "traces" / "public" / "mooncake-conversation-short.jsonl"
     trace = tmp_path / "mc.jsonl"

@@ -18,9 +18,9 @@ pytest.importorskip("xllamacpp", reason="no xllamacpp wheel for this platform: t
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 import specreplay  # noqa: E402
-from specreplay import validity  # noqa: E402
-from specreplay.config import ReplayConfig  # noqa: E402
-from specreplay.replay import run_replay  # noqa: E402
+from specreplay.analysis import validity  # noqa: E402
+from specreplay.settings.config import ReplayConfig  # noqa: E402
+from specreplay.run.replay import run_replay  # noqa: E402
 from specreplay.servermetrics.figures import point_figures  # noqa: E402
 
 from realservers.llamacpp import LlamaCppServer  # noqa: E402

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from conftest import T0, MakeResults, results_table
 
-from specreplay import metrics
+from specreplay.results import derived as metrics
 
 
 def test_tpot_and_tps_of_eleven_tokens_over_100_ms(make_results: MakeResults) -> None:

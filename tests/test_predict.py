@@ -20,16 +20,16 @@ import pytest
 from click.testing import CliRunner
 
 import specreplay
-from specreplay import validity
-from specreplay.calibrate.fit import calibrate
-from specreplay.calibrate.model import ServerModel
+from specreplay.analysis import validity
+from specreplay.run.calibrate.fit import calibrate
+from specreplay.run.calibrate.model import ServerModel
 from specreplay.cli import cli
-from specreplay.config import ReplayConfig
+from specreplay.settings.config import ReplayConfig
 from specreplay.errors import ConfigError
-from specreplay.replay import run_replay
-from specreplay.schema import COLUMNS
-from specreplay.summary import summarize
-from specreplay.synth import SynthConfig, write_synth
+from specreplay.run.replay import run_replay
+from specreplay.results.schema import COLUMNS
+from specreplay.analysis.summary import summarize
+from specreplay.trace.synth import SynthConfig, write_synth
 
 SIM: dict[str, Any] = {
     "seed": 3, "ttft_ms": 5, "prefill_us_per_token": 400, "tpot_ms": 10,

@@ -20,10 +20,11 @@ import pandas as pd
 import pytest
 
 import specreplay
-from specreplay import validity
-from specreplay.config import ReplayConfig
-from specreplay.replay import Hooks, Progress, run_replay
-from specreplay.results import read_table
+from specreplay.analysis import validity
+from specreplay.settings.config import ReplayConfig
+from specreplay.run.plan import Progress
+from specreplay.run.replay import Hooks, run_replay
+from specreplay.results.files import read_table
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -150,7 +151,7 @@ class KillOneWorker(Hooks):
 
 
 def test_a_killed_worker_is_accounted_for(two_nodes: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specreplay.distributed import driver
+    from specreplay.run.distributed import driver
 
     clusters: list[Any] = []
     original = driver.Cluster.__init__

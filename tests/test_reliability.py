@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 
 import specreplay
-from specreplay.config import ReplayConfig
-from specreplay.replay import run_replay
+from specreplay.settings.config import ReplayConfig
+from specreplay.run.replay import run_replay
 
 ROOT = Path(__file__).resolve().parent.parent
 REASONING = str(ROOT / "traces" / "reasoning-prompts.jsonl")
@@ -321,7 +321,7 @@ def test_429_with_retries_honours_retry_after_and_counts_attempts(tmp_path: Path
 
 
 def test_a_fraction_of_faults_is_counted_by_kind_in_the_summary(tmp_path: Path) -> None:
-    from specreplay.summary import summarize
+    from specreplay.analysis.summary import summarize
 
     sim = {**FAULT_SIM, "faults": {"http_503": 0.2, "missing_done": 0.1}, "seed": 4}
     result = run_replay(ReplayConfig(trace=REASONING, concurrency=[8], num_requests=200, sim=sim, output=str(tmp_path / "r.arrow")))

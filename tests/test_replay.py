@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 
 import specreplay
-from specreplay.config import ReplayConfig
-from specreplay.replay import run_replay
-from specreplay.schema import results_schema
+from specreplay.settings.config import ReplayConfig
+from specreplay.run.replay import run_replay
+from specreplay.results.schema import results_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 REASONING = str(ROOT / "traces" / "reasoning-prompts.jsonl")
@@ -81,7 +81,7 @@ def test_concurrency_sweep_makes_labelled_points(tmp_path: Path) -> None:
 
 
 def test_reasoning_budget_trap_is_flagged(tmp_path: Path) -> None:
-    from specreplay.validity import check
+    from specreplay.analysis.validity import check
 
     df = run(tmp_path, concurrency=[4], max_tokens=10)
     assert (df["finish_reason"] == "length").all()

@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 
 import specreplay
-from specreplay import report
+from specreplay.present import report
 from specreplay.cli import cli
-from specreplay.report import svg
+from specreplay.present.report import svg
 
 BROWSER_TIMEOUT_S = 90
 

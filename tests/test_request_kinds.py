@@ -21,15 +21,18 @@ import pandas as pd
 import pytest
 
 import specreplay
-from specreplay import media, models, report
-from specreplay.comparison import compare
-from specreplay.analysis import analyse
-from specreplay.config import ReplayConfig
-from specreplay.replay import run_replay
-from specreplay.summary import by_model, summarize
-from specreplay.synth import SynthConfig, write_synth
-from specreplay.trace import load_trace
-from specreplay.validity import check
+from specreplay.trace import media
+from specreplay.trace import models
+from specreplay.settings import model_mix
+from specreplay.present import report
+from specreplay.comparison.compare import compare
+from specreplay.analysis.analyse import analyse
+from specreplay.settings.config import ReplayConfig
+from specreplay.run.replay import run_replay
+from specreplay.analysis.summary import by_model, summarize
+from specreplay.trace.synth import SynthConfig, write_synth
+from specreplay.trace.records import load_trace
+from specreplay.analysis.validity import check
 
 TOOL_ARGS = ['{"city": ', '"Paris", ', '"unit": "C"}']
 
@@ -279,7 +282,7 @@ def test_synth_draws_images_and_audio_stored_once(tmp_path: Path) -> None:
 
 
 def test_model_mix_is_seeded_and_keeps_a_session_on_one_model() -> None:
-    mix = models.parse_mix("base:0.7,lora-a:0.2,lora-b:0.1")
+    mix = model_mix.parse_mix("base:0.7,lora-a:0.2,lora-b:0.1")
     assert [n for n, _ in mix] == ["base", "lora-a", "lora-b"] and sum(s for _, s in mix) == pytest.approx(1.0)
     drawn = [models.draw(mix, 0, f"r{i}") for i in range(2000)]
     assert drawn == [models.draw(mix, 0, f"r{i}") for i in range(2000)]
@@ -288,7 +291,7 @@ def test_model_mix_is_seeded_and_keeps_a_session_on_one_model() -> None:
     assert share["base"] == pytest.approx(0.7, abs=0.05) and share["lora-b"] == pytest.approx(0.1, abs=0.03)
     for bad, message in [("base", "NAME:WEIGHT"), ("a:x", "not a number"), ("a:0", "positive"), ("a:1,a:2", "twice"), ("", "empty")]:
         with pytest.raises(ValueError, match=message):
-            models.parse_mix(bad)
+            model_mix.parse_mix(bad)
 
 
 def test_model_mix_end_to_end_gives_figures_per_model(tmp_path: Path, server: str) -> None:
@@ -363,7 +366,7 @@ def test_done_when_a_mixed_trace_replays_against_the_embedded_simulator(tmp_path
 
 def test_openai_batch_import_names_the_endpoints_and_stores_images_once(tmp_path: Path) -> None:
     from specreplay.errors import TraceError
-    from specreplay.importers import import_trace
+    from specreplay.trace.importers import import_trace
 
     png = _png(8, 8)
     uri = "data:image/png;base64," + base64.b64encode(png).decode()
@@ -390,7 +393,7 @@ def test_openai_batch_import_names_the_endpoints_and_stores_images_once(tmp_path
 
 def test_capture_stores_a_sessions_repeated_image_once(tmp_path: Path) -> None:
     from specreplay._core import SimServer
-    from specreplay.capture import BackgroundCapture
+    from specreplay.trace.capture import BackgroundCapture
 
     uri = "data:image/png;base64," + base64.b64encode(_png(16, 16)).decode()
     first = [{"role": "user", "content": [{"type": "text", "text": "what?"}, {"type": "image_url", "image_url": {"url": uri}}]}]

@@ -1,4 +1,4 @@
-"""The properties `compare`'s verdicts rest on (`specreplay.resampling`), on
+"""The properties `compare`'s verdicts rest on (`specreplay.analysis.resampling`), on
 simulated runs of one configuration: a server that draws each answer's
 length anew per run (a sampling server), Poisson arrivals drawn anew per
 run. Two such runs differ only by chance, so
@@ -23,7 +23,8 @@ import pytest
 from conftest import T0, config_metadata, results_table
 
 import specreplay
-from specreplay import analysis, resampling
+from specreplay.analysis import analyse as analysis
+from specreplay.analysis import resampling
 
 RATE_POINTS = [{"point": "rate=8", "mode": "rate", "value": 8}]
 RECORDS = 48
@@ -136,7 +137,7 @@ def test_holm_adjusts_the_smallest_p_value_by_the_number_of_figures() -> None:
 
 def test_the_duration_of_an_open_loop_point_resamples_its_arrival_gaps() -> None:
     run = simulated_run(1)
-    analysis = specreplay.analysis.analyse(run)[0].points[0]
+    analysis = specreplay.analysis.analyse.analyse(run)[0].points[0]
     data = resampling.PointSample.of(analysis)
     assert not data.closed
     ones = np.ones((1, len(data.ids)))
@@ -160,7 +161,7 @@ def repeats_file(shift: float) -> pd.DataFrame:
 
 
 def test_repeats_are_judged_on_the_variation_between_them() -> None:
-    from specreplay import comparison
+    from specreplay.comparison import compare as comparison
 
     shifted = comparison.compare_all(comparison.select(repeats_file(0.3))).set_index("metric")
     assert (shifted["repeats"] == 4).all()
@@ -183,7 +184,7 @@ def test_between_repeats_is_a_student_t_interval() -> None:
 
 def test_replay_interleaves_repeats_with_their_own_seeds() -> None:
     from specreplay.commands.replay import interleave_repeats
-    from specreplay.config import ReplayConfig
+    from specreplay.settings.config import ReplayConfig
 
     configs = interleave_repeats([ReplayConfig(label="A", seed=7, repeats=2), ReplayConfig(label="B", seed=7, repeats=2)])
     assert [(c.label, c.seed) for c in configs] == [("A@1", 7), ("B@1", 7), ("A@2", 8), ("B@2", 8)]

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from specreplay import samples
 from specreplay.cli import cli
-from specreplay.config_file import load_config_file
+from specreplay.settings.config_file import load_config_file
 from specreplay.errors import ConfigError, TraceError
-from specreplay.trace_index import scan_trace
+from specreplay.trace.index import scan_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 

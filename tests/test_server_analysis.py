@@ -15,9 +15,9 @@ from conftest import T0, MakeResults
 from rich.console import Console
 
 import specreplay
-from specreplay import validity
-from specreplay.console import print_summary
-from specreplay.servermetrics import store
+from specreplay.analysis import validity
+from specreplay.present.console import print_summary
+from specreplay.results import server_samples as store
 from specreplay.servermetrics.figures import FIGURES, point_figures
 
 

@@ -21,9 +21,9 @@ from click.testing import CliRunner
 
 import specreplay
 from specreplay.cli import cli
-from specreplay.config import ReplayConfig
-from specreplay.replay import run_replay
-from specreplay.servermetrics import store
+from specreplay.settings.config import ReplayConfig
+from specreplay.run.replay import run_replay
+from specreplay.results import server_samples as store
 from specreplay.servermetrics.scrape import Scraper, metrics_url, parse, same_origin
 
 ROOT = Path(__file__).resolve().parent.parent

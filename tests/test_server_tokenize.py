@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specreplay.server_tokenize import chunk_counts, tokenize_url
+from specreplay.run.server_tokenize import chunk_counts, tokenize_url
 
 
 def test_the_url_is_the_server_root() -> None:

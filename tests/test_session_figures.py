@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specreplay import metrics
-from specreplay.session_figures import per_session, summary_of, ttft_by_turn
+from specreplay.results import derived as metrics
+from specreplay.analysis.session_figures import per_session, summary_of, ttft_by_turn
 
 from conftest import T0, MakeResults
 
@@ -128,7 +128,8 @@ def conversations(make_results: MakeResults, n: int, *, turns: int = 3, gap_s: f
 
 
 def test_findings_on_sessions(make_results: MakeResults) -> None:
-    from specreplay.validity import Thresholds, check
+    from specreplay.analysis.validity import check
+    from specreplay.settings.thresholds import Thresholds
 
     df = conversations(make_results, 12, fail=frozenset({3, 7}))
     found = {f.code: f for f in check(df, Thresholds())}
@@ -152,8 +153,8 @@ def test_findings_on_sessions(make_results: MakeResults) -> None:
 def test_the_console_prints_the_sessions_line(make_results: MakeResults) -> None:
     from rich.console import Console
 
-    from specreplay.analysis import analyse
-    from specreplay.console import print_summary
+    from specreplay.analysis.analyse import analyse
+    from specreplay.present.console import print_summary
 
     [run] = analyse(conversations(make_results, 12, turns=10, fail=frozenset({3})))
     console = Console(record=True, width=400)
@@ -194,8 +195,8 @@ def test_compare_carries_the_session_durations(make_results: MakeResults) -> Non
 
 
 def test_the_report_draws_ttft_by_turn(make_results: MakeResults, tmp_path: Any) -> None:
-    from specreplay.comparison import select
-    from specreplay.report import data, html, plots
+    from specreplay.comparison.compare import select
+    from specreplay.present.report import data, html, plots
 
     runs = [data.prepare(r) for r in select(conversations(make_results, 12))]
     charts = dict(plots.all_plots(runs))

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 import specreplay
 from specreplay.cli import cli
-from specreplay.config import ReplayConfig
+from specreplay.settings.config import ReplayConfig
 from specreplay.errors import TraceError
-from specreplay.replay import run_replay
+from specreplay.run.replay import run_replay
 
 FAST_SIM: dict[str, Any] = {"ttft_ms": 5, "prefill_us_per_token": 0, "tpot_ms": 1, "reasoning_tokens": [2, 4], "content_tokens": [2, 4]}
 

@@ -19,12 +19,12 @@ from click.testing import CliRunner
 
 import specreplay
 from specreplay._core import SimServer
-from specreplay.capture import BackgroundCapture
+from specreplay.trace.capture import BackgroundCapture
 from specreplay.cli import cli
-from specreplay.config import ReplayConfig
-from specreplay.importers import import_trace
-from specreplay.replay import run_replay
-from specreplay.trace import load_trace
+from specreplay.settings.config import ReplayConfig
+from specreplay.trace.importers import import_trace
+from specreplay.run.replay import run_replay
+from specreplay.trace.records import load_trace
 
 from session_walk import think_times
 

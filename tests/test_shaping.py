@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from specreplay.config import ReplayConfig
+from specreplay.settings.config import ReplayConfig
 from specreplay.errors import ConfigError
-from specreplay.schema import request_schema
-from specreplay.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url, shape_body
-from specreplay.trace import PromptBlocks, TraceRecord
+from specreplay.results.schema import request_schema
+from specreplay.trace.shaping import auth_headers, base_url, body_with_prompt, prepare, redact_url, shape_body
+from specreplay.trace.records import PromptBlocks, TraceRecord
 
 
 def rec(api: str, body: dict[str, object]) -> TraceRecord:

@@ -16,26 +16,14 @@ import pytest
 from conftest import T0, results_frame, results_table
 
 import specreplay
-from specreplay import metrics
-from specreplay.analysis import analyse
-from specreplay.config import ReplayConfig
+from specreplay.results import derived as metrics
+from specreplay.analysis.analyse import analyse
+from specreplay.settings.config import ReplayConfig
 from specreplay.errors import ConfigError
-from specreplay.slo import (
-    FAILED,
-    HELD,
-    NA,
-    TOO_FEW,
-    UNCERTAIN,
-    Slo,
-    Target,
-    judge,
-    merge_tables,
-    met,
-    parse_target,
-    request_values,
-    table_from_expressions,
-)
-from specreplay.summary import GOODPUT_COLUMNS, summarize
+from specreplay.analysis.slo import judge, met, request_values
+from specreplay.analysis.verdicts import FAILED, HELD, NA, TOO_FEW, UNCERTAIN
+from specreplay.settings.objectives import Slo, Target, merge_tables, parse_target, table_from_expressions
+from specreplay.analysis.summary import GOODPUT_COLUMNS, summarize
 
 
 def test_targets_parse_with_units_and_print_back() -> None:

@@ -9,8 +9,8 @@ import pytest
 from conftest import T0, MakeResults, config_metadata, results_table
 
 import specreplay
-from specreplay import summary
-from specreplay.results import load
+from specreplay.analysis import summary
+from specreplay.results.files import load
 
 POINTS = [
     {"point": "rate=8", "mode": "rate", "value": 8.0},

@@ -11,11 +11,11 @@ from click.testing import CliRunner
 
 from specreplay.cli import cli
 from specreplay.errors import ConfigError
-from specreplay.importers import Options, import_trace
-from specreplay.distributions import Dist
-from specreplay.synth import SynthConfig, synthesize
-from specreplay.text import FILLER, PromptMaker, Redactor, Tokenizer, approx_tokens
-from specreplay.trace import load_trace
+from specreplay.trace.importers import Options, import_trace
+from specreplay.settings.distributions import Dist
+from specreplay.trace.synth import SynthConfig, synthesize
+from specreplay.trace.text import FILLER, PromptMaker, Redactor, Tokenizer, approx_tokens
+from specreplay.trace.records import load_trace
 
 
 def test_approximation_and_filler() -> None:

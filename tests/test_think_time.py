@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from specreplay.cli import cli
-from specreplay.config import ReplayConfig
-from specreplay.distributions import Dist
+from specreplay.settings.config import ReplayConfig
+from specreplay.settings.distributions import Dist
 from specreplay.errors import ConfigError, TraceError
-from specreplay.think_time import ThinkTimes
-from specreplay.synth import SynthConfig, synthesize
-from specreplay.trace import TraceRecord, load_trace
+from specreplay.trace.think_time import ThinkTimes
+from specreplay.trace.synth import SynthConfig, synthesize
+from specreplay.trace.records import TraceRecord, load_trace
 
 from session_walk import think_times
 

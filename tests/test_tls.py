@@ -29,7 +29,7 @@ import specreplay
 from specreplay import _core
 from specreplay._core import SimServer
 from specreplay.cli import cli
-from specreplay.schema import request_schema
+from specreplay.results.schema import request_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 REASONING = str(ROOT / "traces" / "reasoning-prompts.jsonl")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specreplay.errors import TraceError
-from specreplay.trace import PromptBlocks, TraceRecord, load_trace, write_trace
+from specreplay.trace.records import PromptBlocks, TraceRecord, load_trace, write_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -163,7 +163,7 @@ def test_invalid_utf8_is_reported_with_its_line(tmp_path: Path) -> None:
 
 
 def test_huge_lines_are_refused_with_their_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import specreplay.trace as trace_mod
+    import specreplay.trace.records as trace_mod
 
     monkeypatch.setattr(trace_mod, "MAX_LINE_BYTES", 1 << 10)
     p = tmp_path / "huge.jsonl"

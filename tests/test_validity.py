@@ -4,7 +4,8 @@ from typing import Any
 import pytest
 from conftest import T0, MakeResults, config_metadata
 
-from specreplay.validity import Finding, Thresholds, check, from_json, is_fatal, to_json
+from specreplay.analysis.validity import Finding, check, from_json, is_fatal, to_json
+from specreplay.settings.thresholds import Thresholds
 
 #: The default thresholds (too_few_requests is a note, ignored by the checks below).
 FEW = Thresholds()

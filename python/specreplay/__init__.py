@@ -3,28 +3,26 @@
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 from specreplay.errors import ConfigError, EngineError, InvalidRunError, ResultsError, SpecreplayError, StreamFormatError, TraceError
 
 if TYPE_CHECKING:
     from specreplay._core import __version__
-    from specreplay.comparison import compare
-    from specreplay.replay import replay
-    from specreplay.results import load
-    from specreplay.summary import summarize
+    from specreplay.comparison.compare import compare
+    from specreplay.run.replay import replay
+    from specreplay.results.files import load
+    from specreplay.analysis.summary import summarize
 
 #: The public names that need the extension, pandas or pyarrow: imported on
 #: first use (PEP 562), so that `import specreplay.cli` (every command,
 #: `--help` first) does not pay for them.
 _LAZY = {
     "__version__": "specreplay._core",
-    "compare": "specreplay.comparison",
-    "replay": "specreplay.replay",
-    "load": "specreplay.results",
-    "summarize": "specreplay.summary",
+    "compare": "specreplay.comparison.compare",
+    "replay": "specreplay.run.replay",
+    "load": "specreplay.results.files",
+    "summarize": "specreplay.analysis.summary",
 }
 
 
@@ -36,17 +34,6 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
-
-class _Package(types.ModuleType):
-    def __setattr__(self, name: str, value: Any) -> None:
-        # Importing the submodule `specreplay.replay` sets the package's
-        # `replay` to it; the name belongs to the function.
-        if name == "replay" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "ConfigError",

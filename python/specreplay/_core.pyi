@@ -17,7 +17,7 @@ from typing import ClassVar, Literal, Protocol, final, type_check_only
 
 from typing_extensions import NotRequired, Self, TypedDict, disjoint_base
 
-from specreplay.config import Arrival, SessionMode
+from specreplay.literals import Arrival, SessionMode
 from specreplay.errors import ConfigError as ConfigError
 from specreplay.errors import EngineError as EngineError
 from specreplay.errors import SpecreplayError as SpecreplayError

@@ -36,12 +36,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import specreplay  # noqa: E402
-from specreplay import validity  # noqa: E402
-from specreplay.config import ReplayConfig  # noqa: E402
-from specreplay.replay import run_replay  # noqa: E402
-from specreplay.schema import CHANNELS  # noqa: E402
+from specreplay.analysis import validity  # noqa: E402
+from specreplay.settings.config import ReplayConfig  # noqa: E402
+from specreplay.run.replay import run_replay  # noqa: E402
+from specreplay.results.schema import CHANNELS  # noqa: E402
 from specreplay.servermetrics.figures import decode_tokens_per_chunk, point_figures, tokens_beyond_one_per_chunk  # noqa: E402
-from specreplay.metrics import chunks as chunk_rows  # noqa: E402
+from specreplay.results.derived import chunks as chunk_rows  # noqa: E402
 
 from realservers.scripted_model import ANSWER, REASONING, build_scripted_model  # noqa: E402
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import specreplay
-from specreplay.calibrate.check import Error, errors
-from specreplay.calibrate.fit import calibrate
-from specreplay.config import ReplayConfig
-from specreplay.replay import run_replay
-from specreplay.summary import summarize
-from specreplay.synth import SynthConfig, write_synth
+from specreplay.run.calibrate.check import Error, errors
+from specreplay.run.calibrate.fit import calibrate
+from specreplay.settings.config import ReplayConfig
+from specreplay.run.replay import run_replay
+from specreplay.analysis.summary import summarize
+from specreplay.trace.synth import SynthConfig, write_synth
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from specreplay.calibrate.fit import calibrate as fit_runs
-from specreplay.console import cli_console
+from specreplay.run.calibrate.fit import calibrate as fit_runs
+from specreplay.present.console import cli_console
 from specreplay.errors import SpecreplayError
 
 

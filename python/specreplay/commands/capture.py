@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from specreplay.capture import SESSION_HEADER, CaptureProxy, parse_listen, run_capture
+from specreplay.trace.capture import SESSION_HEADER, CaptureProxy, parse_listen, run_capture
 from specreplay.errors import ConfigError
 
 

@@ -2,7 +2,7 @@
 
 Each argument is a results file (every run it holds, in run order) or
 `FILE:LABEL` (one named run of it). The first run is the base; every other
-run is compared with it (`specreplay.comparison` has the method).
+run is compared with it (`specreplay.comparison.compare` has the method).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
-from specreplay import capacity, comparison
-from specreplay.comparison import Run
-from specreplay.console import cli_console, print_capacity_comparison, print_comparison, print_findings
+from specreplay.run import capacity
+from specreplay.comparison import compare as comparison
+from specreplay.comparison.compare import Run
+from specreplay.present.console import cli_console, print_capacity_comparison, print_comparison, print_findings
 
 #: Exit status when a run's validity checks failed and --force was not given.
 EXIT_INVALID = 3

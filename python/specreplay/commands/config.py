@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from specreplay.config import ReplayConfig
-from specreplay.config_file import stored_runs, to_toml
+from specreplay.settings.config import ReplayConfig
+from specreplay.settings.config_file import stored_runs, to_toml
 from specreplay.errors import ConfigError
-from specreplay.results import CONFIG_KEY, RUNS_KEY, read_table
+from specreplay.results.files import read_table, stored_configs
 
 
 def configs_of(path: str) -> tuple[list[ReplayConfig], list[dict[str, object]]]:
@@ -19,10 +17,12 @@ def configs_of(path: str) -> tuple[list[ReplayConfig], list[dict[str, object]]]:
     except (FileNotFoundError, OSError) as e:
         raise click.ClickException(str(e)) from None
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    text = meta.get(RUNS_KEY) or ("[" + meta[CONFIG_KEY] + "]" if CONFIG_KEY in meta else None)
-    if text is None:
+    try:
+        stored: list[dict[str, object]] = list(stored_configs(meta))
+    except ValueError as e:
+        raise click.ClickException(f"{path}: {e}") from None
+    if not stored:
         raise click.ClickException(f"{path}: not a specreplay results file (no recorded configuration)")
-    stored = json.loads(text)
     try:
         return stored_runs(stored, path), stored
     except ConfigError as e:

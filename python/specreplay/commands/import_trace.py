@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from specreplay.errors import ConfigError
-from specreplay.importers import FORMATS, Options, import_trace
-from specreplay.text import Tokenizer
+from specreplay.trace.importers import FORMATS, Options, import_trace
+from specreplay.trace.text import Tokenizer
 
 _FORMAT_HELP = "\n".join(f"\b\n  {name:9} {desc}" for name, (desc, _) in FORMATS.items())
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from specreplay.errors import ConfigError
-from specreplay.shaping import base_url
-from specreplay.target import list_models
+from specreplay.trace.shaping import base_url
+from specreplay.run.target import list_models
 
 TEMPLATE = """\
 # specreplay benchmark config: `specreplay replay --config {name}`.

@@ -15,20 +15,22 @@ import pyarrow as pa
 from rich.console import Console
 from rich.text import Text
 
-from specreplay import validity
-from specreplay.analysis import analyse, findings_of
-from specreplay.config import ARRIVALS, SESSION_MODES, Point, ReplayConfig
-from specreplay.config_file import apply_overrides, env_overrides, load_config_file
-from specreplay.capacity import Answer
-from specreplay.console import cli_console, is_tty, print_capacity, print_per_request, print_summary, print_verdict
+from specreplay.analysis import validity
+from specreplay.analysis.analyse import analyse, findings_of
+from specreplay.literals import ARRIVALS, SESSION_MODES
+from specreplay.settings.config import Point, ReplayConfig
+from specreplay.settings.config_file import apply_overrides, env_overrides, load_config_file
+from specreplay.run.capacity import Answer
+from specreplay.present.console import cli_console, is_tty, print_capacity, print_per_request, print_summary, print_verdict
 from specreplay.errors import ConfigError
-from specreplay.live import PLAIN_INTERVAL_S, LiveView
-from specreplay.replay import FinishedPoint, Hooks, Progress, run_replay
-from specreplay.results import VALIDITY_KEY, to_frame
-from specreplay.slo import merge_tables, table_from_expressions
-from specreplay.summary import by_model, request_lines
-from specreplay.target import Target
-from specreplay.tomlfile import read_toml
+from specreplay.present.live import PLAIN_INTERVAL_S, LiveView
+from specreplay.run.plan import FinishedPoint, Progress
+from specreplay.run.replay import Hooks, run_replay
+from specreplay.results.files import VALIDITY_KEY, to_frame
+from specreplay.settings.objectives import merge_tables, table_from_expressions
+from specreplay.analysis.summary import by_model, request_lines
+from specreplay.run.target import Target
+from specreplay.settings.tomlfile import read_toml
 
 #: Exit status when the user interrupted the run (128 + SIGINT, like a shell).
 EXIT_INTERRUPTED = 130

@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from specreplay import comparison
-from specreplay import report as report_mod
+from specreplay.comparison import compare as comparison
+from specreplay.present import report as report_mod
 
 
 @click.command()

@@ -18,7 +18,7 @@ import click
 
 from specreplay._core import SimServer
 from specreplay.errors import ConfigError
-from specreplay.tomlfile import read_toml
+from specreplay.settings.tomlfile import read_toml
 
 if TYPE_CHECKING:
     from specreplay._core import SimConfig

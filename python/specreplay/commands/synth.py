@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from specreplay.errors import ConfigError
-from specreplay.synth import ARRIVALS, SynthConfig, write_synth
-from specreplay.text import Tokenizer
+from specreplay.literals import ARRIVALS
+from specreplay.trace.synth import SynthConfig, write_synth
+from specreplay.trace.text import Tokenizer
 
 
 @click.command("synth")

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 from specreplay import _core
-from specreplay.servermetrics.store import Sample, SampleLog
-from specreplay.shaping import redact_url
+from specreplay.results.server_samples import Sample, SampleLog
+from specreplay.trace.shaping import redact_url
 
 #: How long one GET may take. A scrape that takes longer fails (and is
 #: counted); the next tick comes on the interval's grid as usual.

@@ -1,0 +1,1 @@
+"""One run's figures: summaries, validity findings, SLO verdicts, resampled intervals."""

@@ -1,0 +1,281 @@
+"""One analysis per run: the figures and findings of a results frame, derived
+once and handed to everything that prints, checks, compares or plots them.
+
+`analyse(df)` gives one `RunAnalysis` per run (label) of a results frame, in
+run order. A run is its sweep points, each a `PointAnalysis` holding (the
+derived parts made on first use, then kept):
+
+- `rows`: the point's measured requests (warmup left out) with the columns
+  of `metrics.add_derived` (ttft_us, tpot_us, …) and `burst`, a request
+  whose stream arrived at once, whose tpot_us and tps are NaN
+  (`metrics.leave_out_bursts`); `ok` / `ok_rows`, the successful ones
+  (`error_kind` null);
+- `chunks`: the chunk frame of the successful requests (`metrics.chunks`),
+  a burst's gaps NaN, and the ITL samples drawn from it, `itl_chunk_us`
+  and `itl_token_us`;
+- `sessions` (one row per session) and `ttft_by_turn`: the point's sessions
+  (`session_figures`);
+- `summary`: the point's summary row (`summary.point_summary`);
+- `findings`: what the validity checks found (`validity.point_findings`),
+  under the run's own thresholds and `max_tokens`;
+- `slo_met` and `slo_verdicts`: under the run's SLOs (`slo.Slo`), which
+  requests met every per-request threshold, and each target's verdict with
+  its bootstrap interval (`slo.verdicts`).
+
+`summary.summarize`, `validity.check`, the console, `comparison` and the
+report read these; none derives them again. A new figure is a key of
+`summary.point_summary`; a new check is a function in `validity.CHECKS`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specreplay.results import derived as metrics
+from specreplay.analysis import session_figures
+from specreplay.analysis import summary
+from specreplay.analysis import validity
+from specreplay.results.files import PREDICTED_KEY, config_points, run_config_of
+from specreplay.analysis.slo import TargetVerdict, met, request_values, verdicts
+from specreplay.settings.objectives import Slo
+from specreplay.servermetrics import figures as server_figures
+from specreplay.results import server_samples as server_store
+from specreplay.analysis.validity import Finding
+from specreplay.settings.thresholds import Thresholds
+
+
+@dataclass(frozen=True, eq=False)
+class PointAnalysis:
+    """One sweep point of one run (see the module doc)."""
+
+    label: str | None
+    point: str
+    mode: str | None
+    """The load mode (rate, speedup, concurrency), from the config or the point's name."""
+    value: float | None
+    rows: pd.DataFrame
+    ok: np.ndarray
+    """Per row of `rows`: whether the request succeeded."""
+    thresholds: Thresholds
+    max_tokens: int | None
+    slo: Slo = Slo()
+    server_samples: pd.DataFrame = field(default_factory=lambda: server_store.empty().to_pandas())
+    """The server's Prometheus samples scraped during the point (`specreplay.load(path, metrics=True)`'s rows of it)."""
+    prediction: dict[str, Any] | None = None
+    """A predicted point: what it was predicted from (`results.files.PREDICTED_KEY`'s entry for it); None when measured."""
+
+    @cached_property
+    def ok_rows(self) -> pd.DataFrame:
+        rows: pd.DataFrame = self.rows[self.ok]
+        return rows
+
+    @cached_property
+    def chunks(self) -> pd.DataFrame:
+        """The chunks of the successful requests; a burst's gaps (`itl_us`)
+        are NaN, so that ITL leaves them out as TPOT does (`metrics.bursts`)."""
+        frame = metrics.chunks(self.ok_rows)
+        burst = self.ok_rows.loc[self.ok_rows["burst"], "request_index"]
+        if len(burst):
+            frame.loc[frame["request_index"].isin(burst), "itl_us"] = np.nan
+        return frame
+
+    @cached_property
+    def itl_chunk_us(self) -> np.ndarray:
+        return metrics.itl_per_chunk(self.chunks)
+
+    @cached_property
+    def itl_token_us(self) -> np.ndarray:
+        return metrics.itl_per_token(self.chunks)
+
+    @cached_property
+    def sessions(self) -> pd.DataFrame:
+        return session_figures.per_session(self.rows, self.ok)
+
+    @cached_property
+    def ttft_by_turn(self) -> pd.DataFrame:
+        return session_figures.ttft_by_turn(self.rows, self.ok)
+
+    @cached_property
+    def skipped(self) -> np.ndarray:
+        """Per row of `rows`: a turn not sent because an earlier turn of its session failed."""
+        return session_figures.skipped_mask(self.rows)
+
+    @cached_property
+    def server(self) -> dict[str, Any]:
+        """The server's figures (`servermetrics.figures.point_figures`)."""
+        return server_figures.point_figures(self.server_samples)
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        return summary.point_summary(self)
+
+    @cached_property
+    def findings(self) -> list[Finding]:
+        return validity.point_findings(self)
+
+    @cached_property
+    def slo_met(self) -> np.ndarray:
+        """Per row of `rows`: whether the request met every per-request threshold."""
+        return met(self.ok, request_values(self.rows, self.chunks, self.slo), self.slo)
+
+    @cached_property
+    def slo_verdicts(self) -> tuple[TargetVerdict, ...]:
+        return verdicts(self)
+
+
+@dataclass(frozen=True, eq=False)
+class RunAnalysis:
+    """One run (one label) of a results frame: its points in run order."""
+
+    label: str
+    rows: pd.DataFrame
+    """Every measured request of the run, with the derived columns."""
+    points: tuple[PointAnalysis, ...]
+    thresholds: Thresholds
+    max_tokens: int | None
+    slo: Slo = Slo()
+
+    @cached_property
+    def summary(self) -> pd.DataFrame:
+        """One row per point: `summary.summarize`'s frame."""
+        frame: pd.DataFrame = pd.DataFrame([p.summary for p in self.points])
+        return frame
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every point's findings, in point order."""
+        return [f for p in self.points for f in p.findings]
+
+    @property
+    def point_names(self) -> list[str]:
+        return [p.point for p in self.points]
+
+    def point(self, name: str) -> PointAnalysis:
+        for p in self.points:
+            if p.point == name:
+                return p
+        raise KeyError(f"run {self.label!r} has no sweep point {name!r} (its points: {', '.join(self.point_names)})")
+
+
+def by_label(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The rows of each run (label) of `df`, in run order (by first sweep
+    point). A frame with one label, or none, is one run ("run" if unnamed)."""
+    labels: list[Any] = list(df["label"].dropna().unique()) if "label" in df.columns else []
+    if len(labels) <= 1:
+        return [(str(labels[0]) if len(labels) else "run", df)]
+    order = df.groupby("label", sort=False)["point_index"].min().sort_values(kind="stable")
+    return [(str(label), df[df["label"] == label]) for label in order.index]
+
+
+def analyse(
+    df: pd.DataFrame,
+    thresholds: Thresholds | None = None,
+    *,
+    points: list[dict[str, Any]] | None = None,
+    max_tokens: int | None = None,
+) -> list[RunAnalysis]:
+    """One analysis per run of `df`, in run order.
+
+    `thresholds` and `max_tokens` default to each run's own, as its file
+    recorded them (`df.attrs`, see `specreplay.load`), and so do its SLOs
+    (its `slo` table, when it has one); `points`, the config's list of
+    {point, mode, value}, to the file's, and failing that the mode is
+    parsed from the point's name."""
+    if points is None:
+        points = config_points(df)
+    samples: pd.DataFrame = server_store.from_metadata(df.attrs).to_pandas()
+    predictions = _predictions(df)
+    runs = []
+    for label, rows in by_label(df):
+        config = run_config_of(df, label)
+        runs.append(
+            analyse_run(
+                rows,
+                label,
+                thresholds or Thresholds.from_dict(dict(config.get("thresholds") or {})),
+                points=points,
+                max_tokens=max_tokens if max_tokens is not None else _int_or_none(config.get("max_tokens")),
+                slo=Slo.from_table(dict(config.get("slo") or {})),
+                samples=samples[samples["label"] == label],
+                predictions={p: v for (lab, p), v in predictions.items() if lab == label},
+            )
+        )
+    return runs
+
+
+def _predictions(df: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (label, point), what a predicted point was predicted from."""
+    raw = df.attrs.get(PREDICTED_KEY)
+    if not raw:
+        return {}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for run in json.loads(raw):
+        for point in run.get("points", []):
+            out[(str(point["label"]), str(point["point"]))] = {**point, "model": run.get("model"), "calibration": run.get("calibration", {})}
+    return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def analyse_run(
+    df: pd.DataFrame,
+    label: str,
+    thresholds: Thresholds,
+    *,
+    points: list[dict[str, Any]] | None,
+    max_tokens: int | None,
+    slo: Slo = Slo(),
+    samples: pd.DataFrame | None = None,
+    predictions: dict[str, dict[str, Any]] | None = None,
+) -> RunAnalysis:
+    """The analysis of `df`, the rows of one run, with `samples`, the
+    server's metrics scraped during it (none if not given)."""
+    data = metrics.leave_out_bursts(metrics.add_derived(summary.measured(df)), thresholds.burst_us_per_token)
+    ok = summary.is_ok(data).to_numpy(dtype=bool)
+    out = []
+    for point in _ordered_points(data):
+        mask = (data["point"] == point).to_numpy(dtype=bool)
+        rows: pd.DataFrame = data[mask]
+        mode, value = summary.point_mode(point, points)
+        out.append(
+            PointAnalysis(
+                label=str(rows["label"].iloc[0]) if "label" in rows.columns else None,
+                point=point,
+                mode=mode,
+                value=value,
+                rows=rows,
+                ok=ok[mask],
+                thresholds=thresholds,
+                max_tokens=max_tokens,
+                slo=slo,
+                **({} if samples is None else {"server_samples": samples[samples["point"] == point]}),
+                prediction=(predictions or {}).get(point),
+            )
+        )
+    return RunAnalysis(label=label, rows=data, points=tuple(out), thresholds=thresholds, max_tokens=max_tokens, slo=slo)
+
+
+def _ordered_points(df: pd.DataFrame) -> list[str]:
+    # Run order: by point_index when present, else first appearance.
+    if "point_index" in df.columns and df["point_index"].notna().all():
+        order = df.groupby("point", sort=False)["point_index"].min().sort_values(kind="stable")
+        return [str(p) for p in order.index]
+    return [str(p) for p in pd.unique(df["point"])]
+
+
+def findings_of(runs: Sequence[tuple[str, Sequence[Finding]]]) -> list[Finding]:
+    """Every finding of `runs`, (label, findings) pairs in run and point
+    order (a run may come in several pairs, a point each); when they are of
+    several runs, each finding's point is named `label: point`."""
+    several = len({label for label, _ in runs}) > 1
+    return [replace(f, point=f"{label}: {f.point}") if several else f for label, found in runs for f in found]

@@ -1,0 +1,1 @@
+"""Runs against runs: per-point changes, intervals and verdicts."""

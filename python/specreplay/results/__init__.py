@@ -1,0 +1,1 @@
+"""The results file: its Arrow schema, reading and writing it, the columns derived from it."""

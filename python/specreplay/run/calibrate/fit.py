@@ -1,0 +1,459 @@
+"""Fitting the server model to real runs (`specreplay calibrate`, docs/predict.md).
+
+Each parameter comes from what the runs show directly:
+
+- prefill (frontend, per prompt token, per cached token): TTFT against the
+  prompt of requests that had the server to themselves until their first
+  token, least squares;
+- the decode step against the batch: every gap between two chunks of a
+  request, per step, against how many requests were decoding then (from the
+  rows: first token to last token), leaving out gaps in which another
+  request got its first token (its prefill ran in that iteration);
+- the batch limit: the most requests running while the server's metrics
+  said some waited; the KV budget: from `vllm:kv_cache_usage_perc` at
+  preemption; both unknown when no run got there;
+- delivery: tokens per chunk after the first, per step;
+- speculation: `vllm:spec_decode_*` counters (acceptance by position);
+- prompt tokens per counted word: the server's prompt counts against the
+  trace's prompts counted the simulator's way;
+- output lengths: the measured (reasoning, content) pairs per API.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specreplay.results.files import CONFIG_KEY
+from specreplay.run.calibrate.model import PARAMS, Param, ServerModel
+
+#: Paired output-length samples kept per prompt class.
+MAX_OUTPUT_SAMPLES = 2000
+#: A TTFT sample is "alone" when no other request was in the server between its send and its first token.
+#: Prompt lengths must vary by this coefficient of variation to separate the frontend from the prefill.
+MIN_PROMPT_CV = 0.05
+
+
+def _runs(paths: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[str, Any]]]:
+    """Every path's successful measured rows (with `file`), metric samples and run config."""
+    import specreplay
+
+    frames, samples, configs = [], [], []
+    for i, path in enumerate(paths):
+        df = specreplay.load(path)
+        config = json.loads(df.attrs.get(CONFIG_KEY, "{}"))
+        if config.get("predicted"):
+            raise ValueError(f"{path}: a prediction, not a measurement: calibrate from real runs")
+        rows = df[df["error_kind"].isna() & ~df["warmup"].astype(bool)].copy()
+        rows["file"] = i
+        # Points of different files never overlap in time as far as the fit is concerned.
+        rows["group"] = str(i) + "/" + rows["label"].astype(str) + "/" + rows["point"].astype(str)
+        frames.append(rows)
+        m = specreplay.load(path, metrics=True)
+        if len(m):
+            m = m.copy()
+            m["group"] = str(i) + "/" + m["label"].astype(str) + "/" + m["point"].astype(str)
+            samples.append(m)
+        configs.append(config)
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    metrics = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame()
+    return rows, metrics, configs
+
+
+def _linfit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
+    """y = a + b·x by least squares: (a, b, R², residual RMS)."""
+    b, a = np.polyfit(x, y, 1)
+    pred = a + b * x
+    ss_res = float(((y - pred) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+    return float(a), float(b), r2, float(np.sqrt(ss_res / len(y)))
+
+
+def _in_server(rows: pd.DataFrame, at: np.ndarray, start: str, end: str) -> np.ndarray:
+    """Per instant of `at`, how many rows of the same group had `start` ≤ t < `end`."""
+    starts = np.sort(rows[start].to_numpy(dtype=np.int64))
+    ends = np.sort(rows[end].to_numpy(dtype=np.int64))
+    out: np.ndarray = np.searchsorted(starts, at, side="right") - np.searchsorted(ends, at, side="right")
+    return out
+
+
+def fit_jitter(frontend: Param, prefill: Param) -> Param:
+    """frontend_jitter_us is not fitted: the low-load TTFT residual is
+    mostly the machine's noise, not the spread of arrivals, and taking it as
+    one breaks up requests a real server batches together (llama.cpp
+    prefills two requests sent 3 ms apart in one batch). Unknown: requests
+    sent together reach the engine together; a what-if can spread them."""
+    return Param("frontend_jitter_us", "unknown",
+                 needs="not fitted by this version (the TTFT residual is the machine's noise more than the arrivals' spread): give it with --what-if")
+
+
+def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
+    """frontend_us, prefill_us_per_token and prefill_us_per_cached_token from
+    the TTFT of requests alone in the server until their first token."""
+    alone_parts = []
+    for _, g in rows.groupby("group"):
+        sent = g["sent_us"].to_numpy(dtype=np.int64)
+        first = g["first_token_us"].to_numpy(dtype=np.int64)
+        # Others in the server at my send, or sent before my first token.
+        busy_at_send = _in_server(g, sent, "sent_us", "end_us") - 1
+        sent_sorted = np.sort(sent)
+        sent_between = np.searchsorted(sent_sorted, first, side="left") - np.searchsorted(sent_sorted, sent, side="right")
+        alone_parts.append(g[(busy_at_send == 0) & (sent_between == 0)])
+    alone = pd.concat(alone_parts) if alone_parts else rows.iloc[:0]
+    n = len(alone)
+    low_load = "a run at concurrency 1 (requests alone in the server)"
+    if n < 3:
+        unknown = f"needs {low_load}: {n} request(s) were alone"
+        return (Param("frontend_us", "unknown", needs=unknown), Param("prefill_us_per_token", "unknown", needs=unknown),
+                Param("prefill_us_per_cached_token", "unknown", needs=unknown))
+    ttft = (alone["first_token_us"] - alone["sent_us"]).to_numpy(dtype=float)
+    prompt = alone["prompt_tokens"].to_numpy(dtype=float)
+    cached = alone["cached_tokens"].fillna(0).to_numpy(dtype=float)
+    computed = prompt - cached
+    has_cache = (cached > 0).sum() >= 3 and (cached == 0).sum() >= 3
+    cv = float(np.std(computed) / np.mean(computed)) if np.mean(computed) > 0 else 0.0
+    how = f"TTFT of {n} requests alone in the server"
+    if has_cache:
+        design = np.column_stack([np.ones(n), computed, cached])
+        coef, *_ = np.linalg.lstsq(design, ttft, rcond=None)
+        pred = design @ coef
+        ss_res = float(((ttft - pred) ** 2).sum())
+        ss_tot = float(((ttft - ttft.mean()) ** 2).sum())
+        r2 = 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+        rms = float(np.sqrt(ss_res / n))
+        a, b, c = (float(v) for v in coef)
+        fit = how + ": TTFT = frontend + per_token × computed + per_cached × cached"
+        return (Param("frontend_us", "fitted", max(a, 0.0), r2, rms, n, fit),
+                Param("prefill_us_per_token", "fitted", max(b, 0.0), r2, rms, n, fit),
+                Param("prefill_us_per_cached_token", "fitted", max(c, 0.0), r2, rms, n, fit))
+    no_cache = Param("prefill_us_per_cached_token", "unknown",
+                     needs="a run whose prompts hit the prefix cache (the server reports cached_tokens), e.g. the same trace replayed twice")
+    if cv >= MIN_PROMPT_CV:
+        a, b, r2, rms = _linfit(computed, ttft)
+        fit = how + ": TTFT = frontend + per_token × prompt"
+        return (Param("frontend_us", "fitted", max(a, 0.0), r2, rms, n, fit),
+                Param("prefill_us_per_token", "fitted", max(b, 0.0), r2, rms, n, fit), no_cache)
+    per_token = float(np.mean(ttft) / np.mean(computed))
+    rms = float(np.sqrt(np.mean((ttft - per_token * computed) ** 2)))
+    varied = "a run with varied prompt lengths (e.g. synth --prompt-tokens 100 400) to separate it from the per-token cost"
+    return (Param("frontend_us", "unknown", needs=varied),
+            Param("prefill_us_per_token", "fitted", per_token, None, rms, n,
+                  how + f" over prompts of one length ({np.mean(computed):.0f} tokens): the frontend's time is folded in"),
+            no_cache)
+
+
+def fit_decode(rows: pd.DataFrame, tokens_per_step: float) -> tuple[Param, Param, Param, int]:
+    """step_us and batch_step_cost from chunk gaps against the decoding
+    count; steps_per_chunk from tokens per chunk. Also returns the most
+    requests seen decoding at once."""
+    gaps, batch, chunk_tokens = [], [], []
+    peak = 0
+    for _, g in rows.groupby("group"):
+        g = g[g["chunk_count"] >= 2]
+        if not len(g):
+            continue
+        firsts = np.sort(g["first_token_us"].to_numpy(dtype=np.int64))
+        for ts, tok in zip(g["chunk_ts_us"], g["chunk_tokens"]):
+            ts = np.asarray(ts, dtype=np.int64)
+            tok = np.asarray(tok, dtype=float)
+            if len(ts) < 2:
+                continue
+            t0, t1 = ts[:-1], ts[1:]
+            keep = t1 > t0  # chunks of one step (two channels) share a stamp
+            # Another request's first token inside the gap: its prefill ran in it.
+            prefill_in = np.searchsorted(firsts, t1, side="right") - np.searchsorted(firsts, t0, side="right")
+            mid = (t0 + t1) // 2
+            decoding = _in_server(g, mid, "first_token_us", "last_token_us")
+            chunk_tokens.append(tok[1:][keep])
+            keep &= prefill_in == 0
+            steps = np.maximum(tok[1:] / tokens_per_step, 1.0)
+            gaps.append(((t1 - t0) / steps)[keep])
+            batch.append(decoding[keep])
+            peak = max(peak, int(decoding.max(initial=0)))
+    if not gaps or not sum(len(x) for x in gaps):
+        unknown = "needs streamed answers of two chunks or more"
+        return (Param("step_us", "unknown", needs=unknown), Param("batch_step_cost", "unknown", needs=unknown),
+                Param("steps_per_chunk", "unknown", needs=unknown), peak)
+    gap = np.concatenate(gaps).astype(float)
+    d = np.maximum(np.concatenate(batch), 1).astype(float)
+    per_chunk = np.concatenate(chunk_tokens)
+    steps_per_chunk = Param("steps_per_chunk", "fitted", max(float(per_chunk.mean()) / tokens_per_step, 1.0), None,
+                            float(per_chunk.std()), int(len(per_chunk)), "mean tokens per chunk after the first, per decode step")
+    levels = np.unique(d)
+    # Per batch size, the median gap: robust to the odd late read.
+    medians = np.array([np.median(gap[d == k]) for k in levels])
+    counts = np.array([(d == k).sum() for k in levels])
+    how = f"{len(gap)} chunk gaps (per step) against the requests decoding at the time, {len(levels)} batch size(s)"
+    well = levels[counts >= 5]
+    if len(well) < 2:
+        step = float(np.median(gap))
+        rms = float(np.sqrt(np.mean((gap - step) ** 2)))
+        return (Param("step_us", "fitted", step, None, rms, len(gap), how + ": the median"),
+                Param("batch_step_cost", "unknown",
+                      needs=f"a run with several requests decoding at once (seen: {int(levels.max())}): e.g. --concurrency 4"),
+                steps_per_chunk, peak)
+    sel = np.isin(levels, well)
+    w = np.sqrt(counts[sel])
+    b, a = np.polyfit(levels[sel] - 1, medians[sel], 1, w=w)
+    pred = a + b * (d - 1)
+    ss_res = float(((gap - pred) ** 2).sum())
+    ss_tot = float(((gap - gap.mean()) ** 2).sum())
+    r2 = 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+    rms = float(np.sqrt(ss_res / len(gap)))
+    a = max(float(a), 1.0)
+    fit = how + ": step = step_us × (1 + batch_step_cost × (decoding − 1)), median per batch size, weighted"
+    return (Param("step_us", "fitted", a, r2, rms, len(gap), fit),
+            Param("batch_step_cost", "fitted", max(float(b) / a, 0.0), r2, rms, len(gap), fit),
+            steps_per_chunk, peak)
+
+
+def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: Param, batch_cost: Param) -> Param:
+    """max_num_batched_tokens (chunked prefill) from the stalls newcomers'
+    prefills put in the chunk gaps of the requests already decoding. A gap
+    in which another request got its first token holds the end of that
+    prefill: if its excess over the decode step is the whole prompt (at
+    prefill_us_per_token), prompts were prefilled whole and no budget below
+    the longest prompt seen shows (unknown; the model prefills whole, as the
+    runs did). If it is a fraction, prompts came in chunks: a gap while a
+    newcomer was still prefilling (sent, past its frontend time, no first
+    token yet) holds one full chunk, and the budget is that chunk in tokens
+    plus the decode tokens sharing the iteration (the median)."""
+    name = "max_num_batched_tokens"
+    if prefill.status != "fitted" or step.status != "fitted" or not float(prefill.value) > 0:
+        return Param(name, "unknown", needs="prefill_us_per_token and step_us first (runs at low load and at concurrency >= 2)")
+    per_token = float(prefill.value)
+    cost = float(batch_cost.value) if batch_cost.status == "fitted" else 0.0
+    ahead = float(frontend.value) if frontend.status == "fitted" else 0.0
+    ratios: list[float] = []
+    budgets: list[float] = []
+    longest = 0
+    for _, g in rows.groupby("group"):
+        g = g[g["first_token_us"].notna()]
+        if len(g) < 2:
+            continue
+        cached = g["cached_tokens"].fillna(0) if "cached_tokens" in g else 0
+        computed = (g["prompt_tokens"].fillna(0) - cached).to_numpy(dtype=float)
+        firsts = g["first_token_us"].to_numpy(dtype=np.int64)
+        ready = g["sent_us"].to_numpy(dtype=np.int64) + int(ahead)
+        longest = max(longest, int(computed.max(initial=0)))
+        order = np.argsort(firsts)
+        sorted_firsts, sorted_computed = firsts[order], computed[order]
+        for ts in g["chunk_ts_us"]:
+            ts = np.unique(np.asarray(ts, dtype=np.int64))
+            if len(ts) < 2:
+                continue
+            t0, t1 = ts[:-1], ts[1:]
+            lo = np.searchsorted(sorted_firsts, t0, side="right")
+            hi = np.searchsorted(sorted_firsts, t1, side="right")
+            decoding = np.maximum(_in_server(g, (t0 + t1) // 2, "first_token_us", "last_token_us"), 1)
+            excess = (t1 - t0) - float(step.value) * (1 + cost * (decoding - 1))
+            for k in range(len(t0)):
+                if hi[k] - lo[k] == 1 and sorted_computed[lo[k]] > 0:
+                    ratios.append(float(excess[k]) / (per_token * sorted_computed[lo[k]]))
+                elif hi[k] == lo[k] and np.any((ready < t0[k]) & (firsts > t1[k])):
+                    budgets.append(max(float(excess[k]), 0.0) / per_token + int(decoding[k]))
+    if len(ratios) < 5:
+        return Param(name, "unknown", needs=(
+            f"decoding requests whose chunk gaps hold another request's prefill (seen: {len(ratios)}): "
+            "a run at concurrency >= 2 or an open-loop rate, prompts of a few hundred tokens"))
+    m = float(np.median(ratios))
+    if m >= 0.75:
+        return Param(name, "unknown", needs=(
+            f"none seen below {longest} prompt tokens: the stalls held the whole prefill (median {m:.2f} of it over "
+            f"{len(ratios)} gaps), so the model prefills whole as the runs did; prompts longer than the budget would measure it"))
+    if len(budgets) < 5:
+        return Param(name, "unknown", needs=(
+            f"the gaps ending a prefill held a median {m:.2f} of it ({len(ratios)} gaps), but only {len(budgets)} gaps fell "
+            "inside a prefill, too few to size a chunk: a run where newcomers join a decoding batch (an open-loop rate) "
+            "would measure it; the model prefills whole until then"))
+    b = np.asarray(budgets)
+    value = float(np.median(b))
+    return Param(name, "fitted", int(round(value)), None, float(np.sqrt(np.mean((b - value) ** 2))), int(len(b)),
+                 f"{len(b)} chunk gaps while a newcomer was prefilling: the stall (gap − decode step) in prompt tokens plus "
+                 f"the decode tokens, the median (the gaps ending a prefill held a median {m:.2f} of its prompt)")
+
+
+def _counter_delta(m: pd.DataFrame, name: str) -> pd.Series:
+    """Per group and labels, the increase of counter `name` from its first to last sample."""
+    s = m[m["name"] == name]
+    if not len(s):
+        return pd.Series(dtype=float)
+    grouped = s.sort_values("ts_us").groupby(["group", "labels"])["value"]
+    delta: pd.Series = (grouped.last() - grouped.first())
+    return delta
+
+
+def fit_spec(m: pd.DataFrame, rows: pd.DataFrame) -> tuple[Param, float]:
+    """spec_acceptance by position from vLLM's counters; tokens per step."""
+    if not len(m) or not (m["name"] == "vllm:spec_decode_num_drafts_total").any():
+        multi = float((rows["chunk_tokens"].map(lambda t: (np.asarray(t)[1:] > 1).mean() if len(t) > 1 else 0.0)).mean()) if len(rows) else 0.0
+        how = "no speculative-decoding counters in the server's metrics"
+        if multi < 0.05:
+            return Param("spec_acceptance", "fitted", [], None, None, len(rows), how + " and chunks of one token: no speculation"), 1.0
+        return Param("spec_acceptance", "unknown",
+                     needs=how + f", but {multi:.0%} of chunks carry several tokens: scrape a server that exports vllm:spec_decode_* (--metrics)"), 1.0
+    drafts = float(_counter_delta(m, "vllm:spec_decode_num_drafts_total").sum())
+    per_pos = _counter_delta(m, "vllm:spec_decode_num_accepted_tokens_per_pos_total")
+    by_pos: dict[int, float] = {}
+    for key, v in per_pos.items():
+        labels = str(key[1]) if isinstance(key, tuple) else "{}"
+        pos = int(json.loads(labels).get("position", 0))
+        by_pos[pos] = by_pos.get(pos, 0.0) + float(v)
+    if drafts <= 0 or not by_pos:
+        return Param("spec_acceptance", "unknown", needs="a run long enough for the spec_decode counters to move"), 1.0
+    accepted = [by_pos.get(i, 0.0) for i in range(max(by_pos) + 1)]
+    conditional, prev = [], drafts
+    for a in accepted:
+        conditional.append(min(a / prev, 1.0) if prev > 0 else 0.0)
+        prev = a
+    tokens_per_step = 1 + sum(accepted) / drafts
+    return Param("spec_acceptance", "fitted", [round(c, 4) for c in conditional], None, None, int(drafts),
+                 "vllm:spec_decode_num_accepted_tokens_per_pos_total / the previous position's (drafts for the first)"), tokens_per_step
+
+
+def fit_limits(m: pd.DataFrame) -> tuple[Param, Param]:
+    """max_num_seqs from running counts while requests waited; kv_cache_tokens stays unknown unless preempted."""
+    names = {"running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
+             "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred")}
+    saturate = "a run with more requests in flight than the server runs at once (its metrics show requests waiting): raise --concurrency"
+    kv = Param("kv_cache_tokens", "unknown", needs="a run that fills the KV cache (vllm:num_preemptions_total rises): longer prompts or answers, higher concurrency")
+    if not len(m):
+        return Param("max_num_seqs", "unknown", needs=saturate + "; and scrape its /metrics"), kv
+    gauges = m[m["name"].isin(names["running"] + names["waiting"])]
+    if not len(gauges):
+        return Param("max_num_seqs", "unknown", needs=saturate + "; the metrics had no running/waiting gauges"), kv
+    wide = gauges.assign(kind=np.where(gauges["name"].isin(names["running"]), "running", "waiting")).pivot_table(
+        index=["group", "ts_us"], columns="kind", values="value", aggfunc="sum")
+    if "waiting" in wide and "running" in wide:
+        full = wide[wide["waiting"] > 0]
+        if len(full):
+            return Param("max_num_seqs", "fitted", int(full["running"].max()), None, float(full["running"].std(ddof=0)), len(full),
+                         "the most requests running in a scrape that had requests waiting"), kv
+    return Param("max_num_seqs", "unknown", needs=saturate), kv
+
+
+def fit_prompt_ratio(rows: pd.DataFrame, configs: list[dict[str, Any]], paths: Sequence[str]) -> Param:
+    """Server prompt tokens per token of the simulator's count, over the traces the runs replayed."""
+    from specreplay import _core
+    from specreplay.settings.config import ReplayConfig
+    from specreplay.trace.shaping import request_batch, request_row
+    from specreplay.trace.index import scan_trace
+    from specreplay.trace.records import parse_line, read_lines_at
+
+    words: dict[tuple[int, str], int] = {}
+    missing = []
+    for i, config in enumerate(configs):
+        trace = config.get("trace")
+        if not trace or not Path(trace).exists():
+            missing.append(f"{paths[i]}: its trace {trace!r} is not there")
+            continue
+        index = scan_trace(trace)
+        if config.get("trace_sha256") and index.sha256 != config["trace_sha256"]:
+            missing.append(f"{paths[i]}: its trace {trace} changed since the run")
+            continue
+        rc = ReplayConfig(trace=trace, max_tokens=config.get("max_tokens"), ignore_eos=bool(config.get("ignore_eos")))
+        records = [r for _, _, raw in read_lines_at(Path(trace)) if (r := parse_line(trace, 0, raw)) is not None]
+        batch = request_batch([request_row(r, rc, "http://predict.invalid/v1", None) for r in records])
+        for rec, n in zip(records, _core.sim_prompt_tokens(batch)):
+            words[(i, rec.id)] = n
+    ids = rows["trace_id"].astype(str).str.replace(r"#\d+$", "", regex=True)
+    counted = np.array([words.get((f, t), -1) for f, t in zip(rows["file"], ids)], dtype=float)
+    ok = (counted > 0) & rows["prompt_tokens"].notna().to_numpy()
+    if ok.sum() < 1:
+        return Param("prompt_tokens_per_word", "unknown", needs="the runs' trace files, where they were run (" + "; ".join(missing) + ")")
+    real = rows["prompt_tokens"].to_numpy(dtype=float)[ok]
+    x = counted[ok]
+    ratio = float(real.sum() / x.sum())
+    resid = real - ratio * x
+    ss_tot = float(((real - real.mean()) ** 2).sum())
+    r2 = 1 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else float("nan")
+    return Param("prompt_tokens_per_word", "fitted", ratio, r2, float(np.sqrt(np.mean(resid ** 2))), int(ok.sum()),
+                 "the server's prompt_tokens against the trace's prompts counted the simulator's way")
+
+
+def fit_outputs(rows: pd.DataFrame, seed: int) -> dict[str, dict[str, Any]]:
+    """Per API, paired (reasoning, content) samples of the measured answers."""
+    out: dict[str, dict[str, Any]] = {}
+    rng = np.random.default_rng(seed)
+    for api, g in rows.groupby("api"):
+        g = g[g["output_tokens"].notna()]
+        if not len(g):
+            continue
+        if len(g) > MAX_OUTPUT_SAMPLES:
+            g = g.iloc[np.sort(rng.choice(len(g), MAX_OUTPUT_SAMPLES, replace=False))]
+        cut = int((g["finish_reason"] == "length").sum())
+        out[str(api)] = {
+            "reasoning": [int(x) for x in g["reasoning_tokens"].fillna(0)],
+            "content": [int(x) for x in g["content_tokens"].fillna(0)],
+            "samples": len(g),
+            "cut_at_budget": cut,
+        }
+    return out
+
+
+def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
+    """The server model fitted to the runs at `paths`."""
+    rows, metrics, configs = _runs(paths)
+    if not len(rows):
+        raise ValueError("no successful measured request in " + ", ".join(paths))
+    # Speculation is per run: runs with drafts and runs without are fitted apart.
+    specs = {}
+    for f in sorted(rows["file"].unique()):
+        file_metrics = metrics[metrics["group"].str.startswith(f"{f}/")] if len(metrics) else metrics
+        specs[int(f)] = fit_spec(file_metrics, rows[rows["file"] == f])
+    drafting = [f for f, (p, _) in specs.items() if p.status == "fitted" and p.value]
+    plain = [f for f, (p, _) in specs.items() if p.status == "fitted" and not p.value]
+    frontend, prefill, cached = fit_prefill(rows)
+    base_rows = rows[rows["file"].isin(plain)] if plain else rows[rows["file"].isin(drafting)]
+    base_tps = 1.0 if plain else specs[drafting[0]][1] if drafting else 1.0
+    step, batch_cost, delivery, peak_decoding = fit_decode(base_rows if len(base_rows) else rows, base_tps)
+    max_seqs, kv = fit_limits(metrics)
+    budget = fit_token_budget(base_rows if len(base_rows) else rows, frontend, prefill, step, batch_cost)
+    ratio = fit_prompt_ratio(rows, configs, paths)
+    spec_cost = Param("spec_step_cost", "unknown",
+                      needs="a run with speculation and one without on the same server (the step's growth per draft)")
+    if drafting:
+        # The model speculates as the (first) drafting run did.
+        spec, tokens_per_step = specs[drafting[0]]
+        if plain and step.status == "fitted":
+            spec_rows = rows[rows["file"].isin(drafting)]
+            spec_step, *_ = fit_decode(spec_rows, tokens_per_step)
+            k = len(spec.value)
+            if spec_step.status == "fitted":
+                cost = max(float(spec_step.value) / float(step.value) - 1.0, 0.0) / k
+                spec_cost = Param("spec_step_cost", "fitted", cost, None, spec_step.residual, spec_step.samples,
+                                  f"the one-sequence step with {k} drafts against the step without, per draft")
+        elif not plain:
+            spec_cost = Param("spec_step_cost", "unknown",
+                              needs="a run without speculation on the same server: step_us is the step with drafts until then")
+    elif plain:
+        spec = specs[plain[0]][0]
+        spec_cost = Param("spec_step_cost", "unknown", needs="a run with speculative decoding on (only matters for a draft-length what-if)")
+    else:
+        spec = next(iter(specs.values()))[0]
+    if len(plain) and len(drafting):
+        spec.how += f"; from {paths[drafting[0]]} (the runs without drafts give step_us)"
+    jitter = fit_jitter(frontend, prefill)
+    params = {p.name: p for p in (frontend, jitter, prefill, cached, step, batch_cost, max_seqs, budget, kv, ratio, delivery, spec, spec_cost)}
+    in_flight = 0
+    for _, g in rows.groupby("group"):
+        in_flight = max(in_flight, int(_in_server(g, g["sent_us"].to_numpy(dtype=np.int64), "sent_us", "end_us").max()))
+    points = sorted({str(p) for p in rows["point"]})
+    calibration = {
+        "runs": [str(p) for p in paths],
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "requests": int(len(rows)),
+        "points": points,
+        "max_in_flight": in_flight,
+        "max_decoding": peak_decoding,
+        "prompt_tokens": [int(rows["prompt_tokens"].min()), int(rows["prompt_tokens"].max())] if rows["prompt_tokens"].notna().any() else [],
+    }
+    assert set(params) == set(PARAMS)
+    return ServerModel({n: params[n] for n in PARAMS}, fit_outputs(rows, seed), calibration)

@@ -1,0 +1,79 @@
+"""What a run is made of, between the orchestrator (`replay`) and the
+capacity search (`capacity.SearchPlan`, a `Plan`): the points to run, each
+point's progress, and a point that ran."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import pyarrow as pa
+
+from specreplay.analysis.analyse import RunAnalysis, analyse
+from specreplay.results.files import to_frame
+from specreplay.settings.config import Point, ReplayConfig
+
+
+@dataclass(frozen=True)
+class Progress:
+    point: str
+    scheduled: int
+    sent: int
+    finished: int
+    failed: int
+    output_tokens: int
+    elapsed_s: float
+
+    @property
+    def in_flight(self) -> int:
+        return max(self.sent - self.finished, 0)
+
+
+@dataclass
+class FinishedPoint:
+    """A point that ran: its rows as written, how far it got, and (made on
+    first use, once for everyone who reads it) its analysis."""
+
+    point: Point
+    label: str
+    rows: pa.Table
+    progress: Progress
+    interrupted: bool = False
+    cut: bool = False
+    """Cancelled when the run's time budget ran out (a capacity search's)."""
+
+    @cached_property
+    def runs(self) -> list[RunAnalysis]:
+        """`analysis.analyse` of the rows (one run; none when no row was written)."""
+        return analyse(to_frame(self.rows)) if self.rows.num_rows else []
+
+
+class Plan:
+    """The points of a run: the configured sweep, in order. A plan may also
+    set each point's request count, a deadline, and a status line
+    (`capacity.SearchPlan` does)."""
+
+    searching = False
+
+    def __init__(self, points: list[Point]) -> None:
+        self.points = list(points)
+
+    def next_point(self) -> Point | None:
+        return self.points.pop(0) if self.points else None
+
+    def num_requests(self, config: ReplayConfig) -> int | None:
+        return config.num_requests
+
+    @property
+    def deadline_us(self) -> float | None:
+        return None
+
+    def status(self) -> str | None:
+        return None
+
+    def finished(self, finished: FinishedPoint) -> None: ...
+
+    def start(self, records: int) -> str | None:
+        """Before the first point, with the trace's record count: a line for
+        the console about how the plan sizes its points, if any."""
+        return None

@@ -1,0 +1,1 @@
+"""A run's configuration: the typed config, config files, TOML reading, distributions."""

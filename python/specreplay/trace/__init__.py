@@ -1,0 +1,1 @@
+"""Workloads: trace records, capture, importers, synthesis, and shaping records into requests."""
