@@ -56,10 +56,10 @@ wheel-check: dev ## build a wheel from the debug build and run the quick start f
 	WHEEL="target/wheel-check/specreplay-*.whl" bash tests/wheel_check.sh
 
 .PHONY: lint
-lint: $(PY) ## clippy, rustfmt check, and the Python layers (import-linter, pyproject.toml: an import up a layer or a circle between packages fails)
+lint: $(PY) ## clippy, rustfmt check, and the Python layers (import-linter, pyproject.toml: an import up a layer, or any circle between modules or packages, fails)
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo fmt --all --check
-	$(PIP) install --quiet "import-linter>=2.1"
+	$(PIP) install --quiet "import-linter>=2.17"
 	PYTHONPATH=python $(VENV)/bin/lint-imports  # reads the source: no build needed
 
 # The quick settings: a few minutes in all after the build. Each bench writes

@@ -29,7 +29,8 @@ from specreplay.comparison.compare import compare
 from specreplay.analysis.analyse import analyse
 from specreplay.settings.config import ReplayConfig
 from specreplay.run.replay import run_replay
-from specreplay.analysis.summary import by_model, summarize
+from specreplay.analysis.summary import summarize
+from specreplay.analysis.summary_row import by_model
 from specreplay.trace.synth import SynthConfig, write_synth
 from specreplay.trace.records import load_trace
 from specreplay.analysis.validity import check

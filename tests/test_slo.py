@@ -20,10 +20,12 @@ from specreplay.results import derived as metrics
 from specreplay.analysis.analyse import analyse
 from specreplay.settings.config import ReplayConfig
 from specreplay.errors import ConfigError
-from specreplay.analysis.slo import judge, met, request_values
+from specreplay.analysis.slo import judge
+from specreplay.analysis.slo_requests import met, request_values
 from specreplay.analysis.verdicts import FAILED, HELD, NA, TOO_FEW, UNCERTAIN
 from specreplay.settings.objectives import Slo, Target, merge_tables, parse_target, table_from_expressions
-from specreplay.analysis.summary import GOODPUT_COLUMNS, summarize
+from specreplay.analysis.summary import summarize
+from specreplay.analysis.summary_row import GOODPUT_COLUMNS
 
 
 def test_targets_parse_with_units_and_print_back() -> None:

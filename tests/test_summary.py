@@ -10,6 +10,8 @@ from conftest import T0, MakeResults, config_metadata, results_table
 
 import specreplay
 from specreplay.analysis import summary
+from specreplay.analysis.point import point_mode
+from specreplay.analysis.quantiles import describe
 from specreplay.results.files import load
 
 POINTS = [
@@ -19,15 +21,15 @@ POINTS = [
 
 
 def test_describe_uses_linear_interpolation() -> None:
-    stats = summary.describe(np.arange(1, 101, dtype=float))
+    stats = describe(np.arange(1, 101, dtype=float))
     assert stats == pytest.approx({"mean": 50.5, "p50": 50.5, "p90": 90.1, "p99": 99.01})
-    assert summary.describe([10.0, 20.0, math.nan], scale=10.0) == pytest.approx(
+    assert describe([10.0, 20.0, math.nan], scale=10.0) == pytest.approx(
         {"mean": 1.5, "p50": 1.5, "p90": 1.9, "p99": 1.99}
     )
 
 
 def test_describe_of_nothing_is_nan() -> None:
-    assert all(math.isnan(v) for v in summary.describe([]).values())
+    assert all(math.isnan(v) for v in describe([]).values())
 
 
 def test_counts_rates_and_duration(make_results: MakeResults) -> None:
@@ -102,9 +104,9 @@ def test_points_in_run_order_with_their_own_samples(make_results: MakeResults) -
 
 
 def test_point_mode_falls_back_to_the_label() -> None:
-    assert summary.point_mode("rate=8", None) == ("rate", 8.0)
-    assert summary.point_mode("speedup=2", [{"point": "speedup=2", "mode": "speedup", "value": 2.0}]) == ("speedup", 2.0)
-    assert summary.point_mode("baseline", None) == (None, None)
+    assert point_mode("rate=8", None) == ("rate", 8.0)
+    assert point_mode("speedup=2", [{"point": "speedup=2", "mode": "speedup", "value": 2.0}]) == ("speedup", 2.0)
+    assert point_mode("baseline", None) == (None, None)
 
 
 def test_load_keeps_metadata_and_summarize_uses_its_points(tmp_path: Path) -> None:

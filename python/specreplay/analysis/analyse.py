@@ -15,8 +15,8 @@ derived parts made on first use, then kept):
   and `itl_token_us`;
 - `sessions` (one row per session) and `ttft_by_turn`: the point's sessions
   (`session_figures`);
-- `summary`: the point's summary row (`summary.point_summary`);
-- `findings`: what the validity checks found (`validity.point_findings`),
+- `summary`: the point's summary row (`summary_row.point_summary`);
+- `findings`: what the validity checks found (`checks.point_findings`),
   under the run's own thresholds and `max_tokens`;
 - `slo_met` and `slo_verdicts`: under the run's SLOs (`slo.Slo`), which
   requests met every per-request threshold, and each target's verdict with
@@ -24,7 +24,9 @@ derived parts made on first use, then kept):
 
 `summary.summarize`, `validity.check`, the console, `comparison` and the
 report read these; none derives them again. A new figure is a key of
-`summary.point_summary`; a new check is a function in `validity.CHECKS`.
+`summary_row.point_summary`; a new check is a function in `checks.CHECKS`.
+Each part is made a floor below this module (docs/architecture.md, "The
+analysis package"): `point` (the rows), `summary_row`, `checks`, `slo`.
 """
 
 from __future__ import annotations
@@ -32,99 +34,33 @@ from __future__ import annotations
 import json
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from specreplay.analysis import checks
+from specreplay.analysis.finding import Finding
+from specreplay.analysis.point import is_ok, measured, point_mode
+from specreplay.analysis.slo import TargetVerdict, verdicts
+from specreplay.analysis.summary_row import SummarisedPoint
 from specreplay.results import derived as metrics
-from specreplay.analysis import session_figures
-from specreplay.analysis import summary
-from specreplay.analysis import validity
-from specreplay.results.files import PREDICTED_KEY, config_points, run_config_of
-from specreplay.analysis.slo import TargetVerdict, met, request_values, verdicts
-from specreplay.settings.objectives import Slo
-from specreplay.servermetrics import figures as server_figures
 from specreplay.results import server_samples as server_store
-from specreplay.analysis.validity import Finding
+from specreplay.results.files import PREDICTED_KEY, config_points, run_config_of
+from specreplay.settings.objectives import Slo
 from specreplay.settings.thresholds import Thresholds
 
 
 @dataclass(frozen=True, eq=False)
-class PointAnalysis:
-    """One sweep point of one run (see the module doc)."""
-
-    label: str | None
-    point: str
-    mode: str | None
-    """The load mode (rate, speedup, concurrency), from the config or the point's name."""
-    value: float | None
-    rows: pd.DataFrame
-    ok: np.ndarray
-    """Per row of `rows`: whether the request succeeded."""
-    thresholds: Thresholds
-    max_tokens: int | None
-    slo: Slo = Slo()
-    server_samples: pd.DataFrame = field(default_factory=lambda: server_store.empty().to_pandas())
-    """The server's Prometheus samples scraped during the point (`specreplay.load(path, metrics=True)`'s rows of it)."""
-    prediction: dict[str, Any] | None = None
-    """A predicted point: what it was predicted from (`results.files.PREDICTED_KEY`'s entry for it); None when measured."""
-
-    @cached_property
-    def ok_rows(self) -> pd.DataFrame:
-        rows: pd.DataFrame = self.rows[self.ok]
-        return rows
-
-    @cached_property
-    def chunks(self) -> pd.DataFrame:
-        """The chunks of the successful requests; a burst's gaps (`itl_us`)
-        are NaN, so that ITL leaves them out as TPOT does (`metrics.bursts`)."""
-        frame = metrics.chunks(self.ok_rows)
-        burst = self.ok_rows.loc[self.ok_rows["burst"], "request_index"]
-        if len(burst):
-            frame.loc[frame["request_index"].isin(burst), "itl_us"] = np.nan
-        return frame
-
-    @cached_property
-    def itl_chunk_us(self) -> np.ndarray:
-        return metrics.itl_per_chunk(self.chunks)
-
-    @cached_property
-    def itl_token_us(self) -> np.ndarray:
-        return metrics.itl_per_token(self.chunks)
-
-    @cached_property
-    def sessions(self) -> pd.DataFrame:
-        return session_figures.per_session(self.rows, self.ok)
-
-    @cached_property
-    def ttft_by_turn(self) -> pd.DataFrame:
-        return session_figures.ttft_by_turn(self.rows, self.ok)
-
-    @cached_property
-    def skipped(self) -> np.ndarray:
-        """Per row of `rows`: a turn not sent because an earlier turn of its session failed."""
-        return session_figures.skipped_mask(self.rows)
-
-    @cached_property
-    def server(self) -> dict[str, Any]:
-        """The server's figures (`servermetrics.figures.point_figures`)."""
-        return server_figures.point_figures(self.server_samples)
-
-    @cached_property
-    def summary(self) -> dict[str, Any]:
-        return summary.point_summary(self)
+class PointAnalysis(SummarisedPoint):
+    """One sweep point of one run (see the module doc): its rows and what
+    derives from them (`point.PointRows`), its summary row
+    (`summary_row.SummarisedPoint`), its findings and its SLO verdicts."""
 
     @cached_property
     def findings(self) -> list[Finding]:
-        return validity.point_findings(self)
-
-    @cached_property
-    def slo_met(self) -> np.ndarray:
-        """Per row of `rows`: whether the request met every per-request threshold."""
-        return met(self.ok, request_values(self.rows, self.chunks, self.slo), self.slo)
+        return checks.point_findings(self)
 
     @cached_property
     def slo_verdicts(self) -> tuple[TargetVerdict, ...]:
@@ -240,13 +176,13 @@ def analyse_run(
 ) -> RunAnalysis:
     """The analysis of `df`, the rows of one run, with `samples`, the
     server's metrics scraped during it (none if not given)."""
-    data = metrics.leave_out_bursts(metrics.add_derived(summary.measured(df)), thresholds.burst_us_per_token)
-    ok = summary.is_ok(data).to_numpy(dtype=bool)
+    data = metrics.leave_out_bursts(metrics.add_derived(measured(df)), thresholds.burst_us_per_token)
+    ok = is_ok(data).to_numpy(dtype=bool)
     out = []
     for point in _ordered_points(data):
         mask = (data["point"] == point).to_numpy(dtype=bool)
         rows: pd.DataFrame = data[mask]
-        mode, value = summary.point_mode(point, points)
+        mode, value = point_mode(point, points)
         out.append(
             PointAnalysis(
                 label=str(rows["label"].iloc[0]) if "label" in rows.columns else None,

@@ -12,6 +12,9 @@ samples are cut into buckets, each unit's weight per bucket is summed once,
 and a resample's weight per bucket is then one matrix product (units ×
 buckets). Only the bucket that holds a wanted position is summed sample by
 sample. Both use numpy's and pandas' default ("linear") interpolation.
+
+`describe` is the plain description of one sample (mean, p50, p90, p99)
+that the summary, the sessions' figures and the per-model rows print.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 
 
 def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: list[float]) -> np.ndarray:
@@ -111,3 +115,20 @@ class UnitQuantiles:
             return found
 
         return _interpolate(cum_bucket[:, -1], qs, at)
+
+
+# --- one sample, described ------------------------------------------------
+
+STATS: tuple[str, ...] = ("mean", "p50", "p90", "p99")
+QUANTILES: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+
+
+def describe(samples: pd.Series | np.ndarray, scale: float = 1.0) -> dict[str, float]:
+    """mean, p50, p90 and p99 of `samples` (NaN dropped) divided by `scale`; NaN if none."""
+    values = pd.Series(np.asarray(samples, dtype="float64")).dropna() / scale
+    if values.empty:
+        return {stat: math.nan for stat in STATS}
+    out = {"mean": float(values.mean())}
+    out.update({stat: float(values.quantile(q)) for stat, q in QUANTILES.items()})
+    return out
+

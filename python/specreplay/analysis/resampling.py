@@ -67,13 +67,13 @@ import pandas as pd
 
 from specreplay.results import derived as metrics
 from specreplay.results.latencies import LATENCIES
-from specreplay.analysis.analyse import PointAnalysis
-from specreplay.analysis.quantiles import UnitQuantiles, weighted_quantiles
+from specreplay.analysis.point import PointRows
+from specreplay.analysis.quantiles import QUANTILES, UnitQuantiles, weighted_quantiles
 from specreplay.trace.records import RETRIEVAL_APIS
 
 #: (summary prefix, display name) of the latencies compared, in table order.
 LATENCY_METRICS: tuple[tuple[str, str], ...] = tuple((lat.name, lat.compared_as) for lat in LATENCIES if lat.compared_as is not None)
-LATENCY_STATS: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+LATENCY_STATS: dict[str, float] = QUANTILES
 #: (summary column, display name, token column) of the throughputs compared.
 THROUGHPUT_METRICS: tuple[tuple[str, str, str], ...] = (
     ("output_tok_s", "output tok/s", "output_tokens"),
@@ -191,7 +191,7 @@ class PointSample:
     overhang: np.ndarray  # per request: µs from the last request sent to its end (NaN without one)
 
     @classmethod
-    def of(cls, point: PointAnalysis) -> PointSample:
+    def of(cls, point: PointRows) -> PointSample:
         rows = point.rows.reset_index(drop=True)
         ok = np.asarray(point.ok, dtype=bool)
         ids = [record_id(str(t)) for t in rows["trace_id"]]
@@ -375,7 +375,7 @@ class PointIntervals:
 
 
 def point_intervals(
-    point: PointAnalysis,
+    point: PointRows,
     latencies: Sequence[tuple[str, float]],
     shares: Mapping[str, np.ndarray],
     rates: Mapping[str, np.ndarray] | None = None,

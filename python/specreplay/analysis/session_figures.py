@@ -20,7 +20,7 @@ plus the think time). TTFT by turn index (`ttft_by_turn`): per turn index,
 the successful requests and their TTFT p50 and p90 (ms): prefix caching
 shows as later turns starting faster than their longer prompts would.
 
-Percentiles as everywhere (`summary.describe`). A point without sessions
+Percentiles as everywhere (`quantiles.describe`). A point without sessions
 has 0 sessions and NaN figures.
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from specreplay.results import derived as metrics
-from specreplay.analysis.summary import describe
+from specreplay.analysis.quantiles import describe
 
 SKIPPED = "skipped_after_failure"
 _PER_SESSION = ("turns", "ok", "skipped", "session_turns", "start_us", "end_us", "completed", "duration_s")

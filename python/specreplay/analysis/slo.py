@@ -25,57 +25,16 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from specreplay.errors import ConfigError
+from specreplay.analysis.point import PointRows
+from specreplay.analysis.resampling import point_intervals, samples_needed
 from specreplay.analysis.verdicts import FAILED, HELD, NA, TOO_FEW, UNCERTAIN
+from specreplay.results import derived
 from specreplay.settings.objectives import Slo, Target
-
-if TYPE_CHECKING:
-    from specreplay.analysis.analyse import PointAnalysis
-
-
-# --- per request -------------------------------------------------------------
-
-
-def request_values(rows: pd.DataFrame, chunks: pd.DataFrame, slo: Slo) -> dict[str, np.ndarray]:
-    """Per row of `rows` (with `metrics.add_derived`'s columns) and per
-    threshold metric, the request's value in µs: ttft/ttfc/tpot/e2e from the
-    derived columns, itl the request's largest per-token gap (from `chunks`,
-    `metrics.chunks` of the rows). NaN where a value does not exist."""
-    out: dict[str, np.ndarray] = {}
-    for metric in slo.thresholds:
-        if metric == "itl":
-            out[metric] = _largest_token_gap(rows, chunks)
-        else:
-            out[metric] = pd.to_numeric(rows[f"{slo.column(metric)}_us"]).to_numpy(dtype="float64")
-    return out
-
-
-def _largest_token_gap(rows: pd.DataFrame, chunks: pd.DataFrame) -> np.ndarray:
-    usable = chunks[chunks["itl_us"].notna() & (chunks["tokens"] > 0)]
-    per_token = usable["itl_us"].to_numpy(dtype="float64") / usable["tokens"].to_numpy(dtype="float64")
-    largest = pd.Series(per_token).groupby(usable["request_index"].to_numpy()).max()
-    out: np.ndarray = pd.Series(rows["request_index"].to_numpy()).map(largest).to_numpy(dtype="float64")
-    return out
-
-
-def met(ok: np.ndarray, values: Mapping[str, np.ndarray], slo: Slo) -> np.ndarray:
-    """Per row: whether the request met every per-request threshold. A failed
-    request never does. A value that does not exist passes, except the time to
-    the first answer: a request that never answered (`ttfc`, or `ttft` under
-    `ttft_token = "answer"`) did not meet it. TPOT and ITL of a one-token
-    answer do not exist and pass, as in vLLM."""
-    good: np.ndarray = np.asarray(ok, dtype=bool).copy()
-    for metric, limit in slo.thresholds.items():
-        value = values[metric]
-        answer_wait = slo.column(metric) == "ttfc"
-        good &= np.where(np.isnan(value), not answer_wait, value <= limit * 1000.0)
-    return good
-
 
 # --- verdicts ------------------------------------------------------------------
 
@@ -161,19 +120,15 @@ def target_samples_needed(target: Target) -> int:
     """Units (distinct trace records) a point needs before `target` gets a
     verdict: `resampling.samples_needed` of its percentile (10 for a p50, 50
     for a p90, 500 for a p99), 2 for a share."""
-    from specreplay.analysis.resampling import samples_needed  # the analysis circle (issue 23, open)
-
     return samples_needed(target.quantile)
 
 
-def verdicts(point: PointAnalysis) -> tuple[TargetVerdict, ...]:
+def verdicts(point: PointRows) -> tuple[TargetVerdict, ...]:
     """Every target of the point's SLOs judged on it (`judge`), its figure
     and interval from `resampling.point_intervals`: the bootstrap `compare`
     uses (the point's trace records resampled, the interval expanded for few
     of them). A target counts the distinct trace records among the point's
     successful requests as its samples, against `target_samples_needed`."""
-    from specreplay.analysis.resampling import point_intervals
-
     slo = point.slo
     if not slo.targets:
         return ()
@@ -190,14 +145,11 @@ def verdicts(point: PointAnalysis) -> tuple[TargetVerdict, ...]:
     return tuple(out)
 
 
-def goodput_intervals(point: PointAnalysis) -> dict[str, tuple[float, float, float]]:
+def goodput_intervals(point: PointRows) -> dict[str, tuple[float, float, float]]:
     """The point's goodput with its intervals, from the same resampling as
     its verdicts (`resampling.point_intervals`: records resampled, the
     duration with them): `goodput_rps` and `goodput_tok_s` -> (per second,
     low, high). Empty without per-request thresholds."""
-    from specreplay.analysis.resampling import point_intervals
-    from specreplay.results import derived
-
     if not point.slo.thresholds:
         return {}
     good = np.asarray(point.slo_met, dtype="float64")

@@ -28,7 +28,8 @@ from specreplay.run.plan import FinishedPoint, Progress
 from specreplay.run.replay import Hooks, run_replay
 from specreplay.results.files import VALIDITY_KEY, to_frame
 from specreplay.settings.objectives import merge_tables, table_from_expressions
-from specreplay.analysis.summary import by_model, request_lines
+from specreplay.analysis.summary import request_lines
+from specreplay.analysis.summary_row import by_model
 from specreplay.run.target import Target
 from specreplay.settings.tomlfile import read_toml
 

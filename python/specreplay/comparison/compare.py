@@ -73,7 +73,8 @@ from specreplay.analysis.resampling import (
 from specreplay.results.files import load, partial_path, run_config_of
 from specreplay.servermetrics.compare import server_rows
 from specreplay.trace.records import RETRIEVAL_APIS
-from specreplay.analysis.validity import Finding
+from specreplay.analysis.finding import Finding
+from specreplay.analysis.summary_row import by_model
 from specreplay.analysis.verdicts import FASTER, NA, NOT_RESAMPLED, SAME, SLOWER, TOO_FEW
 
 
@@ -481,8 +482,6 @@ def kind_rows(base: PointAnalysis, other: PointAnalysis) -> list[tuple[str, str,
     point had (tool calls, media, embeddings, rerank), and per model (TTFT
     p50/p99, TPOT p50, output tok/s) for the models both points asked for:
     one number per run each, not resampled."""
-    from specreplay.analysis.summary import by_model
-
     out = []
     for metric, name, unit in KIND_METRICS:
         count = _KIND_COUNT[metric.split("_")[0] if not metric.startswith("tool_call") else "tool_call"]

@@ -21,11 +21,11 @@ from rich.text import Text
 
 from specreplay.analysis.resampling import samples_needed
 from specreplay.results.latencies import LATENCIES
-from specreplay.analysis.summary import STATS
+from specreplay.analysis.quantiles import STATS
 from specreplay.analysis.slo import TargetVerdict
 from specreplay.analysis.verdicts import FAILED, FASTER, HELD, NA, SAME, SLOWER, UNCERTAIN
 from specreplay.settings.objectives import Slo
-from specreplay.analysis.validity import Finding
+from specreplay.analysis.finding import Finding
 
 # Summary prefix -> row label. TTFC is spelled out: it is the figure a user waits for.
 LATENCY_LABELS: dict[str, str] = {latency.name: latency.label for latency in LATENCIES}
@@ -113,7 +113,7 @@ def print_summary(
     sessions line when the point had sessions (with the point's TTFT by turn
     index from `ttft_by_turn`, by point name, when given), lines for the
     request kinds beyond text chat (`kind_lines`) and, per point in
-    `models`, its figures per model (`summary.by_model`), and the
+    `models`, its figures per model (`summary_row.by_model`), and the
     `findings` on that point (those whose `point` is the row's), if any."""
     for _, row in summary.iterrows():
         console.print(Text(_point_heading(row), style="bold"))

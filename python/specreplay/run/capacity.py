@@ -42,7 +42,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specreplay.settings.config import Point, ReplayConfig
 from specreplay.run.plan import FinishedPoint, Plan
@@ -52,10 +52,8 @@ from specreplay.analysis.verdicts import FAILED as TARGET_FAILED
 from specreplay.analysis.verdicts import TOO_FEW
 from specreplay.settings.objectives import Slo
 from specreplay.results.files import CAPACITY_KEY
-
-if TYPE_CHECKING:
-    from specreplay.analysis.analyse import PointAnalysis
-    from specreplay.comparison.compare import Run
+from specreplay.analysis.analyse import PointAnalysis
+from specreplay.comparison.compare import Run
 
 #: Step statuses, the first the only one that holds.
 HELD = "held"

@@ -11,13 +11,9 @@ loops over the trace draw the same again.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
-
+from specreplay.settings.config import ReplayConfig
 from specreplay.settings.model_mix import parse_mix
-
-if TYPE_CHECKING:
-    from specreplay.settings.config import ReplayConfig
-    from specreplay.trace.records import TraceRecord
+from specreplay.trace.records import TraceRecord
 
 
 def draw(mix: tuple[tuple[str, float], ...], seed: int, key: str) -> str:

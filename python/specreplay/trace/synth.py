@@ -28,7 +28,9 @@ from specreplay.errors import ConfigError
 from specreplay.literals import ARRIVALS
 from specreplay.trace.text import PromptMaker, Tokenizer
 from specreplay.trace.synth_media import IMAGE_FORMATS, draw_image, parse_size, write_audio
-from specreplay.trace.records import TraceRecord
+from specreplay.trace import media
+from specreplay.trace.media import media_dir
+from specreplay.trace.records import TraceRecord, write_trace
 
 
 
@@ -103,8 +105,6 @@ class _Media:
         self.pool: list[str] = []
 
     def _place(self, data: bytes, ext: str, mime: str) -> str:
-        from specreplay.trace import media
-
         if self.directory is not None:
             return media.store(self.directory, data, ext)
         import base64
@@ -196,9 +196,6 @@ def synthesize(config: SynthConfig, tokenizer: Tokenizer | None = None, media_di
 def write_synth(config: SynthConfig, output: str | Path, tokenizer: Tokenizer | None = None, inline_media: bool = False) -> list[TraceRecord]:
     """Writes the trace to `output`, its media once each to `output.media/`
     (or inline in the bodies with `inline_media`)."""
-    from specreplay.trace.media import media_dir
-    from specreplay.trace.records import write_trace
-
     records = synthesize(config, tokenizer, None if inline_media else media_dir(output))
     write_trace(records, output)
     return records

@@ -28,8 +28,8 @@ from specreplay.run import capacity
 from specreplay.present.console import figure_name, fmt_change, fmt_ms, fmt_rate, fmt_value
 from specreplay.present.report import capacity as report_capacity
 from specreplay.present.report import data, plots
-from specreplay.analysis.summary import by_model
-from specreplay.analysis.validity import Finding
+from specreplay.analysis.summary_row import by_model
+from specreplay.analysis.finding import Finding
 from specreplay.analysis.verdicts import FASTER, SLOWER
 from specreplay.results.files import MODEL_KEY, STARTED_AT_KEY, TARGET_KEY
 

@@ -1,0 +1,185 @@
+"""The validity checks of the load itself (`checks` has the rest, and the
+order): whether the client kept the schedule (client_saturated,
+dependent_turns_late, engine_delay, worker_send_lag), whether the server
+kept up (queue_growing), and whether a worker or the engine was lost
+(worker_lost, engine_panic)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from specreplay.analysis.finding import Finding, Level
+from specreplay.analysis.point import OPEN_LOOP_MODES
+from specreplay.analysis.summary_row import SummarisedPoint
+from specreplay.results import derived as metrics
+
+#: queue_growing: successful requests needed before a slope of TTFT over the send time is fitted.
+MIN_SLOPE_REQUESTS = 10
+
+
+def client_saturated(point: SummarisedPoint) -> Finding | None:
+    rows, summary_row, thresholds = point.rows, point.summary, point.thresholds
+    if point.mode not in OPEN_LOOP_MODES:
+        # Closed loop: sends wait for the server by design, but a session's
+        # later turn has a schedule (its predecessor's end plus its think time).
+        return dependent_turns_late(point)
+    problems: list[str] = []
+    level: Level = "warning"
+    lag_p99 = float(summary_row["send_lag_p99_ms"])
+    if lag_p99 > thresholds.send_lag_p99_ms:
+        problems.append(
+            f"send lag p99 is {lag_p99:.3f} ms (limit {thresholds.send_lag_p99_ms:g} ms): "
+            "requests left later than scheduled, so the offered load was lower and burstier than planned"
+        )
+    scheduled = float(summary_row["scheduled_rate_rps"])
+    rate = float(summary_row["send_rate_rps"])
+    # Sends against the schedule's own rate, not the nominal target: a short
+    # Poisson sample may offer 6/s for a target of 8/s, and that is the
+    # arrival process, not the client. Nor completions/duration: the tail of
+    # the last responses would count as client slowness.
+    if not math.isnan(scheduled) and not math.isnan(rate) and rate < thresholds.min_rate_ratio * scheduled:
+        level = "error"
+        problems.append(
+            f"requests were sent at {rate:.2f}/s while the schedule offered {scheduled:.2f}/s "
+            f"(below {thresholds.min_rate_ratio:.0%}): this point did not measure the load it names"
+        )
+    if not problems:
+        return None
+    return Finding(
+        code="client_saturated",
+        level=level,
+        point=point.point,
+        count=int(rows["sent_us"].notna().sum()),
+        message="The client could not keep up: " + "; ".join(problems) + ". Lower the load per client host, or check that it is not a debug build or a busy machine.",
+    )
+
+
+def dependent_turns_late(point: SummarisedPoint) -> Finding | None:
+    lag_p99, limit = float(point.summary["turn_lag_p99_ms"]), point.thresholds.send_lag_p99_ms
+    if math.isnan(lag_p99) or lag_p99 <= limit:
+        return None
+    return Finding(
+        code="client_saturated",
+        level="warning",
+        point=point.point,
+        count=int(metrics.as_float(point.rows, "predecessor_end_us").notna().sum()),
+        message=(
+            f"The client could not keep up: the later turns of sessions (due when the turn before ended, plus "
+            f"the think time) left later than scheduled: their send lag p99 is {lag_p99:.3f} ms (limit {limit:g} ms), "
+            "so users waited longer between turns than the trace says. Lower the load per client host, "
+            "or check that it is not a debug build or a busy machine."
+        ),
+    )
+
+
+def engine_delay(point: SummarisedPoint) -> Finding | None:
+    summary_row, thresholds = point.summary, point.thresholds
+    delay_p99 = float(summary_row["engine_delay_p99_ms"])
+    if math.isnan(delay_p99) or delay_p99 <= thresholds.engine_delay_p99_ms:
+        return None
+    return Finding(
+        code="engine_delay",
+        level="warning",
+        point=point.point,
+        count=int(summary_row["ok"]),
+        message=(
+            f"The client was saturated: its own delay p99 was {delay_p99:.3f} ms "
+            f"(limit {thresholds.engine_delay_p99_ms:g} ms) between the kernel receiving a chunk and the engine reading it. "
+            "The kernel stamps are unaffected, but the send schedule may not be: "
+            "a closed-loop request goes out only once the engine has read the previous answer."
+        ),
+    )
+
+
+def queue_growing(point: SummarisedPoint) -> Finding | None:
+    """Open loop: the server fell behind the offered rate when TTFT grows
+    steadily with the send time (least-squares slope, seconds of TTFT per
+    second of sending: 1 − served / offered rate for a saturated server; 0
+    for one that keeps up)."""
+    if point.mode not in OPEN_LOOP_MODES:
+        return None
+    ok, thresholds = point.ok_rows, point.thresholds
+    sent = metrics.as_float(ok, "sent_us").to_numpy() / 1e6
+    ttft = metrics.as_float(ok, "ttft_us").to_numpy() / 1e6
+    keep = ~(np.isnan(sent) | np.isnan(ttft))
+    sent, ttft = sent[keep], ttft[keep]
+    span = float(sent.max() - sent.min()) if len(sent) else 0.0
+    if len(sent) < MIN_SLOPE_REQUESTS or span <= 0:
+        return None
+    growth = float(np.polyfit(sent - sent.min(), ttft, 1)[0])
+    if growth <= thresholds.max_queue_growth:
+        return None
+    return Finding(
+        code="queue_growing",
+        level="warning",
+        point=point.point,
+        count=len(sent),
+        message=(
+            f"TTFT grew by {growth * 1000:,.0f} ms per second of sending ({growth * span * 1000:,.0f} ms over the point's {span:.1f} s; "
+            f"limit {thresholds.max_queue_growth:g} s/s): the server did not keep up with the offered rate, so each request "
+            "queued longer than the one before. This point's latencies grow with its length, whatever they are now; "
+            "a capacity search never takes it as held."
+        ),
+    )
+
+
+def worker_lost(point: SummarisedPoint) -> Finding | None:
+    rows = point.rows
+    lost = rows[rows["error_kind"] == "worker_lost"]
+    if lost.empty:
+        return None
+    workers = ", ".join(sorted(str(w) for w in lost["worker"].dropna().unique())) if "worker" in lost else "?"
+    return Finding(
+        code="worker_lost",
+        level="error",
+        point=point.point,
+        count=len(lost),
+        message=(
+            f"{len(lost)} of {len(rows)} requests were lost with their Ray worker ({workers}): "
+            "the point did not apply the load it names. Their rows have error kind worker_lost; "
+            "the other workers' rows are complete."
+        ),
+    )
+
+
+def engine_panic(point: SummarisedPoint) -> Finding | None:
+    """A request's task panicked in the engine: a bug in specreplay, never the server's doing."""
+    rows = point.rows
+    panicked = rows[rows["error_kind"] == "engine_panic"]
+    if panicked.empty:
+        return None
+    first = panicked.iloc[0]
+    return Finding(
+        code="engine_panic",
+        level="error",
+        point=point.point,
+        count=len(panicked),
+        message=(
+            f"{len(panicked)} of {len(rows)} requests failed inside specreplay's engine (a panic; "
+            f"first: request {first['request_index']}, {first['error_message']!r}): their measurements are "
+            "gone and the point did not apply the load it names. This is a bug in specreplay; "
+            "please report it with the message."
+        ),
+    )
+
+
+def worker_send_lag(point: SummarisedPoint) -> Finding | None:
+    """A distributed point's send lag per worker: which host could not keep its schedule."""
+    rows = point.rows
+    if "worker" not in rows or rows["worker"].nunique() < 2 or point.mode not in OPEN_LOOP_MODES:
+        return None
+    lag_ms = (metrics.as_float(rows, "sent_us") - metrics.as_float(rows, "scheduled_us")) / 1e3
+    parts = []
+    for worker, lag in lag_ms.groupby(rows["worker"]):
+        lag = lag.dropna()
+        if len(lag):
+            parts.append(f"{worker} p50 {lag.quantile(0.5):.3f} / p99 {lag.quantile(0.99):.3f} ms ({len(lag)} sent)")
+    return Finding(
+        code="worker_send_lag",
+        level="note",
+        point=point.point,
+        count=int(rows["sent_us"].notna().sum()),
+        message="send lag by worker: " + "; ".join(parts),
+    )
