@@ -56,11 +56,13 @@ wheel-check: dev ## build a wheel from the debug build and run the quick start f
 	WHEEL="target/wheel-check/specreplay-*.whl" bash tests/wheel_check.sh
 
 .PHONY: lint
-lint: $(PY) ## clippy, rustfmt check, and the Python layers (import-linter, pyproject.toml: an import up a layer, or any circle between modules or packages, fails)
+lint: $(PY) ## clippy, rustfmt check, the Python layers (import-linter, pyproject.toml: an import up a layer, or any circle between modules or packages, fails) and no circle between Rust modules
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo fmt --all --check
 	$(PIP) install --quiet "import-linter>=2.17"
 	PYTHONPATH=python $(VENV)/bin/lint-imports  # reads the source: no build needed
+	$(PY) tests/rust_module_circles.py rust/specreplay-core/src  # no circle between Rust modules (no cheap tool does it: see the script)
+	$(PY) tests/rust_module_circles.py rust/specreplay-py/src
 
 # The quick settings: a few minutes in all after the build. Each bench writes
 # bench/results/<name>-<time>.json with the commit, a dirty flag, the load and

@@ -260,7 +260,7 @@ fn knee_mode() {
         .to_string()
         .into_boxed_str(),
     );
-    let knee = config.capacity.as_ref().unwrap().knee_rate(&config, 10, 10);
+    let knee = config.knee_rate(config.capacity.as_ref().unwrap(), 10, 10);
     println!(
         "sim_capacity --knee: tpot 5 ms, prefill 100 µs/token, P = O = 10, max_num_seqs 8, \
          batch_step_cost 0.05: knee {knee:.1} req/s; constant arrivals, {KNEE_RUN:?} per rate"

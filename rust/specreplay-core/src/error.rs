@@ -4,7 +4,7 @@
 
 use thiserror::Error;
 
-use crate::decode::DecodeError;
+use crate::decode::{DecodeError, StreamError};
 use crate::sse::SseError;
 
 #[derive(Debug, Error)]
@@ -25,6 +25,15 @@ pub enum CoreError {
     /// A stream event or body did not decode as the expected dialect.
     #[error("undecodable response: {0}")]
     Decode(#[from] DecodeError),
+}
+
+impl From<StreamError> for CoreError {
+    fn from(e: StreamError) -> Self {
+        match e {
+            StreamError::Sse(e) => CoreError::Sse(e),
+            StreamError::Decode(e) => CoreError::Decode(e),
+        }
+    }
 }
 
 impl CoreError {

@@ -227,7 +227,7 @@ async fn throughput_saturates_at_the_computed_knee() {
     // on average, lasting 5 ms × (1 + 0.05 × 2.8) + 1 ms × 0.2 = 5.9 ms, so
     // the knee is 0.2 / 5.9 ms ≈ 33.9 req/s.
     let config = knee_config(4);
-    let knee = config.capacity.as_ref().unwrap().knee_rate(&config, 10, 20);
+    let knee = config.knee_rate(config.capacity.as_ref().unwrap(), 10, 20);
     assert!((knee - 0.2 / 0.0059).abs() < 0.01, "{knee}");
     let server = start(config).await;
     let addr = server.local_addr();
@@ -263,7 +263,7 @@ async fn throughput_saturates_at_the_computed_knee() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn below_the_knee_nothing_waits() {
     let config = knee_config(4);
-    let knee = config.capacity.as_ref().unwrap().knee_rate(&config, 10, 20);
+    let knee = config.knee_rate(config.capacity.as_ref().unwrap(), 10, 20);
     let server = start(config).await;
     let addr = server.local_addr();
     let replies = open_loop(
@@ -408,7 +408,7 @@ async fn ttft_crosses_an_slo_at_the_knee() {
     // 10 tokens (9 steps after the first), 8 slots: 0.8 admitted and 7.2
     // decoding per iteration, T = 5 ms × (1 + 0.05 × 6.2) + 1 ms × 0.8 =
     // 7.35 ms, so the knee is 0.8 / 7.35 ms ≈ 108.8 req/s.
-    let knee = config.capacity.as_ref().unwrap().knee_rate(&config, 10, 10);
+    let knee = config.knee_rate(config.capacity.as_ref().unwrap(), 10, 10);
     assert!((knee - 0.8 / 0.00735).abs() < 0.01, "{knee}");
     let run = Duration::from_millis(1500);
     let below = p90_ttft_ms(&config, 0.8 * knee, run).await;

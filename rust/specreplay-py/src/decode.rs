@@ -8,6 +8,7 @@ use std::str::FromStr;
 use pyo3::prelude::*;
 use specreplay_core::decode::summary::summarize;
 use specreplay_core::decode::{Dialect, Usage};
+use specreplay_core::CoreError;
 
 use crate::errors::{ConfigError, Error};
 
@@ -62,7 +63,7 @@ pub fn decode_response(
     let dialect = Dialect::from_str(api).map_err(|e| ConfigError::new_err(e.to_string()))?;
     let got = py
         .detach(|| summarize(dialect, body, content_type))
-        .map_err(Error::from)?;
+        .map_err(|e| Error::from(CoreError::from(e)))?;
     let counts = ResponseCounts::new(&got.usage, got.finish_reason, got.error);
     Py::new(
         py,

@@ -45,7 +45,7 @@ impl SimServer {
 /// The capacity model's knee (docs/simulator.md, "The knee"): the highest
 /// arrival rate, in requests/s, that a simulator with `config` sustains for
 /// requests of `prompt_tokens` computed prompt tokens and `output_tokens`
-/// answer tokens (`Capacity::knee_rate`). A `ConfigError` when `config` is
+/// answer tokens (`SimConfig::knee_rate`). A `ConfigError` when `config` is
 /// invalid or has no capacity model.
 #[pyfunction]
 pub fn sim_knee_rate(
@@ -55,7 +55,7 @@ pub fn sim_knee_rate(
 ) -> PyResult<f64> {
     let config: SimConfig = from_mapping("sim", config, SimConfig::validate)?;
     match &config.capacity {
-        Some(capacity) => Ok(capacity.knee_rate(&config, prompt_tokens, output_tokens)),
+        Some(capacity) => Ok(config.knee_rate(capacity, prompt_tokens, output_tokens)),
         None => Err(ConfigError::new_err(
             "sim: no capacity model (add a capacity table), so there is no knee",
         )),

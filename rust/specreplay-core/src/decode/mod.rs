@@ -19,8 +19,7 @@ use std::str::FromStr;
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::error::CoreError;
-use crate::sse::{SseEvent, SseParser};
+use crate::sse::{SseError, SseEvent, SseParser};
 
 /// Also a configuration value (e.g. the capture proxy's `apis`), by the
 /// names [`Dialect::as_str`] gives.
@@ -177,6 +176,18 @@ pub enum DecodeError {
     UnexpectedShape { message: String },
 }
 
+/// A whole recorded stream that did not decode: its SSE framing, or an
+/// event's payload. Its own type, not `CoreError`, so that this module needs
+/// nothing above it (`error.rs` turns it into `CoreError::Sse` or
+/// `CoreError::Decode`).
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum StreamError {
+    #[error(transparent)]
+    Sse(#[from] SseError),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+}
+
 pub fn decoder_for(dialect: Dialect) -> Box<dyn StreamDecoder> {
     match dialect {
         Dialect::Chat => Box::new(chat::ChatDecoder),
@@ -205,7 +216,7 @@ pub fn decode_body(dialect: Dialect, body: &[u8]) -> Result<Vec<Record>, DecodeE
 
 /// Parses and decodes a complete recorded stream, including an unterminated
 /// last event (so a truncated stream shows as records without `Done`).
-pub fn decode_all(dialect: Dialect, bytes: &[u8]) -> Result<Vec<Record>, CoreError> {
+pub fn decode_all(dialect: Dialect, bytes: &[u8]) -> Result<Vec<Record>, StreamError> {
     let mut parser = SseParser::new();
     let mut events = Vec::new();
     parser.feed(bytes, &mut events)?;

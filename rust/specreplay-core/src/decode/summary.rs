@@ -5,8 +5,7 @@
 //! for the capture proxy's records and the target probe (through the
 //! binding's `decode_response`), so neither parses a response by hand.
 
-use super::{decode_all, decode_body, Channel, Dialect, Record, Usage};
-use crate::error::CoreError;
+use super::{decode_all, decode_body, Channel, Dialect, Record, StreamError, Usage};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResponseSummary {
@@ -36,12 +35,12 @@ pub fn is_event_stream(content_type: &str) -> bool {
 
 /// Decodes a whole response of `dialect`: an SSE stream when `content_type`
 /// says so, else a JSON body. Bytes that do not decode are an error
-/// (`CoreError::Sse` or `CoreError::Decode`).
+/// (`StreamError`: `CoreError::Sse` or `CoreError::Decode` in the binding).
 pub fn summarize(
     dialect: Dialect,
     body: &[u8],
     content_type: &str,
-) -> Result<ResponseSummary, CoreError> {
+) -> Result<ResponseSummary, StreamError> {
     let streamed = is_event_stream(content_type);
     let records = if streamed {
         decode_all(dialect, body)?

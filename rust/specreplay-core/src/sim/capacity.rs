@@ -5,7 +5,6 @@
 
 use serde::Deserialize;
 
-use super::config::SimConfig;
 use crate::error::CoreError;
 
 /// The capacity model's limits and costs, vLLM's continuous batching in
@@ -96,35 +95,6 @@ impl Capacity {
         self.kv_budget().unwrap_or(16 << 20)
     }
 
-    /// The knee: the highest arrival rate (requests/s) the server sustains
-    /// for a mix of requests that all have `prompt_tokens` and an answer of
-    /// `output_tokens`; above it the waiting queue grows without bound.
-    ///
-    /// With B slots (`max_num_seqs`, or fewer when the KV budget holds fewer
-    /// requests of `prompt + output` tokens) and S decode steps per answer,
-    /// each request stays 1 + S iterations in the batch. At saturation an
-    /// iteration admits B / (1 + S) requests on average and decodes
-    /// d = B·S / (1 + S), so it lasts
-    /// T = step·(1 + c·(d − 1)) + prefill·B / (1 + S), and the knee is
-    /// B / (1 + S) / T. S is `output − 1` without speculation; with it, the
-    /// expected `(output − 1) / L`, L = 1 + a + … + a^k tokens per step.
-    pub fn knee_rate(&self, config: &SimConfig, prompt_tokens: u32, output_tokens: u32) -> f64 {
-        let per_request = u64::from(prompt_tokens) + u64::from(output_tokens);
-        let slots = match self.kv_budget() {
-            Some(budget) => (budget / per_request.max(1)).min(u64::from(self.max_num_seqs)),
-            None => u64::from(self.max_num_seqs),
-        } as f64;
-        let (k, a) = (config.spec_draft_len, config.spec_acceptance);
-        let tokens_per_step: f64 = (0..=k).map(|i| a.powi(i as i32)).sum();
-        let steps = f64::from(output_tokens.saturating_sub(1)) / tokens_per_step;
-        let admitted = slots / (1.0 + steps);
-        let decoding = slots - admitted;
-        let step_us =
-            config.step_us() as f64 * (1.0 + self.batch_step_cost * (decoding - 1.0).max(0.0));
-        let iteration_us = step_us + config.prefill_compute_us(prompt_tokens) as f64 * admitted;
-        admitted / (iteration_us / 1e6)
-    }
-
     pub(super) fn validate(&self) -> Result<(), CoreError> {
         if !(1..=MAX_NUM_SEQS).contains(&self.max_num_seqs) {
             return Err(CoreError::config(
@@ -149,45 +119,6 @@ pub const MAX_NUM_SEQS: u32 = 1_000_000;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn knee_of_a_fixed_mix() {
-        let config = SimConfig {
-            tpot_ms: 10.0,
-            prefill_us_per_token: 100.0,
-            ..SimConfig::default()
-        };
-        let cap = Capacity {
-            max_num_seqs: 4,
-            kv_cache_tokens: 0,
-            batch_step_cost: 0.05,
-            prefix_caching: true,
-            max_num_batched_tokens: 0,
-        };
-        // 20 tokens: 19 steps, 0.2 admitted and 3.8 decoding per iteration;
-        // T = 10 ms × (1 + 0.05 × 2.8) + 1 ms × 0.2 = 11.6 ms.
-        let knee = cap.knee_rate(&config, 10, 20);
-        assert!((knee - 0.2 / 0.0116).abs() < 1e-9, "{knee}");
-        // A KV budget for two such requests halves the slots.
-        let kv = Capacity {
-            kv_cache_tokens: 60,
-            ..cap.clone()
-        };
-        let knee2 = kv.knee_rate(&config, 10, 20);
-        let t2 = 0.01 * (1.0 + 0.05 * 0.9) + 0.001 * 0.1;
-        assert!((knee2 - 0.1 / t2).abs() < 1e-9, "{knee2}");
-        // Speculation that always accepts 3 drafts: 4 tokens a step.
-        let spec = SimConfig {
-            spec_draft_len: 3,
-            spec_acceptance: 1.0,
-            spec_step_cost: 0.0,
-            ..config.clone()
-        };
-        let steps = 19.0 / 4.0;
-        let admitted = 4.0 / (1.0 + steps);
-        let t = 0.01 * (1.0 + 0.05 * (4.0 - admitted - 1.0)) + 0.001 * admitted;
-        assert!((cap.knee_rate(&spec, 10, 20) - admitted / t).abs() < 1e-6);
-    }
 
     #[test]
     fn a_token_budget_chunks_prompts_after_the_decode_tokens() {

@@ -444,6 +444,36 @@ impl SimConfig {
     pub fn frontend_delay(&self) -> std::time::Duration {
         std::time::Duration::from_micros((self.ttft_ms * 1000.0).round() as u64)
     }
+
+    /// The knee: the highest arrival rate (requests/s) the server sustains,
+    /// under the capacity model `capacity`,
+    /// for a mix of requests that all have `prompt_tokens` and an answer of
+    /// `output_tokens`; above it the waiting queue grows without bound.
+    ///
+    /// With B slots (`max_num_seqs`, or fewer when the KV budget holds fewer
+    /// requests of `prompt + output` tokens) and S decode steps per answer,
+    /// each request stays 1 + S iterations in the batch. At saturation an
+    /// iteration admits B / (1 + S) requests on average and decodes
+    /// d = B·S / (1 + S), so it lasts
+    /// T = step·(1 + c·(d − 1)) + prefill·B / (1 + S), and the knee is
+    /// B / (1 + S) / T. S is `output − 1` without speculation; with it, the
+    /// expected `(output − 1) / L`, L = 1 + a + … + a^k tokens per step.
+    pub fn knee_rate(&self, capacity: &Capacity, prompt_tokens: u32, output_tokens: u32) -> f64 {
+        let per_request = u64::from(prompt_tokens) + u64::from(output_tokens);
+        let slots = match capacity.kv_budget() {
+            Some(budget) => (budget / per_request.max(1)).min(u64::from(capacity.max_num_seqs)),
+            None => u64::from(capacity.max_num_seqs),
+        } as f64;
+        let (k, a) = (self.spec_draft_len, self.spec_acceptance);
+        let tokens_per_step: f64 = (0..=k).map(|i| a.powi(i as i32)).sum();
+        let steps = f64::from(output_tokens.saturating_sub(1)) / tokens_per_step;
+        let admitted = slots / (1.0 + steps);
+        let decoding = slots - admitted;
+        let step_us =
+            self.step_us() as f64 * (1.0 + capacity.batch_step_cost * (decoding - 1.0).max(0.0));
+        let iteration_us = step_us + self.prefill_compute_us(prompt_tokens) as f64 * admitted;
+        admitted / (iteration_us / 1e6)
+    }
 }
 
 #[cfg(test)]

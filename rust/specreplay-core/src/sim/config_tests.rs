@@ -194,3 +194,42 @@ fn step_cost_scales_with_draft_len() {
     };
     assert_eq!(off.step_us(), 10_000);
 }
+
+#[test]
+fn knee_of_a_fixed_mix() {
+    let config = SimConfig {
+        tpot_ms: 10.0,
+        prefill_us_per_token: 100.0,
+        ..SimConfig::default()
+    };
+    let cap = Capacity {
+        max_num_seqs: 4,
+        kv_cache_tokens: 0,
+        batch_step_cost: 0.05,
+        prefix_caching: true,
+        max_num_batched_tokens: 0,
+    };
+    // 20 tokens: 19 steps, 0.2 admitted and 3.8 decoding per iteration;
+    // T = 10 ms × (1 + 0.05 × 2.8) + 1 ms × 0.2 = 11.6 ms.
+    let knee = config.knee_rate(&cap, 10, 20);
+    assert!((knee - 0.2 / 0.0116).abs() < 1e-9, "{knee}");
+    // A KV budget for two such requests halves the slots.
+    let kv = Capacity {
+        kv_cache_tokens: 60,
+        ..cap.clone()
+    };
+    let knee2 = config.knee_rate(&kv, 10, 20);
+    let t2 = 0.01 * (1.0 + 0.05 * 0.9) + 0.001 * 0.1;
+    assert!((knee2 - 0.1 / t2).abs() < 1e-9, "{knee2}");
+    // Speculation that always accepts 3 drafts: 4 tokens a step.
+    let spec = SimConfig {
+        spec_draft_len: 3,
+        spec_acceptance: 1.0,
+        spec_step_cost: 0.0,
+        ..config.clone()
+    };
+    let steps = 19.0 / 4.0;
+    let admitted = 4.0 / (1.0 + steps);
+    let t = 0.01 * (1.0 + 0.05 * (4.0 - admitted - 1.0)) + 0.001 * admitted;
+    assert!((spec.knee_rate(&cap, 10, 20) - admitted / t).abs() < 1e-6);
+}

@@ -4,14 +4,14 @@
 //! after a prefill of all its input tokens (`ttft_ms` + `prefill_us_per_token`
 //! per token, the answering model's), so latency grows with the inputs and
 //! the batch: pooling forwards run one after another on the server's
-//! [`PoolLane`] (a batch of pooling requests costs the sum of their
+//! pool lane (`pool_lane.rs`: a batch of pooling requests costs the sum of their
 //! prefills), and under the capacity model each also waits one decode step
 //! of the running batch (see "Pooling endpoints" in docs/simulator.md).
 //! Vectors and scores are deterministic in the text. The faults that need no
 //! model output (error statuses, resets, slow headers, HTML) apply.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use base64::Engine;
 use hyper::body::Incoming;
@@ -33,28 +33,6 @@ pub enum Pooling {
     Embeddings,
     Rerank,
     Score,
-}
-
-/// The server's pooling forwards, run one after another: a request's
-/// prefill starts when it is ready or when the one before it ends, so
-/// concurrent pooling requests wait for each other (a batched forward of
-/// several costs the sum of their prefills, as it does on a GPU).
-#[derive(Default)]
-pub(crate) struct PoolLane {
-    /// When the last booked forward ends.
-    free_at: Mutex<Option<Instant>>,
-}
-
-impl PoolLane {
-    /// Books a forward of `compute_us` for a request ready at `ready`;
-    /// returns when it ends.
-    pub fn book(&self, ready: Instant, compute_us: u64) -> Instant {
-        let mut free_at = self.free_at.lock().unwrap_or_else(|e| e.into_inner());
-        let start = free_at.map_or(ready, |free| free.max(ready));
-        let end = start + Duration::from_micros(compute_us);
-        *free_at = Some(end);
-        end
-    }
 }
 
 /// One answer before its deadline.
@@ -319,25 +297,6 @@ fn score(v: &Value) -> Result<(u32, Value), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn concurrent_pooling_requests_wait_for_each_other() {
-        let lane = PoolLane::default();
-        let t0 = Instant::now();
-        // Alone: ready + its own prefill.
-        let alone = lane.book(t0, 1_000) - t0;
-        assert_eq!(alone, Duration::from_micros(1_000));
-        // Three more ready at the same instant, after the first ended.
-        let t1 = t0 + Duration::from_secs(1);
-        let ends: Vec<Duration> = (0..3).map(|_| lane.book(t1, 1_000) - t1).collect();
-        assert_eq!(
-            ends,
-            [1_000, 2_000, 3_000].map(Duration::from_micros).to_vec()
-        );
-        // One ready after the lane went idle runs alone again.
-        let t2 = t1 + Duration::from_secs(1);
-        assert_eq!(lane.book(t2, 500) - t2, Duration::from_micros(500));
-    }
 
     #[test]
     fn a_running_batch_slows_a_pooling_forward() {

@@ -23,6 +23,7 @@ mod hash;
 mod http;
 pub mod metrics;
 mod pace;
+mod pool_lane;
 pub mod prefix;
 pub mod render;
 pub mod request;

@@ -8,11 +8,11 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 
 use super::config::SimConfig;
-use super::embed::PoolLane;
 use super::engine::{EngineHandle, Job};
 use super::fault::FaultStats;
 use super::metrics::Metrics;
 use super::pace::Pacer;
+use super::pool_lane::PoolLane;
 use super::request::MediaRule;
 use super::script::Script;
 use super::stream::ShutdownSignal;

@@ -76,7 +76,9 @@ fn bad_json() {
     let s = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":\n\n";
     assert!(matches!(
         decode_all(Dialect::Anthropic, s),
-        Err(crate::CoreError::Decode(DecodeError::InvalidJson { .. }))
+        Err(crate::decode::StreamError::Decode(
+            DecodeError::InvalidJson { .. }
+        ))
     ));
 }
 

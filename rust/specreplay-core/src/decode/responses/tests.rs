@@ -110,7 +110,9 @@ fn bad_json() {
     let s = b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\n\n";
     assert!(matches!(
         decode_all(Dialect::Responses, s),
-        Err(crate::CoreError::Decode(DecodeError::InvalidJson { .. }))
+        Err(crate::decode::StreamError::Decode(
+            DecodeError::InvalidJson { .. }
+        ))
     ));
 }
 
