@@ -134,6 +134,26 @@ def test_an_invalid_run_is_refused_unless_forced() -> None:
     assert out["requests"].iloc[0] == 15
 
 
+def test_one_gate_checks_only_the_compared_points() -> None:
+    # The other run's errors are on a point the base never ran: the API's
+    # compare and the command's gate (both `comparison.gate`) let it through,
+    # and refuse it once the base runs that point too.
+    base_rows = requests(20, 10_000)
+    bad = requests(20, 10_000, seed=2, point="concurrency=8")
+    for row in bad[:5]:
+        row.update(chunks=None, error_kind="http", http_status=500, end_us=row["sent_us"] + 1000)
+    other_rows = requests(20, 10_000, seed=1) + bad
+    runs = [comparison.Run(name=n, label=n, df=frame(rows)) for n, rows in (("base", base_rows), ("other", other_rows))]
+    assert comparison.gate(runs) == []
+    assert [f.point for f in runs[1].findings if f.level == "error"] == []
+    specreplay.compare(frame(base_rows), frame(other_rows))  # not refused
+    both = base_rows + requests(20, 10_000, seed=3, point="concurrency=8")
+    runs = [comparison.Run(name=n, label=n, df=frame(rows)) for n, rows in (("base", both), ("other", other_rows))]
+    assert [r.name for r in comparison.gate(runs)] == ["other"]
+    with pytest.raises(InvalidRunError, match="error_rate"):
+        specreplay.compare(frame(both), frame(other_rows))
+
+
 def _write(df_rows: list[dict[str, Any]], path: Path) -> Path:
     table = results_table(df_rows, config_metadata(POINTS))
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:

@@ -41,12 +41,11 @@ def load_runs(specs: tuple[str, ...]) -> list[Run]:
 
 
 def gate(runs: list[Run], force: bool, err: Console) -> None:
-    """Checks every run on the points it shares with the base, prints what
-    the checks found, and exits unless every run is valid or `force`."""
-    base = runs[0]
-    points = sorted({p for other in runs[1:] for p in comparison.shared_points(base, other)})
+    """Checks the runs (`comparison.gate`, the one gate `compare` uses too),
+    prints what the checks found, and exits unless every run is valid or
+    `force`."""
+    invalid = comparison.gate(runs)
     for run in runs:
-        comparison.validate(run, points)
         shown = [f for f in run.findings if f.level != "note"]
         notes = len(run.findings) - len(shown)
         if shown:
@@ -54,7 +53,6 @@ def gate(runs: list[Run], force: bool, err: Console) -> None:
             print_findings(err, shown)
         if notes:
             err.print(Text(f"{run.name}: {notes} note(s) (how to read some figures; `specreplay replay` prints them)", style="dim"))
-    invalid = [r for r in runs if not r.valid]
     if not invalid:
         return
     if not force:

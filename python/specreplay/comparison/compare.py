@@ -202,6 +202,19 @@ def validate(run: Run, points: list[str] | None = None) -> list[Finding]:
     return findings
 
 
+def gate(runs: list[Run]) -> list[Run]:
+    """The one validity gate of a comparison (`compare` and the `compare`
+    command): checks every run on the sweep points it is compared on — those
+    the base (`runs[0]`) shares with any other run — storing each run's
+    findings there (`validate`), and returns the runs whose checks found an
+    error, to refuse unless forced."""
+    base = runs[0]
+    points = sorted({p for other in runs[1:] for p in shared_points(base, other)})
+    for run in runs:
+        validate(run, points)
+    return [r for r in runs if not r.valid]
+
+
 def shared_points(base: Run, other: Run) -> list[str]:
     """Sweep points analysed in both (points with measured requests), in the
     base's run order. Between two capacity searches, a rate that either
@@ -239,8 +252,7 @@ def compare(
         name_by_file([base_run, other_run])
     elif base_run.name == other_run.name:
         base_run.name, other_run.name = "base", "run"
-    points = shared_points(base_run, other_run)
-    invalid = [r for r in (base_run, other_run) if not r.valid or not _checked(r, points)]
+    invalid = gate([base_run, other_run])
     if invalid and not force:
         raise InvalidRunError(invalid_message(invalid), [f for r in invalid for f in r.findings if f.level == "error"])
     return compare_runs(base_run, other_run, confidence=confidence, resamples=resamples, seed=seed, min_change=min_change)
@@ -337,11 +349,6 @@ def _geometric_mean(values: list[float]) -> float:
 def _higher_is_better(metric: str) -> bool:
     """From the table of compared figures (`_figures`; the session durations are times)."""
     return any(column == metric and better for column, _, _, better, _ in _figures())
-
-
-def _checked(run: Run, points: list[str]) -> bool:
-    validate(run, points)
-    return run.valid
 
 
 def invalid_message(runs: list[Run]) -> str:
