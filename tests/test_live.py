@@ -11,9 +11,12 @@ import pytest
 from conftest import T0, results_table
 from rich.console import Console
 
+from specreplay.analysis.analyse import analyse
+from specreplay.analysis.summary import summarize
 from specreplay.commands.replay import ConsoleHooks
 from specreplay.present.live import LiveView, Rolling, status_text
 from specreplay.run.plan import Progress
+from specreplay.settings.thresholds import Thresholds
 
 
 def batch(n: int, start_us: int, ttft_us: int, lag_us: int = 50, fail_every: int = 0) -> list[dict[str, object]]:
@@ -52,6 +55,37 @@ def test_rolling_figures_are_those_of_the_last_window() -> None:
     rolling.tick(Progress("rate=8", 20, 20, 15, 0, 3000, 3.0))
     assert rolling.figures(T0 + 25_000_000)["tok_s"] == pytest.approx(1000.0)
     assert math.isnan(rolling.figures(T0 + 60_000_000).get("ttft_p50", math.nan))  # the window emptied
+
+
+def test_the_live_tpot_and_ttft_are_the_summarys() -> None:
+    # Ordinary streams (10 ms a token), bursts (every token in one 20 µs
+    # gap: below the 50 µs burst limit) and failures: the live view's TPOT
+    # leaves the bursts out exactly as the summary does, so its p50 and p99
+    # are the summary's, and its TTFT too.
+    rows = batch(60, T0, ttft_us=30_000, fail_every=7)
+    for i, row in enumerate(rows):
+        if i % 4 == 1 and row["chunks"] is not None:
+            row["chunks"] = [(30_000 + 20 * k, 1, "content") for k in range(5)]
+        elif row["chunks"] is not None:
+            row["chunks"] = [(30_000 + (8_000 + 300 * i) * k, 1, "content") for k in range(5)]
+    table = results_table(rows)
+    rolling = Rolling(window_s=1e6)
+    for b in table.to_batches(max_chunksize=16):
+        rolling.add(b)
+    live = rolling.figures(now_us=T0 + 1_000_000)
+    df = table.to_pandas()
+    row = summarize(df).iloc[0]
+    assert row["bursts"] > 0
+    assert live["tpot_p50"] == pytest.approx(row["tpot_p50_ms"])
+    assert live["tpot_p99"] == pytest.approx(row["tpot_p99_ms"])
+    assert live["ttft_p99"] == pytest.approx(row["ttft_p99_ms"])
+    # A stricter burst limit of the run's own moves both alike.
+    strict = Rolling(window_s=1e6, burst_us_per_token=9_000.0)
+    for b in table.to_batches(max_chunksize=16):
+        strict.add(b)
+    point = analyse(df, Thresholds(burst_us_per_token=9_000.0))[0].points[0]
+    assert strict.figures(now_us=T0 + 1_000_000)["tpot_p50"] == pytest.approx(point.summary["tpot_p50_ms"])
+    assert point.summary["tpot_p50_ms"] != pytest.approx(row["tpot_p50_ms"])
 
 
 def test_off_a_terminal_one_plain_line_per_interval() -> None:

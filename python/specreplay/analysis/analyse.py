@@ -176,7 +176,7 @@ def analyse_run(
 ) -> RunAnalysis:
     """The analysis of `df`, the rows of one run, with `samples`, the
     server's metrics scraped during it (none if not given)."""
-    data = metrics.leave_out_bursts(metrics.add_derived(measured(df)), thresholds.burst_us_per_token)
+    data = metrics.request_figures(measured(df), thresholds.burst_us_per_token)
     ok = is_ok(data).to_numpy(dtype=bool)
     out = []
     for point in _ordered_points(data):

@@ -28,6 +28,7 @@ from specreplay.run.plan import FinishedPoint, Progress
 from specreplay.run.replay import Hooks, run_replay
 from specreplay.results.files import VALIDITY_KEY, to_frame
 from specreplay.settings.objectives import merge_tables, table_from_expressions
+from specreplay.settings.thresholds import Thresholds
 from specreplay.analysis.summary import request_lines
 from specreplay.analysis.summary_row import by_model
 from specreplay.run.target import Target
@@ -90,7 +91,13 @@ class ConsoleHooks(Hooks):
     output (a terminal or not)."""
 
     def __init__(
-        self, out: Console, err: Console, per_request: bool, live: str | None = None, status_interval: float = PLAIN_INTERVAL_S
+        self,
+        out: Console,
+        err: Console,
+        per_request: bool,
+        live: str | None = None,
+        status_interval: float = PLAIN_INTERVAL_S,
+        configs: list[ReplayConfig] | None = None,
     ) -> None:
         self.out = out
         self.err = err
@@ -98,6 +105,8 @@ class ConsoleHooks(Hooks):
         mode = live or ("terminal" if is_tty(err) else "plain")
         self.view = None if mode == "off" else LiveView(err, terminal=mode == "terminal", interval_s=status_interval)
         self.found: list[tuple[str, list[validity.Finding]]] = []  # (label, findings) per finished point
+        # Each run's thresholds, typed, from its config: the live view's burst limit.
+        self.thresholds = {c.label: Thresholds.from_dict(c.thresholds) for c in configs or []}
         self.analysed_rows = 0
 
     def target(self, target: Target, description: str) -> None:
@@ -111,7 +120,7 @@ class ConsoleHooks(Hooks):
         search = f"  (search bracket {status})" if status else ""
         self.err.print(Text(f"point {count}: {label} · {point.name}{search}", style="bold"))
         if self.view is not None:
-            self.view.start(point.name, expected, status)
+            self.view.start(point.name, expected, status, self.thresholds.get(label))
 
     def rows(self, batch: pa.RecordBatch) -> None:
         if self.view is not None:
@@ -345,7 +354,7 @@ def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bo
     """Runs, prints, and exits with the status the findings call for."""
     out = cli_console()
     err = cli_console(stderr=True)
-    hooks = ConsoleHooks(out, err, per_request, status_interval=status_interval)
+    hooks = ConsoleHooks(out, err, per_request, status_interval=status_interval, configs=configs)
     found: list[validity.Finding] = []
 
     def finalize(table: pa.Table) -> dict[str, str]:

@@ -31,7 +31,9 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TaskID, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
+from specreplay.results.derived import REQUEST_FIGURE_INPUTS, request_figures
 from specreplay.run.plan import Progress
+from specreplay.settings.thresholds import Thresholds
 
 #: The rolling window of the live figures, seconds.
 WINDOW_S = 10.0
@@ -41,10 +43,14 @@ PLAIN_INTERVAL_S = 10.0
 
 class Rolling:
     """Figures of the requests that finished in the last `window_s` seconds,
-    and the output tokens/s over that window from the engine's counter."""
+    and the output tokens/s over that window from the engine's counter.
+    TTFT, TPOT and send lag are derived as the summary derives them
+    (`derived.request_figures`: a burst's TPOT left out under
+    `burst_us_per_token`, the run's threshold), over successful requests."""
 
-    def __init__(self, window_s: float = WINDOW_S) -> None:
+    def __init__(self, window_s: float = WINDOW_S, burst_us_per_token: float = Thresholds().burst_us_per_token) -> None:
         self.window_us = window_s * 1e6
+        self.burst_us_per_token = burst_us_per_token
         # Per drained batch: (end_us, ttft_us, tpot_us, send_lag_us) of its requests.
         self._batches: deque[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = deque()
         self._tokens: deque[tuple[float, int]] = deque()  # (elapsed s, output tokens so far)
@@ -54,18 +60,16 @@ class Rolling:
         columns), vectorised: no Python object per request."""
         if batch.num_rows == 0:
             return
+        rows = batch.select(list(REQUEST_FIGURE_INPUTS)).to_pandas()
+        figures = request_figures(rows, self.burst_us_per_token)
+        ok = np.asarray(pc.is_null(batch.column("error_kind")).to_numpy(zero_copy_only=False), dtype=bool)
 
         def column(name: str) -> np.ndarray:
-            return np.asarray(batch.column(name).to_numpy(zero_copy_only=False), dtype="float64")
+            return figures[name].to_numpy(dtype="float64", na_value=np.nan)
 
-        ok = np.asarray(pc.is_null(batch.column("error_kind")).to_numpy(zero_copy_only=False), dtype=bool)
-        sent, first, last = column("sent_us"), column("first_token_us"), column("last_token_us")
-        tokens = column("output_tokens")
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(tokens >= 2, (last - first) / (tokens - 1), np.nan)
-        ttft = np.where(ok, first - sent, np.nan)
-        tpot = np.where(ok, tpot, np.nan)
-        self._batches.append((column("end_us"), ttft, tpot, sent - column("scheduled_us")))
+        ttft = np.where(ok, column("ttft_us"), np.nan)
+        tpot = np.where(ok, column("tpot_us"), np.nan)
+        self._batches.append((column("end_us"), ttft, tpot, column("send_lag_us")))
 
     def tick(self, progress: Progress) -> None:
         self._tokens.append((progress.elapsed_s, progress.output_tokens))
@@ -142,10 +146,11 @@ class LiveView:
         self._task: TaskID | None = None
         self._last_line = -math.inf
 
-    def start(self, title: str, expected: int, bracket: str | None = None) -> None:
-        """A new point: `expected` requests (the progress bar's total)."""
+    def start(self, title: str, expected: int, bracket: str | None = None, thresholds: Thresholds | None = None) -> None:
+        """A new point: `expected` requests (the progress bar's total), under
+        its run's `thresholds` (the burst limit: the summary's TPOT)."""
         self.stop()
-        self.rolling = Rolling()
+        self.rolling = Rolling(burst_us_per_token=(thresholds or Thresholds()).burst_us_per_token)
         self.bracket = bracket
         self.expected = expected
         self._last_line = self.clock()

@@ -100,6 +100,20 @@ def leave_out_bursts(df: pd.DataFrame, us_per_token: float) -> pd.DataFrame:
     return out
 
 
+def request_figures(df: pd.DataFrame, burst_us_per_token: float) -> pd.DataFrame:
+    """The per-request figures every view reads: `add_derived`'s columns,
+    then bursts left out of TPOT and TPS (`leave_out_bursts`). The analysis
+    derives a point's rows with it, and the live view each drained batch, so
+    that the TTFT and TPOT a run shows live are the summary's."""
+    return leave_out_bursts(add_derived(df), burst_us_per_token)
+
+
+#: The columns of a results batch that `request_figures` reads.
+REQUEST_FIGURE_INPUTS: tuple[str, ...] = (
+    "sent_us", "scheduled_us", "first_token_us", "first_content_us", "last_token_us", "end_us", "output_tokens",
+)  # fmt: skip
+
+
 def _list_array(df: pd.DataFrame, column: str, value_type: pa.DataType) -> pa.ListArray:
     return pa.array(df[column], type=pa.list_(value_type))
 
