@@ -147,6 +147,12 @@ def analyse(
     return runs
 
 
+def predictions_of(df: pd.DataFrame, label: str) -> dict[str, dict[str, Any]]:
+    """Per point of run `label`, what a predicted point was predicted from
+    (`results.files.PREDICTED_KEY`); empty for a measured run."""
+    return {p: v for (lab, p), v in _predictions(df).items() if lab == label}
+
+
 def _predictions(df: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (label, point), what a predicted point was predicted from."""
     raw = df.attrs.get(PREDICTED_KEY)

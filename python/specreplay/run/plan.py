@@ -9,7 +9,8 @@ from functools import cached_property
 
 import pyarrow as pa
 
-from specreplay.analysis.analyse import RunAnalysis, analyse
+from specreplay.analysis.analyse import RunAnalysis, analyse, analyse_run, predictions_of
+from specreplay.results import server_samples as server_store
 from specreplay.results.files import to_frame
 from specreplay.settings.config import Point, ReplayConfig
 
@@ -41,11 +42,35 @@ class FinishedPoint:
     interrupted: bool = False
     cut: bool = False
     """Cancelled when the run's time budget ran out (a capacity search's)."""
+    config: ReplayConfig | None = None
+    """The run's config, typed: the analysis takes the thresholds, SLOs and
+    max_tokens from it, as the capacity search does, rather than parsing
+    them back out of the rows' metadata (None: it does, as for a file)."""
+    server_samples: pa.Table | None = None
+    """The server's samples scraped during the point (None: none were)."""
 
     @cached_property
     def runs(self) -> list[RunAnalysis]:
-        """`analysis.analyse` of the rows (one run; none when no row was written)."""
-        return analyse(to_frame(self.rows)) if self.rows.num_rows else []
+        """The analysis of the rows (one run; none when no row was written)."""
+        if not self.rows.num_rows:
+            return []
+        df = to_frame(self.rows)
+        if self.config is None:
+            return analyse(df)
+        config, point = self.config, self.point
+        samples = None if self.server_samples is None else self.server_samples.cast(server_store.empty().schema).to_pandas()
+        return [
+            analyse_run(
+                df,
+                self.label,
+                config.threshold_settings(),
+                points=[{"point": point.name, "mode": point.mode, "value": point.value}],
+                max_tokens=config.max_tokens,
+                slo=config.slo_settings(),
+                samples=samples,
+                predictions=predictions_of(df, self.label),
+            )
+        ]
 
 
 class Plan:

@@ -407,6 +407,7 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
             spec["max_concurrency"] = ceiling
         feeder = Feeder(run.trace, config, run.target.url, model)
         finished = _run_point(spec, feeder, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us, run.start_point())
+        finished.config = run.config  # the analysis reads the settings from it, typed
         if first:  # every point of a run replays the same turns: say it once
             for note in feeder.think.sources.notes():
                 hooks.note(note)
@@ -539,15 +540,14 @@ def _run_point(
     if point_metadata:
         # A predicted point's rows carry what it was predicted from.
         rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}), **{k.encode(): v.encode() for k, v in point_metadata.items()}})
+    mine = None
     if scraper is not None and len(scraper.log):
-        # The point's rows as the file will hold them: with its samples.
+        # The point's samples, handed to its analysis as they are (the file gets them all at the end).
         taken = scraper.log.table()
         mine = taken.filter(pc.and_(pc.equal(taken["label"], label), pc.equal(taken["point"], point.name)))
-        metadata = {**(rows.schema.metadata or {}), metrics_store.METADATA_KEY.encode(): metrics_store.encode(mine).encode()}
-        rows = rows.replace_schema_metadata(metadata)
     if failure is not None:
         raise failure
-    return FinishedPoint(point, label, rows, progress(), interrupted, cut)
+    return FinishedPoint(point, label, rows, progress(), interrupted, cut, server_samples=mine)
 
 
 def replay(trace: str, api_key: str | None = None, **options: Any) -> pa.Table:

@@ -147,7 +147,7 @@ class ReplayConfig:
             if self.model is not None:
                 raise ConfigError("give model or model_mix, not both")
         try:
-            Thresholds.from_dict(self.thresholds)
+            self.threshold_settings()
         except (TypeError, ValueError) as e:
             raise ConfigError(f"thresholds: {e}") from None
         slo = self.slo_settings()
@@ -165,6 +165,10 @@ class ReplayConfig:
     def slo_settings(self) -> Slo:
         """The `slo` table, checked (`slo.Slo`)."""
         return Slo.from_table(self.slo)
+
+    def threshold_settings(self) -> Thresholds:
+        """The `thresholds` table, typed (`thresholds.Thresholds`)."""
+        return Thresholds.from_dict(self.thresholds)
 
     def points(self, trace_has_arrivals: bool) -> list[Point]:
         if self.rate:
