@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from specreplay.run.capacity_compare import LESS, MORE, WITHIN, compare_answers
 from specreplay.run.capacity import (
     BUDGET,
     CONVERGED,
@@ -17,16 +18,12 @@ from specreplay.run.capacity import (
     INVALID,
     TOO_FEW_SAMPLES,
     TOO_FEW_UNITS,
-    LESS,
-    MORE,
     VOID,
-    WITHIN,
     Answer,
     Search,
     Settings,
     Step,
     answer,
-    compare_answers,
     requests_per_point,
     too_short,
     units_per_point,

@@ -18,7 +18,7 @@ import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
-from specreplay.run import capacity
+from specreplay.run import capacity_compare
 from specreplay.comparison import compare as comparison
 from specreplay.comparison.compare import Run
 from specreplay.present.console import cli_console, print_capacity_comparison, print_comparison, print_findings
@@ -71,22 +71,22 @@ def _jsonable(value: Any) -> Any:
 
 def capacity_rows(runs: list[Run]) -> list[dict[str, Any]]:
     """How the capacity of every run that searched compares with the base's
-    (`capacity.compare_answers`), when the base searched too."""
-    base, base_answer = runs[0], capacity.answer_of(runs[0])
+    (`capacity_compare.compare_answers`), when the base searched too."""
+    base, base_answer = runs[0], capacity_compare.answer_of(runs[0])
     if base_answer is None:
         return []
     rows = []
     for other in runs[1:]:
-        found = capacity.answer_of(other)
+        found = capacity_compare.answer_of(other)
         if found is not None:
-            rows.append(capacity.compare_answers(base.name, base_answer, other.name, found, base.analysis.slo, other.analysis.slo))
+            rows.append(capacity_compare.compare_answers(base.name, base_answer, other.name, found, base.analysis.slo, other.analysis.slo))
     return rows
 
 
 def to_json(runs: list[Run], frame: pd.DataFrame, forced: bool, options: dict[str, Any], capacity_changes: list[dict[str, Any]] | None = None) -> str:
     """The comparison for scripts: the runs (with their findings), one
     object per compared figure (the columns of `comparison.COLUMNS`), and
-    one per capacity comparison (`capacity.CAPACITY_COLUMNS`)."""
+    one per capacity comparison (`capacity_compare.CAPACITY_COLUMNS`)."""
     document = {
         "base": runs[0].name,
         "options": options,

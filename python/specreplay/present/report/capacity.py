@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from specreplay.run import capacity
+from specreplay.run import capacity, capacity_compare
 from specreplay.present.report import data
 from specreplay.present.report.svg import PALETTE, Series, xy
 from specreplay.settings.objectives import Slo, Target
@@ -113,13 +113,13 @@ def answers_html(runs: list[data.RunData], answers: list[capacity.Answer | None]
         items = "".join(f"<li>{escape(line)}</li>" for line in found.lines(slo))
         out.append(f"<div><h3>{escape(r.name)}: {escape(', '.join(t.text for t in slo.targets))}</h3><ul>{items}</ul></div>")
         if i > 0 and base_answer is not None:
-            row = capacity.compare_answers(runs[0].name, base_answer, r.name, found, runs[0].run.analysis.slo, slo)
+            row = capacity_compare.compare_answers(runs[0].name, base_answer, r.name, found, runs[0].run.analysis.slo, slo)
             out.append(f'<p class="sub">{escape(change_text(row))}</p>')
     return "\n".join(out)
 
 
 def change_text(row: dict[str, object]) -> str:
-    """One line for a `capacity.compare_answers` row."""
+    """One line for a `capacity_compare.compare_answers` row."""
     change = row["change"]
     if not isinstance(change, float) or math.isnan(change):
         return f"{row['run']} vs {row['base']}: {row['verdict']}"

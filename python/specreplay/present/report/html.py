@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from specreplay import __version__
-from specreplay.run import capacity
+from specreplay.run import capacity_compare
 from specreplay.present.console import figure_name, fmt_change, fmt_ms, fmt_rate, fmt_value
 from specreplay.present.report import capacity as report_capacity
 from specreplay.present.report import data, plots
@@ -323,7 +323,7 @@ def render(runs: list[data.RunData], comparison: pd.DataFrame | None = None, con
         ("recorded by", f"specreplay {attrs.get('specreplay.version', '?')}; report by specreplay {__version__}"),
     ]
     charts = plots.all_plots(runs)
-    answers = [capacity.answer_of(r.run) for r in runs]
+    answers = [capacity_compare.answer_of(r.run) for r in runs]
     capacity_charts = report_capacity.charts(runs, answers) if report_capacity.shown(runs) else []
     facts, full = _config(runs)
     sections = [
