@@ -21,7 +21,8 @@ from rich.text import Text
 from specreplay.run import capacity_compare
 from specreplay.comparison import compare as comparison
 from specreplay.comparison.compare import Run
-from specreplay.present.console import cli_console, print_capacity_comparison, print_comparison, print_findings
+from specreplay.present.compare_tables import print_capacity_comparison, print_comparison
+from specreplay.present.console import cli_console, print_findings
 
 #: Exit status when a run's validity checks failed and --force was not given.
 EXIT_INVALID = 3

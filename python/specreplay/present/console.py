@@ -19,11 +19,10 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from specreplay.analysis.resampling import samples_needed
 from specreplay.results.latencies import LATENCIES
 from specreplay.analysis.quantiles import STATS
 from specreplay.analysis.slo import TargetVerdict
-from specreplay.analysis.verdicts import FAILED, FASTER, HELD, NA, SAME, SLOWER, UNCERTAIN
+from specreplay.analysis.verdicts import FAILED, HELD, UNCERTAIN
 from specreplay.settings.objectives import Slo
 from specreplay.analysis.finding import Finding
 
@@ -59,13 +58,13 @@ def is_tty(console: Console) -> bool:
         return False
 
 
-def _missing(value: Any) -> bool:
+def missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
 
 
 def fmt_ms(value: Any) -> str:
     """Milliseconds with about four significant figures: 0.042, 3.21, 45.6, 1,234."""
-    if _missing(value):
+    if missing(value):
         return MISSING
     x = float(value)
     if abs(x) < 1:
@@ -82,7 +81,7 @@ def fmt_value(value: Any, unit: str) -> str:
     seconds, a rate, a share (%), tokens per step, requests."""
     if unit == "ms":
         return fmt_ms(value)
-    if _missing(value):
+    if missing(value):
         return MISSING
     if unit == "s":
         return f"{float(value):,.2f}"
@@ -95,7 +94,7 @@ def fmt_value(value: Any, unit: str) -> str:
 
 def fmt_rate(value: Any, digits: int = 1) -> str:
     """A rate (tokens/s, requests/s) with thousands separators; — when unknown."""
-    return MISSING if _missing(value) else f"{float(value):,.{digits}f}"
+    return MISSING if missing(value) else f"{float(value):,.{digits}f}"
 
 
 def print_summary(
@@ -125,7 +124,7 @@ def print_summary(
             f"(reasoning {fmt_rate(row['reasoning_tok_s'])}, content {fmt_rate(row['content_tok_s'])})"
         )
         share = row["multi_token_chunks"]
-        if not _missing(share):
+        if not missing(share):
             throughput += f"  ·  multi-token chunks {float(share):.0%} of {int(row['chunks'])}"
         console.print(Text(throughput))
         for line in kind_lines(row):
@@ -187,7 +186,7 @@ def _client_line(row: pd.Series) -> str:
     """The client's own figures: its delay behind the kernel stamps, and the
     requests that had to connect (their set-up is not in TTFT's meaning)."""
     parts = []
-    if not _missing(row.get("engine_delay_p99_ms")):
+    if not missing(row.get("engine_delay_p99_ms")):
         parts.append(
             f"  client delay p50 {fmt_ms(row['engine_delay_p50_ms'])} / p99 {fmt_ms(row['engine_delay_p99_ms'])} ms "
             f"(kernel stamps on {float(row['kernel_stamped']):.0%} of chunks)"
@@ -209,7 +208,7 @@ def _sessions_line(row: pd.Series, by_turn: pd.DataFrame | None) -> str:
     """`sessions 16: 16 completed · 3.5 turns each · duration p50 4.21 s, p90
     6.02 s · TTFT p50 by turn: 0: 105 · 1: 98.1 · 2: 97.4 ms`."""
     def seconds(value: Any) -> str:
-        return MISSING if _missing(value) else f"{float(value):.2f} s"
+        return MISSING if missing(value) else f"{float(value):.2f} s"
 
     parts = [
         f"  sessions {int(row['sessions'])}: {int(row['sessions_completed'])} completed",
@@ -245,59 +244,13 @@ def print_slo(console: Console, row: pd.Series, slo: Slo, verdicts: Sequence[Tar
 def _interval(row: pd.Series, column: str, digits: int = 1) -> str:
     """` [low, high]` of a figure with its bootstrap interval, "" without one."""
     low, high = row.get(f"{column}_low"), row.get(f"{column}_high")
-    if _missing(low) or _missing(high):
+    if missing(low) or missing(high):
         return ""
     return f" [{fmt_rate(low, digits)}, {fmt_rate(high, digits)}]"
 
 
 def _share(value: Any) -> str:
-    return MISSING if _missing(value) else f"{float(value):.0%}"
-
-
-def print_capacity_comparison(console: Console, rows: Sequence[Mapping[str, Any]]) -> None:
-    """`capacity.compare_answers` rows: each run's highest rate holding the
-    SLOs and its first failure against the base's, the change, the range the
-    searches' brackets allow, and the verdict."""
-    for slo, group in groupby_key(rows, "slo"):
-        table = Table(title=Text(f"capacity at the SLOs: {slo}", style="bold"), title_justify="left")
-        for name in ("run", "base", "max rate req/s", "first failure req/s", "change", "brackets allow", "verdict"):
-            table.add_column(name, justify="left" if name in ("run", "base", "verdict") else "right")
-        for row in group:
-            change = row["change"]
-            allowed = MISSING
-            if not _missing(change):
-                high = row["change_high"]
-                allowed = f"[{fmt_change(row['change_low'])}, {'+∞' if math.isinf(high) else fmt_change(high)}]"
-            table.add_row(
-                Text(str(row["run"])),
-                Text(str(row["base"])),
-                f"{_rate(row['max_rate'])} vs {_rate(row['base_max_rate'])}",
-                f"{_rate(row['first_failure'])} vs {_rate(row['base_first_failure'])}",
-                fmt_change(change),
-                allowed,
-                Text(str(row["verdict"]), style={"more capacity": "bold green", "less capacity": "bold red"}.get(str(row["verdict"]), "dim")),
-            )
-        console.print(table)
-    console.print(
-        Text(
-            "max rate: the highest rate whose targets held with confidence on a valid point; first failure: the lowest that did not. "
-            "Each search's limit lies between the two, so the change lies in the range the brackets allow (docs/capacity.md).",
-            style="dim",
-        )
-    )
-    console.print()
-
-
-def groupby_key(rows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[Any, list[Mapping[str, Any]]]]:
-    """`rows` grouped by `rows[i][key]`, in order of first appearance."""
-    groups: dict[Any, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(row[key], []).append(row)
-    return list(groups.items())
-
-
-def _rate(value: Any) -> str:
-    return MISSING if _missing(value) else f"{float(value):g}"
+    return MISSING if missing(value) else f"{float(value):.0%}"
 
 
 def print_capacity(console: Console, label: str, lines: Sequence[str]) -> None:
@@ -315,34 +268,34 @@ def server_lines(row: pd.Series) -> list[str]:
     if not row.get("server_scrapes"):
         return []
     lines = []
-    if not _missing(row.get("spec_acceptance_length")):
+    if not missing(row.get("spec_acceptance_length")):
         spec = []
-        if not _missing(row["spec_draft_len"]):
+        if not missing(row["spec_draft_len"]):
             spec.append(f"{float(row['spec_draft_len']):.3g} drafts/step")
-        if not _missing(row["spec_acceptance_rate"]):
+        if not missing(row["spec_acceptance_rate"]):
             spec.append(f"acceptance rate {float(row['spec_acceptance_rate']):.1%}")
         length = f"acceptance length {float(row['spec_acceptance_length']):.2f} tokens/step"
-        if not _missing(row.get("decode_chunk_tokens_mean")):
+        if not missing(row.get("decode_chunk_tokens_mean")):
             length += f" (client: {float(row['decode_chunk_tokens_mean']):.2f} tokens per chunk after the first)"
         spec.append(length)
         by_position = row.get("spec_acceptance_by_position")
         if isinstance(by_position, tuple) and by_position:
             spec.append("by position " + " ".join(f"{x:.0%}" for x in by_position[:8]) + (" …" if len(by_position) > 8 else ""))
-        if not _missing(row["spec_drafts_per_s"]):
+        if not missing(row["spec_drafts_per_s"]):
             spec.append(f"{fmt_rate(row['spec_drafts_per_s'])} steps/s")
         lines.append("  server speculation: " + "  ·  ".join(spec))
     load = []
     for key, name in (("running", "running"), ("waiting", "waiting")):
-        if not _missing(row.get(f"server_{key}_mean")):
+        if not missing(row.get(f"server_{key}_mean")):
             load.append(
                 f"{name} {float(row[f'server_{key}_mean']):.3g} mean, {float(row[f'server_{key}_p90']):.3g} p90, "
                 f"{float(row[f'server_{key}_max']):.3g} max"
             )
-    if not _missing(row.get("server_kv_usage_mean")):
+    if not missing(row.get("server_kv_usage_mean")):
         load.append(f"KV cache {float(row['server_kv_usage_mean']):.0%} mean, {float(row['server_kv_usage_max']):.0%} max")
-    if not _missing(row.get("server_prefix_hit_rate")):
+    if not missing(row.get("server_prefix_hit_rate")):
         load.append(f"prefix-cache hits {float(row['server_prefix_hit_rate']):.0%}")
-    if not _missing(row.get("server_preemptions")):
+    if not missing(row.get("server_preemptions")):
         load.append(f"preemptions {int(row['server_preemptions'])}")
     scrapes = f"{int(row['server_scrapes'])} scrapes over {float(row['server_window_s']):.1f} s"
     lines.append("  server load: " + "  ·  ".join(load + [scrapes]))
@@ -351,7 +304,7 @@ def server_lines(row: pd.Series) -> list[str]:
 
 def _point_heading(row: pd.Series) -> str:
     name = str(row["point"])
-    if "label" in row.index and not _missing(row["label"]):
+    if "label" in row.index and not missing(row["label"]):
         name = f"{row['label']} · {name}"
     skipped = int(row.get("skipped", 0) or 0)
     parts = [
@@ -359,9 +312,9 @@ def _point_heading(row: pd.Series) -> str:
         f"{int(row['requests'])} requests: {int(row['ok'])} ok, {int(row['failed'])} failed"
         + (f" ({row['errors_by_kind']})" if row.get("errors_by_kind") else "")
         + (f", {skipped} skipped after their session failed" if skipped else ""),
-        MISSING if _missing(row["duration_s"]) else f"{float(row['duration_s']):.1f} s",
+        MISSING if missing(row["duration_s"]) else f"{float(row['duration_s']):.1f} s",
     ]
-    if not _missing(row["target_rate_rps"]):
+    if not missing(row["target_rate_rps"]):
         parts.append(f"target {fmt_rate(row['target_rate_rps'], 2)} req/s")
         parts.append(f"sent {fmt_rate(row['send_rate_rps'], 2)} req/s")
     parts.append(f"achieved {fmt_rate(row['achieved_rate_rps'], 2)} req/s")
@@ -403,14 +356,14 @@ def print_per_request(console: Console, lines: pd.DataFrame) -> None:
             fmt_ms(line["ttfc_ms"]),
             fmt_ms(line["tpot_ms"]),
             fmt_rate(line["tps"]),
-            Text(MISSING if _missing(line["finish_reason"]) else str(line["finish_reason"])),
-            Text("" if _missing(error) else str(error), style="red"),
+            Text(MISSING if missing(line["finish_reason"]) else str(line["finish_reason"])),
+            Text("" if missing(error) else str(error), style="red"),
         )
     console.print(table)
 
 
 def _int(value: Any) -> str:
-    return MISSING if _missing(value) else str(int(value))
+    return MISSING if missing(value) else str(int(value))
 
 
 #: (style of the level, point and code; style of the message) per level.
@@ -453,62 +406,3 @@ def _print_header(console: Console, findings: list[Finding]) -> None:
         console.print(Text(f"MEASUREMENT WARNINGS: {warnings} warning(s)", style="bold yellow"))
     else:
         console.print(Text("validity: no errors or warnings", style="green"))
-
-
-VERDICT_STYLES: dict[str, str] = {FASTER: "bold green", SLOWER: "bold red", SAME: "dim", NA: "dim"}
-
-
-def figure_name(row: pd.Series) -> str:
-    """A compared figure's name, with its unit when it is a time: `TTFT p50 ms`."""
-    return f"{row['name']} {row['unit']}" if row["unit"] in ("ms", "s") else str(row["name"])
-
-
-def fmt_change(value: Any) -> str:
-    """A relative change as a signed percentage: +12.3%, −4.0%."""
-    return MISSING if _missing(value) else f"{float(value):+.1%}"
-
-
-def comparison_footnote(rows: pd.DataFrame, confidence: float = 0.95) -> str:
-    """How a table's false verdicts are controlled, for its footnote."""
-    judged = int(rows["p_adjusted"].notna().sum()) if "p_adjusted" in rows else 0
-    return (
-        f"verdicts: Holm–Bonferroni over the {judged} judged figures of this table, so an A/A table says "
-        f"faster/slower with at most {1 - confidence:.0%} chance; a percentile is judged with at least "
-        f"{samples_needed(0.5)} units (requests, or sessions) for a p50, {samples_needed(0.9)} for a p90, "
-        f"{samples_needed(0.99)} for a p99 (docs/compare.md)"
-    )
-
-
-def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 0.95) -> None:
-    """A `comparison.compare` frame: one table per compared run and sweep
-    point, with the base's figure, the run's, the change, its interval and
-    the verdict."""
-    for (base, run, point), rows in frame.groupby(["base", "run", "point"], sort=False):
-        first = rows.iloc[0]
-        pairing = "paired by trace id" if bool(first["paired"]) else "unpaired (different traces)"
-        repeats = int(first["repeats"]) if "repeats" in rows and not _missing(first["repeats"]) else 1
-        if repeats > 1:
-            pairing = f"{repeats} interleaved repeats, interval from the variation between them"
-        heading = (
-            f"{run} vs {base}  ·  {point}  ·  {int(first['requests'])} vs {int(first['base_requests'])} ok requests  ·  {pairing}"
-        )
-        table = Table(title=Text(heading, style="bold"), title_justify="left")
-        table.add_column("metric")
-        table.add_column(str(base), justify="right")
-        table.add_column(str(run), justify="right")
-        table.add_column("change", justify="right")
-        table.add_column(f"{confidence:.0%} CI", justify="right")
-        table.add_column("verdict")
-        for _, row in rows.iterrows():
-            interval = MISSING if _missing(row["ci_low"]) else f"[{fmt_change(row['ci_low'])}, {fmt_change(row['ci_high'])}]"
-            table.add_row(
-                figure_name(row),
-                fmt_value(row["base_value"], row["unit"]),
-                fmt_value(row["value"], row["unit"]),
-                fmt_change(row["change"]),
-                interval,
-                Text(str(row["verdict"]), style=VERDICT_STYLES.get(str(row["verdict"]), "")),
-            )
-        console.print(table)
-        console.print(Text(comparison_footnote(rows, confidence), style="dim"))
-        console.print()

@@ -25,7 +25,8 @@ import pandas as pd
 
 from specreplay import __version__
 from specreplay.run import capacity_compare
-from specreplay.present.console import figure_name, fmt_change, fmt_ms, fmt_rate, fmt_value
+from specreplay.present.compare_tables import figure_name, fmt_change
+from specreplay.present.console import fmt_ms, fmt_rate, fmt_value
 from specreplay.present.report import capacity as report_capacity
 from specreplay.present.report import data, plots
 from specreplay.analysis.summary_row import by_model
