@@ -9,7 +9,7 @@ import pytest
 
 from conftest import MakeResults
 from specreplay.analysis.analyse import PointAnalysis, analyse
-from specreplay.settings.thresholds import Thresholds
+from specreplay.settings.thresholds import ValidityThresholds
 
 def burst(spread_us: int) -> list[tuple[int, int, str]]:
     """As vLLM sent them (docs/real-servers.md): 40 tokens within `spread_us`
@@ -21,9 +21,9 @@ def burst(spread_us: int) -> list[tuple[int, int, str]]:
 PACED = [(30_000 + 20_000 * i, 1, "content") for i in range(40)]
 
 
-def point_of(make_results: MakeResults, thresholds: Thresholds | None = None) -> PointAnalysis:
+def point_of(make_results: MakeResults, thresholds: ValidityThresholds | None = None) -> PointAnalysis:
     rows = [{"chunks": burst(spread)} for spread in (15, 20, 31, 47, 60, 84)] + [{"chunks": PACED}, {"chunks": PACED}]
-    (run,) = analyse(make_results(rows), thresholds or Thresholds())
+    (run,) = analyse(make_results(rows), thresholds or ValidityThresholds())
     (point,) = run.points
     return point
 
@@ -60,7 +60,7 @@ def test_the_finding_says_how_many_and_why(make_results: MakeResults) -> None:
 def test_the_threshold_decides(make_results: MakeResults) -> None:
     # Below the bursts' 0.4–2.2 µs per token, nothing is a burst: TPOT and
     # TPS then hold the bursts' absurd values, as before.
-    point = point_of(make_results, Thresholds(burst_us_per_token=0.1))
+    point = point_of(make_results, ValidityThresholds(burst_us_per_token=0.1))
     assert point.summary["bursts"] == 0
     assert not [f for f in point.findings if f.code == "burst_streams"]
     assert point.summary["tps_p99"] > 1_000_000

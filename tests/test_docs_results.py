@@ -68,9 +68,9 @@ def test_every_validity_code_is_documented(code: str) -> None:
     assert f'code="{code}"' in sources
 
 
-@pytest.mark.parametrize("field", [f.name for f in fields(validity.Thresholds)])
+@pytest.mark.parametrize("field", [f.name for f in fields(validity.ValidityThresholds)])
 def test_every_threshold_and_its_default_is_documented(field: str) -> None:
-    default = getattr(validity.Thresholds(), field)
+    default = getattr(validity.ValidityThresholds(), field)
     assert f"| `{field}` | {default} |" in TEXT
 
 

@@ -16,7 +16,7 @@ from specreplay.analysis.summary import summarize
 from specreplay.commands.replay import ConsoleHooks
 from specreplay.present.live import LiveView, Rolling, status_text
 from specreplay.run.plan import Progress
-from specreplay.settings.thresholds import Thresholds
+from specreplay.settings.thresholds import ValidityThresholds
 
 
 def batch(n: int, start_us: int, ttft_us: int, lag_us: int = 50, fail_every: int = 0) -> list[dict[str, object]]:
@@ -83,7 +83,7 @@ def test_the_live_tpot_and_ttft_are_the_summarys() -> None:
     strict = Rolling(window_s=1e6, burst_us_per_token=9_000.0)
     for b in table.to_batches(max_chunksize=16):
         strict.add(b)
-    point = analyse(df, Thresholds(burst_us_per_token=9_000.0))[0].points[0]
+    point = analyse(df, ValidityThresholds(burst_us_per_token=9_000.0))[0].points[0]
     assert strict.figures(now_us=T0 + 1_000_000)["tpot_p50"] == pytest.approx(point.summary["tpot_p50_ms"])
     assert point.summary["tpot_p50_ms"] != pytest.approx(row["tpot_p50_ms"])
 

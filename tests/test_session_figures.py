@@ -129,10 +129,10 @@ def conversations(make_results: MakeResults, n: int, *, turns: int = 3, gap_s: f
 
 def test_findings_on_sessions(make_results: MakeResults) -> None:
     from specreplay.analysis.validity import check
-    from specreplay.settings.thresholds import Thresholds
+    from specreplay.settings.thresholds import ValidityThresholds
 
     df = conversations(make_results, 12, fail=frozenset({3, 7}))
-    found = {f.code: f for f in check(df, Thresholds())}
+    found = {f.code: f for f in check(df, ValidityThresholds())}
     skipped = found["session_turns_skipped"]
     assert (skipped.level, skipped.count) == ("warning", 2)
     assert "2 turns of 2 of 12 sessions were not sent" in skipped.message and "10 completed sessions" in skipped.message
@@ -141,11 +141,11 @@ def test_findings_on_sessions(make_results: MakeResults) -> None:
     # 10 completed sessions: enough for a p50, too few for a p90 (50: resampling.samples_needed).
     assert "client_saturated" not in found and "session duration p90 printed" in found["too_few_sessions"].message
     assert "p50 and" not in found["too_few_sessions"].message
-    few = {f.code: f for f in check(conversations(make_results, 6), Thresholds())}
+    few = {f.code: f for f in check(conversations(make_results, 6), ValidityThresholds())}
     assert few["too_few_sessions"].level == "note" and "only 6 of 6 sessions completed" in few["too_few_sessions"].message
     assert "the session duration p50 and p90 printed" in few["too_few_sessions"].message
     # A closed loop's later turns have a schedule: late ones are the client's doing.
-    late = check(conversations(make_results, 12, lag_ms=3.0), Thresholds())
+    late = check(conversations(make_results, 12, lag_ms=3.0), ValidityThresholds())
     saturated = [f for f in late if f.code == "client_saturated"]
     assert len(saturated) == 1 and saturated[0].count == 24 and "send lag p99 is 3.000 ms" in saturated[0].message
 

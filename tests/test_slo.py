@@ -23,17 +23,17 @@ from specreplay.errors import ConfigError
 from specreplay.analysis.slo import judge
 from specreplay.analysis.slo_requests import met, request_values
 from specreplay.analysis.verdicts import FAILED, HELD, NA, TOO_FEW, UNCERTAIN
-from specreplay.settings.objectives import Slo, Target, merge_tables, parse_target, table_from_expressions
+from specreplay.settings.objectives import Slo, SloTarget, merge_tables, parse_target, table_from_expressions
 from specreplay.analysis.summary import summarize
 from specreplay.analysis.summary_row import GOODPUT_COLUMNS
 
 
 def test_targets_parse_with_units_and_print_back() -> None:
-    assert parse_target("p99 ttft < 2000") == Target("ttft", "<", 2000.0, 0.99)
-    assert parse_target("P90  TPOT<=50ms") == Target("tpot", "<=", 50.0, 0.90)
-    assert parse_target("p99.9 e2e < 30s") == Target("e2e", "<", 30_000.0, 0.999)
-    assert parse_target("success >= 99%") == Target("success", ">=", 0.99)
-    assert parse_target("attainment > 0.9") == Target("attainment", ">", 0.9)
+    assert parse_target("p99 ttft < 2000") == SloTarget("ttft", "<", 2000.0, 0.99)
+    assert parse_target("P90  TPOT<=50ms") == SloTarget("tpot", "<=", 50.0, 0.90)
+    assert parse_target("p99.9 e2e < 30s") == SloTarget("e2e", "<", 30_000.0, 0.999)
+    assert parse_target("success >= 99%") == SloTarget("success", ">=", 0.99)
+    assert parse_target("attainment > 0.9") == SloTarget("attainment", ">", 0.9)
     assert parse_target("p99.9 e2e < 30s").text == "p99.9 e2e < 30000"
     assert parse_target("success >= 99%").text == "success >= 99%"
 
@@ -142,14 +142,14 @@ def test_per_request_thresholds_are_counted_exactly() -> None:
 
 
 def test_the_verdict_takes_the_far_end_of_the_interval() -> None:
-    p99 = Target("ttft", "<", 100.0, 0.99)
+    p99 = SloTarget("ttft", "<", 100.0, 0.99)
     assert judge(p99, 80, 70, 95, 200, 100).verdict == HELD
     assert judge(p99, 80, 70, 100, 200, 100).verdict == UNCERTAIN  # 100 is not < 100
     assert judge(p99, 120, 101, 130, 200, 100).verdict == FAILED
     assert judge(p99, 95, 90, 104, 200, 100).verdict == UNCERTAIN
     assert judge(p99, 80, 70, 95, 99, 100).verdict == TOO_FEW
     assert judge(p99, math.nan, math.nan, math.nan, 0, 100).verdict == NA
-    share = Target("success", ">=", 0.99)
+    share = SloTarget("success", ">=", 0.99)
     assert judge(share, 1.0, 0.99, 1.0, 200, 1).verdict == HELD
     assert judge(share, 0.995, 0.98, 1.0, 200, 1).verdict == UNCERTAIN
     assert judge(share, 0.9, 0.85, 0.95, 200, 1).verdict == FAILED

@@ -5,10 +5,10 @@ import pytest
 from conftest import T0, MakeResults, config_metadata
 
 from specreplay.analysis.validity import Finding, check, from_json, is_fatal, to_json
-from specreplay.settings.thresholds import Thresholds
+from specreplay.settings.thresholds import ValidityThresholds
 
 #: The default thresholds (too_few_requests is a note, ignored by the checks below).
-FEW = Thresholds()
+FEW = ValidityThresholds()
 
 
 def codes(findings: list[Finding]) -> list[str]:
@@ -142,7 +142,7 @@ def test_error_rate_lists_counts_by_kind(make_results: MakeResults) -> None:
     assert finding.level == "error"
     assert finding.count == 3
     assert "timeout: 2" in finding.message and "http: 1" in finding.message
-    assert "error_rate" not in codes(check(make_results(rows), Thresholds(max_error_rate=0.5)))
+    assert "error_rate" not in codes(check(make_results(rows), ValidityThresholds(max_error_rate=0.5)))
 
 
 def test_engine_panic_is_an_error_naming_the_first_message(make_results: MakeResults) -> None:
@@ -193,9 +193,9 @@ def test_is_fatal_only_when_strict_and_never_for_notes() -> None:
 
 
 def test_thresholds_from_config() -> None:
-    assert Thresholds.from_dict({"send_lag_p99_ms": 5.0}).send_lag_p99_ms == 5.0
+    assert ValidityThresholds.from_dict({"send_lag_p99_ms": 5.0}).send_lag_p99_ms == 5.0
     with pytest.raises(ValueError, match="send_lag_ms"):
-        Thresholds.from_dict({"send_lag_ms": 5.0})
+        ValidityThresholds.from_dict({"send_lag_ms": 5.0})
 
 
 def test_each_run_is_checked_with_its_own_recorded_thresholds(make_results: MakeResults) -> None:
@@ -208,12 +208,12 @@ def test_each_run_is_checked_with_its_own_recorded_thresholds(make_results: Make
     df = make_results(rows, metadata)
     assert [f.point for f in check(df) if f.code == "error_rate"] == ["a: rate=8"]
     # Given thresholds replace the recorded ones, for every run.
-    assert [f.point for f in check(df, Thresholds()) if f.code == "error_rate"] == ["a: rate=8", "b: rate=8"]
+    assert [f.point for f in check(df, ValidityThresholds()) if f.code == "error_rate"] == ["a: rate=8", "b: rate=8"]
 
 
 def test_retired_sample_count_thresholds_are_read_and_ignored() -> None:
     # Files recorded before the sample counts became resampling.samples_needed.
-    assert Thresholds.from_dict({"min_requests_p90": 1, "min_requests_p99": 5, "min_sessions_p90": 3}) == Thresholds()
+    assert ValidityThresholds.from_dict({"min_requests_p90": 1, "min_requests_p99": 5, "min_sessions_p90": 3}) == ValidityThresholds()
 
 
 def test_engine_delay_says_the_client_was_saturated(make_results: MakeResults) -> None:
@@ -228,7 +228,7 @@ def test_engine_delay_says_the_client_was_saturated(make_results: MakeResults) -
     assert "engine_delay" not in codes(check(make_results([{}] * 10), FEW))
     unstamped = [{"chunk_delay_us": [None] * 11, "stamp_source": "user"}] * 10
     assert "engine_delay" not in codes(check(make_results(unstamped), FEW))
-    assert "engine_delay" not in codes(check(make_results(rows), Thresholds(engine_delay_p99_ms=10.0)))
+    assert "engine_delay" not in codes(check(make_results(rows), ValidityThresholds(engine_delay_p99_ms=10.0)))
 
 
 def test_queue_growing_when_ttft_climbs_through_an_open_loop_point(make_results: MakeResults) -> None:
@@ -247,4 +247,4 @@ def test_queue_growing_when_ttft_climbs_through_an_open_loop_point(make_results:
     found = [f for f in check(df) if f.code == "queue_growing"]
     assert [(f.point, f.level, f.count) for f in found] == [("rate=20", "warning", 40)]
     assert found[0].message.startswith("TTFT grew by 100 ms per second of sending (195 ms over the point's 2.0 s; limit 0.05 s/s)")
-    assert not [f for f in check(df, Thresholds(max_queue_growth=0.2)) if f.code == "queue_growing"]
+    assert not [f for f in check(df, ValidityThresholds(max_queue_growth=0.2)) if f.code == "queue_growing"]

@@ -6,11 +6,11 @@ run order. A run is its sweep points, each a `PointAnalysis` holding (the
 derived parts made on first use, then kept):
 
 - `rows`: the point's measured requests (warmup left out) with the columns
-  of `metrics.add_derived` (ttft_us, tpot_us, …) and `burst`, a request
+  of `derived.add_derived` (ttft_us, tpot_us, …) and `burst`, a request
   whose stream arrived at once, whose tpot_us and tps are NaN
-  (`metrics.leave_out_bursts`); `ok` / `ok_rows`, the successful ones
+  (`derived.leave_out_bursts`); `ok` / `ok_rows`, the successful ones
   (`error_kind` null);
-- `chunks`: the chunk frame of the successful requests (`metrics.chunks`),
+- `chunks`: the chunk frame of the successful requests (`derived.chunks`),
   a burst's gaps NaN, and the ITL samples drawn from it, `itl_chunk_us`
   and `itl_token_us`;
 - `sessions` (one row per session) and `ttft_by_turn`: the point's sessions
@@ -45,11 +45,11 @@ from specreplay.analysis.finding import Finding
 from specreplay.analysis.point import is_ok, measured, point_mode
 from specreplay.analysis.slo import TargetVerdict, verdicts
 from specreplay.analysis.summary_row import SummarisedPoint
-from specreplay.results import derived as metrics
+from specreplay.results import derived
 from specreplay.results import server_samples as server_store
 from specreplay.results.files import PREDICTED_KEY, config_points, run_config_of
 from specreplay.settings.objectives import Slo
-from specreplay.settings.thresholds import Thresholds
+from specreplay.settings.thresholds import ValidityThresholds
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +75,7 @@ class RunAnalysis:
     rows: pd.DataFrame
     """Every measured request of the run, with the derived columns."""
     points: tuple[PointAnalysis, ...]
-    thresholds: Thresholds
+    thresholds: ValidityThresholds
     max_tokens: int | None
     slo: Slo = Slo()
 
@@ -113,7 +113,7 @@ def by_label(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 def analyse(
     df: pd.DataFrame,
-    thresholds: Thresholds | None = None,
+    thresholds: ValidityThresholds | None = None,
     *,
     points: list[dict[str, Any]] | None = None,
     max_tokens: int | None = None,
@@ -136,7 +136,7 @@ def analyse(
             analyse_run(
                 rows,
                 label,
-                thresholds or Thresholds.from_dict(dict(config.get("thresholds") or {})),
+                thresholds or ValidityThresholds.from_dict(dict(config.get("thresholds") or {})),
                 points=points,
                 max_tokens=max_tokens if max_tokens is not None else _int_or_none(config.get("max_tokens")),
                 slo=Slo.from_table(dict(config.get("slo") or {})),
@@ -172,7 +172,7 @@ def _int_or_none(value: Any) -> int | None:
 def analyse_run(
     df: pd.DataFrame,
     label: str,
-    thresholds: Thresholds,
+    thresholds: ValidityThresholds,
     *,
     points: list[dict[str, Any]] | None,
     max_tokens: int | None,
@@ -182,7 +182,7 @@ def analyse_run(
 ) -> RunAnalysis:
     """The analysis of `df`, the rows of one run, with `samples`, the
     server's metrics scraped during it (none if not given)."""
-    data = metrics.request_figures(measured(df), thresholds.burst_us_per_token)
+    data = derived.request_figures(measured(df), thresholds.burst_us_per_token)
     ok = is_ok(data).to_numpy(dtype=bool)
     out = []
     for point in _ordered_points(data):

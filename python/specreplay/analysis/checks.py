@@ -24,7 +24,7 @@ from specreplay.analysis import checks_load
 from specreplay.analysis.finding import Finding
 from specreplay.analysis.resampling import record_id, samples_needed
 from specreplay.analysis.summary_row import SummarisedPoint
-from specreplay.results import derived as metrics
+from specreplay.results import derived
 from specreplay.servermetrics import figures as server_figures
 
 # Finish reasons meaning "the output hit the token limit", across dialects.
@@ -47,18 +47,18 @@ def _column(rows: pd.DataFrame, name: str) -> pd.Series:
     if name not in rows.columns:
         zeros: pd.Series = pd.Series(np.zeros(len(rows)), index=rows.index)
         return zeros
-    values: pd.Series = metrics.as_float(rows, name)
+    values: pd.Series = derived.as_float(rows, name)
     return values
 
 
 def _reasoning_ate_budget(point: SummarisedPoint) -> Finding | None:
     rows, max_tokens = point.rows, point.max_tokens
     # No answer: neither content nor a tool call (a cut tool call is tool_args_cut).
-    answer = metrics.as_float(rows, "content_tokens") + _column(rows, "tool_call_tokens").fillna(0)
+    answer = derived.as_float(rows, "content_tokens") + _column(rows, "tool_call_tokens").fillna(0)
     hit = rows[rows["finish_reason"].isin(LENGTH_REASONS) & (answer == 0)]
     if hit.empty:
         return None
-    spent = metrics.as_float(hit, "reasoning_tokens")
+    spent = derived.as_float(hit, "reasoning_tokens")
     limit = f"max_tokens={max_tokens}" if max_tokens is not None else "max_tokens"
     return Finding(
         code="reasoning_ate_budget",
@@ -167,7 +167,7 @@ def _estimated_tokens(point: SummarisedPoint) -> Finding | None:
 def _multi_token_chunks(point: SummarisedPoint) -> Finding | None:
     ok, frame = point.ok_rows, point.chunks
     several = frame.loc[frame["tokens"] > 1, "request_index"].unique()
-    over = ok[metrics.as_float(ok, "output_tokens") > metrics.as_float(ok, "chunk_count")]
+    over = ok[derived.as_float(ok, "output_tokens") > derived.as_float(ok, "chunk_count")]
     requests = set(several) | set(over["request_index"])
     if not requests:
         return None
@@ -194,8 +194,8 @@ def _burst_streams(point: SummarisedPoint) -> Finding | None:
     if burst.empty:
         return None
     # Their TPOT as measured, before the analysis left it out.
-    tpot = metrics.as_float(burst, "last_token_us").sub(metrics.as_float(burst, "first_token_us")) / (metrics.as_float(burst, "output_tokens") - 1)
-    e2e_share = (metrics.as_float(burst, "ttft_us") / metrics.as_float(burst, "e2e_us")).median()
+    tpot = derived.as_float(burst, "last_token_us").sub(derived.as_float(burst, "first_token_us")) / (derived.as_float(burst, "output_tokens") - 1)
+    e2e_share = (derived.as_float(burst, "ttft_us") / derived.as_float(burst, "e2e_us")).median()
     return Finding(
         code="burst_streams",
         level="warning",
@@ -213,7 +213,7 @@ def _burst_streams(point: SummarisedPoint) -> Finding | None:
 
 def _acceptance_mismatch(point: SummarisedPoint) -> Finding | None:
     row = point.summary
-    output = float(metrics.as_float(point.ok_rows, "output_tokens").sum())
+    output = float(derived.as_float(point.ok_rows, "output_tokens").sum())
     message = server_figures.acceptance_mismatch(
         point.server, float(row["tokens_beyond_chunks"]), output, float(row["decode_chunk_tokens_mean"]),
         point.thresholds.max_acceptance_gap,

@@ -13,7 +13,7 @@ import numpy as np
 from specreplay.analysis.finding import Finding, Level
 from specreplay.analysis.point import OPEN_LOOP_MODES
 from specreplay.analysis.summary_row import SummarisedPoint
-from specreplay.results import derived as metrics
+from specreplay.results import derived
 
 #: queue_growing: successful requests needed before a slope of TTFT over the send time is fitted.
 MIN_SLOPE_REQUESTS = 10
@@ -64,7 +64,7 @@ def dependent_turns_late(point: SummarisedPoint) -> Finding | None:
         code="client_saturated",
         level="warning",
         point=point.point,
-        count=int(metrics.as_float(point.rows, "predecessor_end_us").notna().sum()),
+        count=int(derived.as_float(point.rows, "predecessor_end_us").notna().sum()),
         message=(
             f"The client could not keep up: the later turns of sessions (due when the turn before ended, plus "
             f"the think time) left later than scheduled: their send lag p99 is {lag_p99:.3f} ms (limit {limit:g} ms), "
@@ -101,8 +101,8 @@ def queue_growing(point: SummarisedPoint) -> Finding | None:
     if point.mode not in OPEN_LOOP_MODES:
         return None
     ok, thresholds = point.ok_rows, point.thresholds
-    sent = metrics.as_float(ok, "sent_us").to_numpy() / 1e6
-    ttft = metrics.as_float(ok, "ttft_us").to_numpy() / 1e6
+    sent = derived.as_float(ok, "sent_us").to_numpy() / 1e6
+    ttft = derived.as_float(ok, "ttft_us").to_numpy() / 1e6
     keep = ~(np.isnan(sent) | np.isnan(ttft))
     sent, ttft = sent[keep], ttft[keep]
     span = float(sent.max() - sent.min()) if len(sent) else 0.0
@@ -170,7 +170,7 @@ def worker_send_lag(point: SummarisedPoint) -> Finding | None:
     rows = point.rows
     if "worker" not in rows or rows["worker"].nunique() < 2 or point.mode not in OPEN_LOOP_MODES:
         return None
-    lag_ms = (metrics.as_float(rows, "sent_us") - metrics.as_float(rows, "scheduled_us")) / 1e3
+    lag_ms = (derived.as_float(rows, "sent_us") - derived.as_float(rows, "scheduled_us")) / 1e3
     parts = []
     for worker, lag in lag_ms.groupby(rows["worker"]):
         lag = lag.dropna()

@@ -2,7 +2,7 @@
 bottom of the analysis (docs/architecture.md, "The analysis package").
 
 `PointRows` holds a point's requests (warmup left out, the derived columns
-of `metrics.add_derived`, bursts marked) with the run's settings, and makes
+of `derived.add_derived`, bursts marked) with the run's settings, and makes
 on first use what needs nothing but them: the successful rows, the chunk
 frame and its ITL samples, the sessions, the server's figures, which
 requests met the SLO's thresholds. The summary row (`summary_row`), the
@@ -21,11 +21,11 @@ import pandas as pd
 
 from specreplay.analysis import session_figures
 from specreplay.analysis.slo_requests import met, request_values
-from specreplay.results import derived as metrics
+from specreplay.results import derived
 from specreplay.results import server_samples as server_store
 from specreplay.servermetrics import figures as server_figures
 from specreplay.settings.objectives import Slo
-from specreplay.settings.thresholds import Thresholds
+from specreplay.settings.thresholds import ValidityThresholds
 
 #: Load modes whose requests are sent on a schedule, not as answers come back.
 OPEN_LOOP_MODES = frozenset({"rate", "speedup"})
@@ -72,7 +72,7 @@ class PointRows:
     rows: pd.DataFrame
     ok: np.ndarray
     """Per row of `rows`: whether the request succeeded."""
-    thresholds: Thresholds
+    thresholds: ValidityThresholds
     max_tokens: int | None
     slo: Slo = Slo()
     server_samples: pd.DataFrame = field(default_factory=lambda: server_store.empty().to_pandas())
@@ -88,8 +88,8 @@ class PointRows:
     @cached_property
     def chunks(self) -> pd.DataFrame:
         """The chunks of the successful requests; a burst's gaps (`itl_us`)
-        are NaN, so that ITL leaves them out as TPOT does (`metrics.bursts`)."""
-        frame = metrics.chunks(self.ok_rows)
+        are NaN, so that ITL leaves them out as TPOT does (`derived.bursts`)."""
+        frame = derived.chunks(self.ok_rows)
         burst = self.ok_rows.loc[self.ok_rows["burst"], "request_index"]
         if len(burst):
             frame.loc[frame["request_index"].isin(burst), "itl_us"] = np.nan
@@ -97,11 +97,11 @@ class PointRows:
 
     @cached_property
     def itl_chunk_us(self) -> np.ndarray:
-        return metrics.itl_per_chunk(self.chunks)
+        return derived.itl_per_chunk(self.chunks)
 
     @cached_property
     def itl_token_us(self) -> np.ndarray:
-        return metrics.itl_per_token(self.chunks)
+        return derived.itl_per_token(self.chunks)
 
     @cached_property
     def sessions(self) -> pd.DataFrame:

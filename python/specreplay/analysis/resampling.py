@@ -65,7 +65,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from specreplay.results import derived as metrics
+from specreplay.results import derived
 from specreplay.results.latencies import LATENCIES
 from specreplay.analysis.point import PointRows
 from specreplay.analysis.quantiles import QUANTILES, UnitQuantiles, weighted_quantiles
@@ -208,12 +208,12 @@ class PointSample:
         # request_index is unique within a point: it names each chunk's request.
         position = pd.Series(index, index=rows["request_index"].to_numpy())
         parent = position.loc[point.chunks["request_index"].to_numpy()].to_numpy(dtype="int64")
-        usable, per_token, k = metrics.token_gaps(point.chunks)
+        usable, per_token, k = derived.token_gaps(point.chunks)
         samples["itl_token"] = _sorted(per_token / 1000.0, k, parent[usable])
         e2e = np.nan_to_num(np.where(ok, rows["e2e_us"].to_numpy(dtype="float64"), 0.0))
-        tokens = {col: np.where(ok, np.nan_to_num(metrics.as_float(rows, col).to_numpy()), 0.0) for _, _, col in THROUGHPUT_METRICS}
-        sent = metrics.as_float(rows, "sent_us").to_numpy(dtype="float64")
-        end = metrics.as_float(rows, "end_us").to_numpy(dtype="float64")
+        tokens = {col: np.where(ok, np.nan_to_num(derived.as_float(rows, col).to_numpy()), 0.0) for _, _, col in THROUGHPUT_METRICS}
+        sent = derived.as_float(rows, "sent_us").to_numpy(dtype="float64")
+        end = derived.as_float(rows, "end_us").to_numpy(dtype="float64")
         gap = np.zeros(len(rows))
         overhang = np.full(len(rows), np.nan)
         span = tail = math.nan

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specreplay.results import derived as metrics
+from specreplay.results import derived
 from specreplay.analysis.quantiles import describe
 
 SKIPPED = "skipped_after_failure"
@@ -79,9 +79,9 @@ def per_session(rows: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
             "session_id": rows["session_id"].to_numpy(),
             "ok": ok,
             "skipped": skipped_mask(rows),
-            "session_turns": metrics.as_float(rows, "session_turns").to_numpy(),
-            "sent_us": metrics.as_float(rows, "sent_us").to_numpy(),
-            "end_us": metrics.as_float(rows, "end_us").to_numpy(),
+            "session_turns": derived.as_float(rows, "session_turns").to_numpy(),
+            "sent_us": derived.as_float(rows, "sent_us").to_numpy(),
+            "end_us": derived.as_float(rows, "end_us").to_numpy(),
         }
     )[in_session(rows)]
     grouped = frame.groupby("session_id", sort=False)
@@ -105,8 +105,8 @@ def summary_of(rows: pd.DataFrame, sessions: pd.DataFrame) -> dict[str, Any]:
     """The point's session figures (`SUMMARY_KEYS`) from its rows and
     their `per_session` frame."""
     durations = describe(sessions["duration_s"])
-    dependent = rows[metrics.as_float(rows, "predecessor_end_us").notna()] if "predecessor_end_us" in rows.columns else rows.iloc[:0]
-    lag = describe(metrics.as_float(dependent, "sent_us") - metrics.as_float(dependent, "scheduled_us"), scale=1000.0)
+    dependent = rows[derived.as_float(rows, "predecessor_end_us").notna()] if "predecessor_end_us" in rows.columns else rows.iloc[:0]
+    lag = describe(derived.as_float(dependent, "sent_us") - derived.as_float(dependent, "scheduled_us"), scale=1000.0)
     return {
         "sessions": len(sessions),
         "sessions_completed": int(sessions["completed"].sum()),
@@ -121,13 +121,13 @@ def summary_of(rows: pd.DataFrame, sessions: pd.DataFrame) -> dict[str, Any]:
 def ttft_by_turn(rows: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
     """Per turn index of the successful turns of sessions: requests,
     ttft_p50_ms, ttft_p90_ms; indexed by turn_index, in order. `rows` has
-    the derived `ttft_us` (`metrics.add_derived`)."""
+    the derived `ttft_us` (`derived.add_derived`)."""
     if not has_sessions(rows):
         none: pd.DataFrame = pd.DataFrame(columns=list(_BY_TURN))
         return none
     done = rows[ok & in_session(rows)]
     out = []
-    for turn, group in done.groupby(metrics.as_float(done, "turn_index").astype("int64"), sort=True):
+    for turn, group in done.groupby(derived.as_float(done, "turn_index").astype("int64"), sort=True):
         figures = describe(group["ttft_us"], scale=1000.0)
         out.append({"turn_index": int(turn), "requests": len(group), "ttft_p50_ms": figures["p50"], "ttft_p90_ms": figures["p90"]})
     by_turn: pd.DataFrame = pd.DataFrame(out, columns=["turn_index", *_BY_TURN]).set_index("turn_index")

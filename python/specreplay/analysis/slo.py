@@ -34,7 +34,7 @@ from specreplay.analysis.point import PointRows
 from specreplay.analysis.resampling import point_intervals, samples_needed
 from specreplay.analysis.verdicts import FAILED, HELD, NA, TOO_FEW, UNCERTAIN
 from specreplay.results import derived
-from specreplay.settings.objectives import Slo, Target
+from specreplay.settings.objectives import Slo, SloTarget
 
 # --- verdicts ------------------------------------------------------------------
 
@@ -43,7 +43,7 @@ from specreplay.settings.objectives import Slo, Target
 class TargetVerdict:
     """A target judged on one point: the figure, its interval, the verdict."""
 
-    target: Target
+    target: SloTarget
     value: float
     low: float
     high: float
@@ -94,7 +94,7 @@ def _pct(x: float) -> str:
     return "—" if math.isnan(x) else f"{x:.1%}"
 
 
-def judge(target: Target, value: float, low: float, high: float, samples: int, needed: int) -> TargetVerdict:
+def judge(target: SloTarget, value: float, low: float, high: float, samples: int, needed: int) -> TargetVerdict:
     """The verdict on `target` from its figure and interval: **held** when
     the whole interval satisfies it (its far end: the high end of a latency,
     the low end of a share), **failed** when none of it does, **uncertain**
@@ -116,7 +116,7 @@ def judge(target: Target, value: float, low: float, high: float, samples: int, n
     return TargetVerdict(target, value, low, high, verdict, samples, needed)
 
 
-def target_samples_needed(target: Target) -> int:
+def target_samples_needed(target: SloTarget) -> int:
     """Units (distinct trace records) a point needs before `target` gets a
     verdict: `resampling.samples_needed` of its percentile (10 for a p50, 50
     for a p90, 500 for a p99), 2 for a share."""

@@ -23,7 +23,7 @@ import pandas as pd
 
 from specreplay.analysis.analyse import analyse
 from specreplay.analysis.point import measured
-from specreplay.results import derived as metrics
+from specreplay.results import derived
 
 
 def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> pd.DataFrame:
@@ -44,7 +44,7 @@ def summarize(df: pd.DataFrame, points: list[dict[str, Any]] | None = None) -> p
     content_tok_s, tool_call_tok_s (tokens of ok requests / duration), the
     request kinds' figures (`kind_figures`), chunks, multi_token_chunks
     (share of chunks with a known count above 1), bursts (ok requests left
-    out of TPOT, TPS and ITL: `metrics.bursts`), the client's own figures
+    out of TPOT, TPS and ITL: `derived.bursts`), the client's own figures
     (`client_figures`), the server's (`servermetrics.figures.FIGURES`: NaN
     when the run scraped no metrics), the client's side of the acceptance
     cross-check, decode_chunk_tokens_mean and tokens_beyond_chunks, and under
@@ -80,7 +80,7 @@ def per_request(df: pd.DataFrame, include_warmup: bool = False) -> pd.DataFrame:
     """One line per request (the `--per-request` listing), columns
     `PER_REQUEST_COLUMNS`: token counts, TTFT/TTFC/TPOT/E2E in ms, TPS in
     tokens/s, finish reason, and `error` = "<error_kind>: <error_message>"."""
-    return request_lines(metrics.add_derived(df if include_warmup else measured(df)))
+    return request_lines(derived.add_derived(df if include_warmup else measured(df)))
 
 
 def request_lines(data: pd.DataFrame) -> pd.DataFrame:

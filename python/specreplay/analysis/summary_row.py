@@ -18,12 +18,12 @@ from specreplay.analysis.point import PointRows
 from specreplay.analysis.quantiles import describe
 from specreplay.analysis.session_figures import summary_of
 from specreplay.analysis.slo import goodput_intervals
-from specreplay.results import derived as metrics
+from specreplay.results import derived
 from specreplay.results import latencies
 from specreplay.servermetrics import figures as server_figures
 from specreplay.trace.records import RETRIEVAL_APIS
 
-# Summary name -> per-request column (µs) of `metrics.add_derived`, or ITL sample column.
+# Summary name -> per-request column (µs) of `derived.add_derived`, or ITL sample column.
 LATENCIES: dict[str, str] = {latency.name: latency.column for latency in latencies.LATENCIES}
 
 
@@ -35,10 +35,10 @@ def _span_s(start: pd.Series, end: pd.Series) -> float:
 def point_summary(point: PointRows) -> dict[str, Any]:
     """The summary row of one analysed sweep point (`summarize`'s columns)."""
     rows, ok = point.rows, point.ok_rows
-    sent = metrics.as_float(rows, "sent_us").dropna()
-    duration_s = _span_s(sent, metrics.as_float(rows, "end_us"))
+    sent = derived.as_float(rows, "sent_us").dropna()
+    duration_s = _span_s(sent, derived.as_float(rows, "end_us"))
     send_span_s = _span_s(sent, sent)
-    scheduled = metrics.as_float(rows, "scheduled_us")[metrics.as_float(rows, "sent_us").notna()]
+    scheduled = derived.as_float(rows, "scheduled_us")[derived.as_float(rows, "sent_us").notna()]
     scheduled_span_s = _span_s(scheduled, scheduled)
 
     row: dict[str, Any] = {
@@ -91,7 +91,7 @@ def _numbers(rows: pd.DataFrame, column: str) -> pd.Series:
     if column not in rows.columns:
         missing: pd.Series = pd.Series(np.full(len(rows), math.nan), index=rows.index)
         return missing
-    return metrics.as_float(rows, column)
+    return derived.as_float(rows, column)
 
 
 def _retrieval(rows: pd.DataFrame) -> pd.Series:
@@ -149,8 +149,8 @@ def by_model(point: PointRows) -> list[dict[str, Any]]:
     rows, ok = point.rows, point.ok_rows
     if "model" not in rows.columns or rows["model"].dropna().nunique() < 2:
         return []
-    sent = metrics.as_float(rows, "sent_us").dropna()
-    duration_s = _span_s(sent, metrics.as_float(rows, "end_us"))
+    sent = derived.as_float(rows, "sent_us").dropna()
+    duration_s = _span_s(sent, derived.as_float(rows, "end_us"))
     out = []
     for name in rows["model"].dropna().value_counts().index:
         mine, mine_ok = rows[rows["model"] == name], ok[ok["model"] == name]
@@ -182,7 +182,7 @@ def client_figures(rows: pd.DataFrame, chunk_frame: pd.DataFrame) -> dict[str, A
     delays = chunk_frame["delay_us"]
     out: dict[str, Any] = {f"engine_delay_{stat}_ms": v for stat, v in describe(delays, scale=1000.0).items()}
     out["kernel_stamped"] = float(delays.notna().mean()) if len(delays) else math.nan
-    connect = metrics.as_float(rows, "connect_us").dropna() if "connect_us" in rows.columns else pd.Series(dtype="float64")
+    connect = derived.as_float(rows, "connect_us").dropna() if "connect_us" in rows.columns else pd.Series(dtype="float64")
     out["connected"] = len(connect)
     out.update({f"connect_{stat}_ms": v for stat, v in describe(connect, scale=1000.0).items()})
     return out
@@ -205,7 +205,7 @@ def goodput(point: PointRows, duration_s: float) -> dict[str, float]:
         return dict.fromkeys(GOODPUT_COLUMNS, math.nan)
     good = point.slo_met
     n = int(good.sum())
-    tokens = float(metrics.as_float(point.rows, "output_tokens").to_numpy()[good].sum())
+    tokens = float(derived.as_float(point.rows, "output_tokens").to_numpy()[good].sum())
     per_s = duration_s if duration_s > 0 else math.nan
     out = {"slo_good": n, "slo_attainment": n / len(good) if len(good) else math.nan, "goodput_rps": n / per_s, "goodput_tok_s": tokens / per_s}
     intervals = goodput_intervals(point)

@@ -16,15 +16,15 @@ import pandas as pd
 
 from specreplay.analysis.analyse import analyse, findings_of
 from specreplay.analysis.finding import FATAL_LEVELS, Finding, Level, from_json, is_fatal, to_json
-from specreplay.settings.thresholds import Thresholds
+from specreplay.settings.thresholds import ValidityThresholds
 
 # The names scripts use as `validity.X` (docs/results.md).
-__all__ = ["FATAL_LEVELS", "Finding", "Level", "Thresholds", "check", "findings_of", "from_json", "is_fatal", "to_json"]
+__all__ = ["FATAL_LEVELS", "Finding", "Level", "ValidityThresholds", "check", "findings_of", "from_json", "is_fatal", "to_json"]
 
 
 def check(
     df: pd.DataFrame,
-    thresholds: Thresholds | None = None,
+    thresholds: ValidityThresholds | None = None,
     *,
     points: list[dict[str, Any]] | None = None,
     max_tokens: int | None = None,

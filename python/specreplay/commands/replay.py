@@ -28,7 +28,7 @@ from specreplay.run.plan import FinishedPoint, Progress
 from specreplay.run.replay import Hooks, run_replay
 from specreplay.results.files import VALIDITY_KEY, to_frame
 from specreplay.settings.objectives import merge_tables, table_from_expressions
-from specreplay.settings.thresholds import Thresholds
+from specreplay.settings.thresholds import ValidityThresholds
 from specreplay.analysis.summary import request_lines
 from specreplay.analysis.summary_row import by_model
 from specreplay.run.target import Target
@@ -106,7 +106,7 @@ class ConsoleHooks(Hooks):
         self.view = None if mode == "off" else LiveView(err, terminal=mode == "terminal", interval_s=status_interval)
         self.found: list[tuple[str, list[validity.Finding]]] = []  # (label, findings) per finished point
         # Each run's thresholds, typed, from its config: the live view's burst limit.
-        self.thresholds = {c.label: Thresholds.from_dict(c.thresholds) for c in configs or []}
+        self.thresholds = {c.label: ValidityThresholds.from_dict(c.thresholds) for c in configs or []}
         self.analysed_rows = 0
 
     def target(self, target: Target, description: str) -> None:

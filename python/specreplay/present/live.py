@@ -33,7 +33,7 @@ from rich.text import Text
 
 from specreplay.results.derived import REQUEST_FIGURE_INPUTS, request_figures
 from specreplay.run.plan import Progress
-from specreplay.settings.thresholds import Thresholds
+from specreplay.settings.thresholds import ValidityThresholds
 
 #: The rolling window of the live figures, seconds.
 WINDOW_S = 10.0
@@ -48,7 +48,7 @@ class Rolling:
     (`derived.request_figures`: a burst's TPOT left out under
     `burst_us_per_token`, the run's threshold), over successful requests."""
 
-    def __init__(self, window_s: float = WINDOW_S, burst_us_per_token: float = Thresholds().burst_us_per_token) -> None:
+    def __init__(self, window_s: float = WINDOW_S, burst_us_per_token: float = ValidityThresholds().burst_us_per_token) -> None:
         self.window_us = window_s * 1e6
         self.burst_us_per_token = burst_us_per_token
         # Per drained batch: (end_us, ttft_us, tpot_us, send_lag_us) of its requests.
@@ -146,11 +146,11 @@ class LiveView:
         self._task: TaskID | None = None
         self._last_line = -math.inf
 
-    def start(self, title: str, expected: int, bracket: str | None = None, thresholds: Thresholds | None = None) -> None:
+    def start(self, title: str, expected: int, bracket: str | None = None, thresholds: ValidityThresholds | None = None) -> None:
         """A new point: `expected` requests (the progress bar's total), under
         its run's `thresholds` (the burst limit: the summary's TPOT)."""
         self.stop()
-        self.rolling = Rolling(burst_us_per_token=(thresholds or Thresholds()).burst_us_per_token)
+        self.rolling = Rolling(burst_us_per_token=(thresholds or ValidityThresholds()).burst_us_per_token)
         self.bracket = bracket
         self.expected = expected
         self._last_line = self.clock()

@@ -21,7 +21,7 @@ from specreplay.settings.distributions import Dist
 from specreplay.settings.extras import require_ray
 from specreplay.settings.model_mix import parse_mix
 from specreplay.settings.objectives import Slo
-from specreplay.settings.thresholds import Thresholds
+from specreplay.settings.thresholds import ValidityThresholds
 from specreplay.errors import ConfigError
 from specreplay.literals import ARRIVALS, SESSION_MODES, Arrival, SessionMode
 from specreplay.settings.objectives import Slo
@@ -166,9 +166,9 @@ class ReplayConfig:
         """The `slo` table, checked (`slo.Slo`)."""
         return Slo.from_table(self.slo)
 
-    def threshold_settings(self) -> Thresholds:
+    def threshold_settings(self) -> ValidityThresholds:
         """The `thresholds` table, typed (`thresholds.Thresholds`)."""
-        return Thresholds.from_dict(self.thresholds)
+        return ValidityThresholds.from_dict(self.thresholds)
 
     def points(self, trace_has_arrivals: bool) -> list[Point]:
         if self.rate:

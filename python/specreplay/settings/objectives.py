@@ -38,7 +38,7 @@ _TARGET = re.compile(
 
 
 @dataclass(frozen=True)
-class Target:
+class SloTarget:
     """One target on a whole point: `p99 ttft < 2000` (quantile 0.99 of TTFT
     below 2000 ms), `success >= 0.99`, `attainment >= 0.9`."""
 
@@ -70,7 +70,7 @@ class Target:
         return {"<": x < self.value, "<=": x <= self.value, ">": x > self.value, ">=": x >= self.value}[self.op]
 
 
-def parse_target(text: str, where: str = "target") -> Target:
+def parse_target(text: str, where: str = "target") -> SloTarget:
     """`p99 ttft < 2000`, `p90 tpot <= 50ms`, `p99 e2e < 30s`, `success >= 99%`,
     `attainment >= 0.9`; a ConfigError saying what is wrong otherwise."""
     m = _TARGET.match(text.lower())
@@ -91,7 +91,7 @@ def parse_target(text: str, where: str = "target") -> Target:
         share = value / 100 if unit == "%" else value
         if not 0 <= share <= 1:
             raise ConfigError(f"{where}: {metric} must be between 0 and 100%, got {text.strip()!r}")
-        return Target(metric, op, share)
+        return SloTarget(metric, op, share)
     if metric not in LATENCY_METRICS:
         known = ", ".join([*LATENCY_METRICS, *SHARE_METRICS])
         raise ConfigError(f"{where}: unknown metric {metric!r} in {text!r} (known: {known})")
@@ -106,7 +106,7 @@ def parse_target(text: str, where: str = "target") -> Target:
     quantile = round(float(stat[1:]) / 100, 12)  # p99.9 is 0.999, not 0.9990000000000001
     if not 0 < quantile < 1:
         raise ConfigError(f"{where}: the percentile must be between p0 and p100, got {stat}")
-    return Target(metric, op, ms, quantile)
+    return SloTarget(metric, op, ms, quantile)
 
 
 def _check_ms(where: str, value: float) -> None:
@@ -120,7 +120,7 @@ class Slo:
 
     thresholds: dict[str, float] = field(default_factory=dict)
     """Per-request thresholds: latency metric -> ms."""
-    targets: tuple[Target, ...] = ()
+    targets: tuple[SloTarget, ...] = ()
     """Every target, the shares (min_success_rate, min_attainment) included."""
     ttft_token: str = "answer"
 
@@ -134,7 +134,7 @@ class Slo:
         (a list of target expressions), `min_success_rate` and `min_attainment`
         (fractions), `ttft_token`."""
         thresholds: dict[str, float] = {}
-        targets: list[Target] = []
+        targets: list[SloTarget] = []
         ttft_token = "answer"
         for key, value in table.items():
             at = f"{where}.{key}"
@@ -152,7 +152,7 @@ class Slo:
             elif key in ("min_success_rate", "min_attainment"):
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                     raise ConfigError(f"{at}: expected a fraction between 0 and 1, got {value!r}")
-                targets.append(Target("success" if key == "min_success_rate" else "attainment", ">=", float(value)))
+                targets.append(SloTarget("success" if key == "min_success_rate" else "attainment", ">=", float(value)))
             elif key == "ttft_token":
                 if value not in TTFT_TOKENS:
                     raise ConfigError(f"{at}: expected one of {', '.join(TTFT_TOKENS)}, got {value!r}")
@@ -189,9 +189,9 @@ class Slo:
         return {"ttfc": "TTFC", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "success": "success", "attainment": "attainment"}[metric]
 
 
-def _unique(targets: Iterable[Target]) -> tuple[Target, ...]:
+def _unique(targets: Iterable[SloTarget]) -> tuple[SloTarget, ...]:
     """One target per (metric, percentile): a later one replaces an earlier."""
-    out: dict[tuple[str, float | None], Target] = {}
+    out: dict[tuple[str, float | None], SloTarget] = {}
     for t in targets:
         out[(t.metric, t.quantile)] = t
     return tuple(out.values())

@@ -8,7 +8,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class Thresholds:
+class ValidityThresholds:
     """Limits of the checks. Defaults are deliberately strict for a client that
     timestamps in µs: a millisecond of send lag is already visible in TTFT."""
 
@@ -35,8 +35,8 @@ class Thresholds:
     (`metrics.bursts`)."""
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Thresholds:
-        """Thresholds from a mapping such as the config's `thresholds`; an
+    def from_dict(cls, values: dict[str, Any]) -> ValidityThresholds:
+        """The thresholds from a mapping such as the config's `thresholds`; an
         unknown key is an error rather than a silently ignored typo."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in values.items() if k not in RETIRED}
@@ -46,7 +46,7 @@ class Thresholds:
         return cls(**values)
 
 
-#: Thresholds of files recorded before the sample counts became one rule
+#: ValidityThresholds of files recorded before the sample counts became one rule
 #: (`analysis.resampling.samples_needed`, for too_few_requests,
 #: too_few_sessions, the SLO verdicts and `compare` alike): read and ignored.
 RETIRED = frozenset({"min_requests_p90", "min_requests_p99", "min_sessions_p90"})

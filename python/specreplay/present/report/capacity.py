@@ -15,7 +15,7 @@ from html import escape
 from specreplay.run import capacity, capacity_compare
 from specreplay.present.report import data
 from specreplay.present.report.svg import PALETTE, Series, xy
-from specreplay.settings.objectives import Slo, Target
+from specreplay.settings.objectives import Slo, SloTarget
 
 #: Colours of a search step by how it went.
 STEP_COLOURS = {capacity.HELD: "#1a7f37", "not held": "#cf222e", "no verdict": "#8c959f"}
@@ -33,9 +33,9 @@ def shown(runs: list[data.RunData]) -> bool:
     return any(r.run.analysis.slo.targets and len(_rate_points(r)) >= 2 for r in runs)
 
 
-def _targets(runs: list[data.RunData]) -> list[tuple[Target, Slo]]:
+def _targets(runs: list[data.RunData]) -> list[tuple[SloTarget, Slo]]:
     """Every latency target of the runs, once (with the SLO that names it)."""
-    out: dict[str, tuple[Target, Slo]] = {}
+    out: dict[str, tuple[SloTarget, Slo]] = {}
     for r in runs:
         slo = r.run.analysis.slo
         for t in slo.targets:
@@ -44,7 +44,7 @@ def _targets(runs: list[data.RunData]) -> list[tuple[Target, Slo]]:
     return list(out.values())
 
 
-def latency_vs_rate(runs: list[data.RunData], target: Target, slo: Slo) -> str:
+def latency_vs_rate(runs: list[data.RunData], target: SloTarget, slo: Slo) -> str:
     series, rates = [], []
     for i, r in enumerate(runs):
         points = _rate_points(r)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specreplay.results import derived as metrics
+from specreplay.results import derived
 from specreplay.analysis.analyse import PointAnalysis
 from specreplay.comparison.compare import Run
 from specreplay.servermetrics import figures as server_figures
@@ -57,8 +57,8 @@ def prepare(run: Run) -> RunData:
     findings are read from `run.findings` when the page is rendered)."""
     out = RunData(run=run, summary=run.analysis.summary)
     for point in run.analysis.points:
-        sent = metrics.as_float(point.rows, "sent_us").dropna()
-        start = float(sent.min()) if len(sent) else float(metrics.as_float(point.rows, "scheduled_us").min())
+        sent = derived.as_float(point.rows, "sent_us").dropna()
+        start = float(sent.min()) if len(sent) else float(derived.as_float(point.rows, "scheduled_us").min())
         out.points.append(PointData(run.name, point, start))
     return out
 
@@ -94,7 +94,7 @@ def latency_ms(point: PointData, metric: str) -> np.ndarray:
 def over_time(point: PointData, column_us: str, value: str, scale: float = 1.0, ok_only: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(seconds since the point's first send at `column_us`, `value` / scale) per request, in time order."""
     rows = point.analysis.ok_rows if ok_only else point.analysis.rows
-    t = (metrics.as_float(rows, column_us).to_numpy() - point.start_us) / 1e6
+    t = (derived.as_float(rows, column_us).to_numpy() - point.start_us) / 1e6
     y = rows[value].to_numpy(dtype="float64") / scale
     keep = np.isfinite(t) & np.isfinite(y)
     order = np.argsort(t[keep], kind="stable")
@@ -158,7 +158,7 @@ def server_acceptance(point: PointData) -> tuple[np.ndarray, np.ndarray]:
 
 def prompt_vs_ttft(point: PointData) -> tuple[np.ndarray, np.ndarray]:
     ok = point.analysis.ok_rows
-    x = metrics.as_float(ok, "prompt_tokens").to_numpy()
+    x = derived.as_float(ok, "prompt_tokens").to_numpy()
     y = ok["ttft_us"].to_numpy(dtype="float64") / 1000.0
     keep = np.isfinite(x) & np.isfinite(y)
     order = np.argsort(x[keep], kind="stable")

@@ -11,6 +11,6 @@ format (docs/trace-format.md, "Importing public traces").
 
 from specreplay.trace.importers.formats import FORMATS, Options, parse_timestamp_us
 from specreplay.trace.importers.pipeline import import_trace
-from specreplay.trace.importers.report import ImportReport
+from specreplay.trace.importers.outcome import ImportReport
 
 __all__ = ["FORMATS", "ImportReport", "Options", "import_trace", "parse_timestamp_us"]

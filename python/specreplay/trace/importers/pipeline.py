@@ -29,7 +29,7 @@ from specreplay._core import Filler
 from specreplay.trace.media import dedup_body, media_dir
 from specreplay.errors import ConfigError, TraceError
 from specreplay.trace.importers.formats import DEFAULTS, FORMATS, SOURCE_IDS, Options
-from specreplay.trace.importers.report import CONTEXT_SIZES, MALFORMED, ImportReport
+from specreplay.trace.importers.outcome import CONTEXT_SIZES, MALFORMED, ImportReport
 from specreplay.trace.importers.rows import Item, Row, RowError, Skip
 from specreplay.trace.importers.sessions import BlockIds
 from specreplay.trace.text import PromptMaker, Tokenizer, approx_tokens
