@@ -31,6 +31,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TaskID, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
+from specreplay import _core
 from specreplay.results.derived import REQUEST_FIGURE_INPUTS, request_figures
 from specreplay.run.plan import Progress
 from specreplay.settings.thresholds import ValidityThresholds
@@ -131,8 +132,6 @@ class LiveView:
         clock: Callable[[], float] = time.monotonic,
         now_us: Callable[[], float] | None = None,
     ) -> None:
-        from specreplay import _core
-
         self.console = console
         self.terminal = terminal
         self.interval_s = interval_s

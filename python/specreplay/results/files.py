@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from specreplay.errors import ResultsError
+from specreplay.results import derived
 from specreplay.results.schema import ENGINE_COLUMNS, results_schema
 from specreplay.results import server_samples as metrics_store
 
@@ -246,9 +247,7 @@ def load(path: str | os.PathLike[str], chunks: bool = False, metrics: bool = Fal
     df = to_frame(read_table(path))
     if not chunks:
         return df
-    from specreplay.results.derived import chunks as chunk_rows
-
-    frame = chunk_rows(df)
+    frame = derived.chunks(df)
     frame.attrs = dict(df.attrs)
     return frame
 

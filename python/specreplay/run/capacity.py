@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specreplay import _core
 from specreplay.settings.config import Point, ReplayConfig
 from specreplay.run.plan import FinishedPoint, Plan
 from specreplay.analysis.resampling import samples_needed
@@ -402,7 +403,6 @@ class SearchPlan(Plan):
 
     def __init__(self, config: ReplayConfig, now_us: Callable[[], float] | None = None) -> None:
         super().__init__([])
-        from specreplay import _core
 
         self.config = config
         self.slo = config.slo_settings()

@@ -26,12 +26,12 @@ import pyarrow as pa
 from specreplay import _core
 from specreplay.run.distributed import clock, import_ray, loopback, split
 from specreplay.run.distributed.worker import Worker
+from specreplay.run.feed import Feeder
 from specreplay.errors import ConfigError, EngineError
 from specreplay.results.schema import engine_schema
 
 if TYPE_CHECKING:
-    from specreplay._core import RunSpec
-    from specreplay.run.feed import Feeder
+    from specreplay._core import RunSpec  # a TypedDict of the stub alone
 
 #: Between choosing the start instant and the first send: time for every
 #: worker to receive its spec and open its connections. A worker that is not

@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from specreplay import _core
+from specreplay._core import EngineRun
 
 from specreplay.errors import SpecreplayError
 from specreplay.run.feed import Feeder
+from specreplay.settings.config import ReplayConfig
+from specreplay.trace.index import TraceIndex
 
 if TYPE_CHECKING:
-    from specreplay._core import EngineRun, RunSpec
-    from specreplay.settings.config import ReplayConfig
-    from specreplay.trace.index import TraceIndex
+    from specreplay._core import RunSpec  # a TypedDict of the stub alone
 
 
 class Worker:
