@@ -52,50 +52,34 @@ pub fn to_record_batch_with(
         }
         Arc::new(b.finish())
     };
-    let chunk_total: usize = records.iter().map(|r| r.chunks.len()).sum();
-    let mut chunk_ts = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
-    let mut chunk_tokens = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
-    let mut chunk_channel = ListBuilder::new(Int8Builder::with_capacity(chunk_total));
-    let mut chunk_delay = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
-    let mut warmup = BooleanBuilder::with_capacity(n);
-    let mut http_status = Int32Builder::with_capacity(n);
-    let mut chunk_count = Int32Builder::with_capacity(n);
-    let mut predicted_ms = Float64Builder::with_capacity(n);
-    let mut attempts = Int32Builder::with_capacity(n);
-    let mut turn_index = Int32Builder::with_capacity(n);
-    let mut session_turns = Int32Builder::with_capacity(n);
-    let mut tool_calls = Int32Builder::with_capacity(n);
-    let mut tool_args_valid = BooleanBuilder::with_capacity(n);
-    let mut media_count = Int32Builder::with_capacity(n);
-    let mut media_seconds = Float64Builder::with_capacity(n);
-    for r in records {
-        for c in &r.chunks {
-            chunk_ts.values().append_value(c.ts_us);
-            chunk_tokens.values().append_value(c.tokens);
-            chunk_channel.values().append_value(channel_code(c.channel));
-            chunk_delay.values().append_option(c.delay_us);
+    let i32_col = |f: &dyn Fn(&RequestRecord) -> Option<i32>| -> ArrayRef {
+        let mut b = Int32Builder::with_capacity(n);
+        for r in records {
+            b.append_option(f(r));
         }
-        chunk_ts.append(true);
-        chunk_tokens.append(true);
-        chunk_channel.append(true);
-        chunk_delay.append(true);
-        warmup.append_value(r.warmup);
-        http_status.append_option(r.http_status);
-        chunk_count.append_value(r.chunks.len() as i32);
-        predicted_ms.append_option(r.server_predicted_ms);
-        attempts.append_value(r.attempts);
-        turn_index.append_option(r.turn_index);
-        session_turns.append_option(r.session_turns);
-        tool_calls.append_option(r.tool_calls);
-        tool_args_valid.append_option(r.tool_args_valid);
-        media_count.append_option(r.media.map(|m| m.count));
-        media_seconds.append_option(r.media.map(|m| m.seconds));
-    }
+        Arc::new(b.finish())
+    };
+    let f64_col = |f: &dyn Fn(&RequestRecord) -> Option<f64>| -> ArrayRef {
+        let mut b = Float64Builder::with_capacity(n);
+        for r in records {
+            b.append_option(f(r));
+        }
+        Arc::new(b.finish())
+    };
+    let bool_col = |f: &dyn Fn(&RequestRecord) -> Option<bool>| -> ArrayRef {
+        let mut b = BooleanBuilder::with_capacity(n);
+        for r in records {
+            b.append_option(f(r));
+        }
+        Arc::new(b.finish())
+    };
+    let chunk_total: usize = records.iter().map(|r| r.chunks.len()).sum();
+    let [chunk_ts, chunk_tokens, chunk_channel, chunk_delay] = chunk_columns(records, chunk_total);
     let mut columns: Vec<(&str, ArrayRef)> = vec![
         ("request_index", i64_col(&|r| Some(r.request_index))),
         ("trace_id", str_col(&|r| Some(r.trace_id.as_str()))),
         ("api", str_col(&|r| Some(r.api))),
-        ("warmup", Arc::new(warmup.finish())),
+        ("warmup", bool_col(&|r| Some(r.warmup))),
         ("scheduled_us", i64_col(&|r| Some(r.scheduled_us))),
         ("sent_us", i64_col(&|r| r.sent_us)),
         ("first_byte_us", i64_col(&|r| r.first_byte_us)),
@@ -104,7 +88,7 @@ pub fn to_record_batch_with(
         ("first_content_us", i64_col(&|r| r.first_content_us)),
         ("last_token_us", i64_col(&|r| r.last_token_us)),
         ("end_us", i64_col(&|r| r.end_us)),
-        ("http_status", Arc::new(http_status.finish())),
+        ("http_status", i32_col(&|r| r.http_status)),
         (
             "error_kind",
             str_col(&|r| r.error.as_ref().map(|(k, _)| k.as_str())),
@@ -123,22 +107,22 @@ pub fn to_record_batch_with(
             "token_source",
             str_col(&|r| r.token_source.map(|s| s.as_str())),
         ),
-        ("chunk_count", Arc::new(chunk_count.finish())),
-        ("chunk_ts_us", Arc::new(chunk_ts.finish())),
-        ("chunk_tokens", Arc::new(chunk_tokens.finish())),
-        ("chunk_channel", Arc::new(chunk_channel.finish())),
+        ("chunk_count", i32_col(&|r| Some(r.chunks.len() as i32))),
+        ("chunk_ts_us", chunk_ts),
+        ("chunk_tokens", chunk_tokens),
+        ("chunk_channel", chunk_channel),
         ("server_predicted_n", i64_col(&|r| r.server_predicted_n)),
-        ("server_predicted_ms", Arc::new(predicted_ms.finish())),
-        ("attempts", Arc::new(attempts.finish())),
-        ("chunk_delay_us", Arc::new(chunk_delay.finish())),
+        ("server_predicted_ms", f64_col(&|r| r.server_predicted_ms)),
+        ("attempts", i32_col(&|r| Some(r.attempts))),
+        ("chunk_delay_us", chunk_delay),
         (
             "stamp_source",
             str_col(&|r| StampSource::of(&r.chunks).map(StampSource::as_str)),
         ),
         ("connect_us", i64_col(&|r| r.connect_us)),
         ("session_id", str_col(&|r| r.session_id.as_deref())),
-        ("turn_index", Arc::new(turn_index.finish())),
-        ("session_turns", Arc::new(session_turns.finish())),
+        ("turn_index", i32_col(&|r| r.turn_index)),
+        ("session_turns", i32_col(&|r| r.session_turns)),
         ("predecessor_end_us", i64_col(&|r| r.predecessor_end_us)),
         ("think_time_us", i64_col(&|r| r.think_time_us)),
         (
@@ -146,49 +130,90 @@ pub fn to_record_batch_with(
             str_col(&|r| r.chunk_token_source.map(|s| s.as_str())),
         ),
         ("tool_call_tokens", i64_col(&|r| r.tool_call_tokens)),
-        ("tool_calls", Arc::new(tool_calls.finish())),
-        ("tool_args_valid", Arc::new(tool_args_valid.finish())),
+        ("tool_calls", i32_col(&|r| r.tool_calls)),
+        ("tool_args_valid", bool_col(&|r| r.tool_args_valid)),
         ("items", i64_col(&|r| r.items)),
         ("model", str_col(&|r| r.model.as_deref())),
-        ("media_count", Arc::new(media_count.finish())),
+        ("media_count", i32_col(&|r| r.media.map(|m| m.count))),
         ("media_bytes", i64_col(&|r| r.media.map(|m| m.bytes))),
         ("media_pixels", i64_col(&|r| r.media.map(|m| m.pixels))),
-        ("media_seconds", Arc::new(media_seconds.finish())),
+        ("media_seconds", f64_col(&|r| r.media.map(|m| m.seconds))),
     ];
     if extras.server_stamps {
-        let mut stamps = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
-        for r in records {
-            for i in 0..r.chunks.len() {
-                stamps
-                    .values()
-                    .append_option(r.server_stamps.get(i).copied().flatten());
-            }
-            stamps.append(true);
-        }
-        columns.push(("chunk_server_ts_us", Arc::new(stamps.finish())));
+        columns.push((
+            "chunk_server_ts_us",
+            server_stamps_column(records, chunk_total),
+        ));
     }
     if extras.chunk_text {
-        let text_total: usize = records.iter().map(|r| r.chunk_text.len()).sum();
-        let mut text = StringBuilder::with_capacity(n, text_total);
-        let mut chars = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
-        for r in records {
-            text.append_value(&r.chunk_text);
-            for i in 0..r.chunks.len() {
-                let c = r.chunk_text_chars.get(i).copied().unwrap_or(0);
-                chars
-                    .values()
-                    .append_value(i32::try_from(c).unwrap_or(i32::MAX));
-            }
-            chars.append(true);
-        }
-        columns.push(("chunk_text", Arc::new(text.finish())));
-        columns.push(("chunk_text_chars", Arc::new(chars.finish())));
+        let (text, chars) = chunk_text_columns(records, chunk_total);
+        columns.push(("chunk_text", text));
+        columns.push(("chunk_text_chars", chars));
     }
     // Every field nullable, whatever this batch holds: batches of one run
     // must share one schema.
     RecordBatch::try_from_iter_with_nullable(
         columns.into_iter().map(|(name, array)| (name, array, true)),
     )
+}
+
+/// The per-chunk list columns: `chunk_ts_us`, `chunk_tokens`,
+/// `chunk_channel`, `chunk_delay_us`, one pass over the chunks.
+fn chunk_columns(records: &[RequestRecord], chunk_total: usize) -> [ArrayRef; 4] {
+    let mut ts = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
+    let mut tokens = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
+    let mut channel = ListBuilder::new(Int8Builder::with_capacity(chunk_total));
+    let mut delay = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
+    for r in records {
+        for c in &r.chunks {
+            ts.values().append_value(c.ts_us);
+            tokens.values().append_value(c.tokens);
+            channel.values().append_value(channel_code(c.channel));
+            delay.values().append_option(c.delay_us);
+        }
+        ts.append(true);
+        tokens.append(true);
+        channel.append(true);
+        delay.append(true);
+    }
+    [
+        Arc::new(ts.finish()),
+        Arc::new(tokens.finish()),
+        Arc::new(channel.finish()),
+        Arc::new(delay.finish()),
+    ]
+}
+
+/// `Extras::server_stamps`'s column.
+fn server_stamps_column(records: &[RequestRecord], chunk_total: usize) -> ArrayRef {
+    let mut stamps = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
+    for r in records {
+        for i in 0..r.chunks.len() {
+            stamps
+                .values()
+                .append_option(r.server_stamps.get(i).copied().flatten());
+        }
+        stamps.append(true);
+    }
+    Arc::new(stamps.finish())
+}
+
+/// `Extras::chunk_text`'s two columns: the text, and its characters per chunk.
+fn chunk_text_columns(records: &[RequestRecord], chunk_total: usize) -> (ArrayRef, ArrayRef) {
+    let text_total: usize = records.iter().map(|r| r.chunk_text.len()).sum();
+    let mut text = StringBuilder::with_capacity(records.len(), text_total);
+    let mut chars = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
+    for r in records {
+        text.append_value(&r.chunk_text);
+        for i in 0..r.chunks.len() {
+            let c = r.chunk_text_chars.get(i).copied().unwrap_or(0);
+            chars
+                .values()
+                .append_value(i32::try_from(c).unwrap_or(i32::MAX));
+        }
+        chars.append(true);
+    }
+    (Arc::new(text.finish()), Arc::new(chars.finish()))
 }
 
 #[cfg(test)]
