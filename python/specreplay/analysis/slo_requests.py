@@ -13,10 +13,10 @@ from specreplay.settings.objectives import Slo
 
 
 def request_values(rows: pd.DataFrame, chunks: pd.DataFrame, slo: Slo) -> dict[str, np.ndarray]:
-    """Per row of `rows` (with `metrics.add_derived`'s columns) and per
+    """Per row of `rows` (with `derived.add_derived`'s columns) and per
     threshold metric, the request's value in µs: ttft/ttfc/tpot/e2e from the
     derived columns, itl the request's largest per-token gap (from `chunks`,
-    `metrics.chunks` of the rows). NaN where a value does not exist."""
+    `derived.chunks` of the rows). NaN where a value does not exist."""
     out: dict[str, np.ndarray] = {}
     for metric in slo.thresholds:
         if metric == "itl":

@@ -79,7 +79,7 @@ def print_comparison(console: Console, frame: pd.DataFrame, confidence: float = 
 
 
 def print_capacity_comparison(console: Console, rows: Sequence[Mapping[str, Any]]) -> None:
-    """`capacity.compare_answers` rows: each run's highest rate holding the
+    """`capacity_compare.compare_answers` rows: each run's highest rate holding the
     SLOs and its first failure against the base's, the change, the range the
     searches' brackets allow, and the verdict."""
     for slo, group in groupby_key(rows, "slo"):

@@ -231,7 +231,7 @@ def load(path: str | os.PathLike[str], chunks: bool = False, metrics: bool = Fal
     raises `ResultsError` (naming the file) when it is not a results file.
 
     With `chunks=True`, one row per text-carrying chunk instead
-    (`metrics.chunks`: label, point, request_index, trace_id, warmup, ok,
+    (`derived.chunks`: label, point, request_index, trace_id, warmup, ok,
     chunk_index, ts_us, tokens, channel, itl_us), for ITL analysis; the
     summaries use the rows with `ok & ~warmup`.
 

@@ -150,7 +150,7 @@ def _counter_at_scrapes(samples: pd.DataFrame, names: tuple[str, ...]) -> pd.Ser
 def decode_tokens_per_chunk(chunks: pd.DataFrame) -> float:
     """The client's side of the acceptance cross-check: mean tokens per text
     chunk after each request's first (the first also carries the prefill's
-    token), from the chunk frame (`metrics.chunks`) of the successful
+    token), from the chunk frame (`derived.chunks`) of the successful
     requests. A server that streams each verification step as one chunk
     makes this its acceptance length."""
     if chunks.empty:

@@ -32,7 +32,7 @@ class ValidityThresholds:
     """burst_streams: a successful request whose TPOT is below this many µs
     (faster than 20,000 tokens/s in one stream, which no server decodes)
     arrived in a burst and is left out of TPOT, TPS and ITL
-    (`metrics.bursts`)."""
+    (`derived.bursts`)."""
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ValidityThresholds:
