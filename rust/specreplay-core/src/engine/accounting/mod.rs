@@ -215,86 +215,10 @@ impl StreamAccount {
 
     /// Writes timestamps and token counts into the request's record.
     pub fn finish_into(mut self, rec: &mut RequestRecord) {
-        // Per side, reasoning and answer: the tokens the chunks carried and
-        // how many chunks there were.
-        let (mut reasoning_chunks, mut answer_chunks) = (0i64, 0i64);
-        let (mut reasoning_count, mut answer_count) = (0i64, 0i64);
-        for c in &self.chunks {
-            if c.channel == Channel::Reasoning {
-                reasoning_chunks += i64::from(c.tokens);
-                reasoning_count += 1;
-            } else {
-                answer_chunks += i64::from(c.tokens);
-                answer_count += 1;
-            }
-        }
         let usage = std::mem::take(&mut self.usage);
-        let completion = usage.completion_tokens.map(|c| c as i64);
-        // The server's reasoning count, unless the stream contradicts it:
-        // every text chunk carried at least one token of its channel. vLLM's
-        // reasoning parsers count only tokens between a generated <think>
-        // and </think>, so when the chat template opens the think block in
-        // the prompt (DeepSeek-R1, Qwen3) it reports 0 for a whole stream of
-        // reasoning; taken at its word, that hid the budget trap.
-        let server_reasoning = usage
-            .reasoning_tokens
-            .map(|r| r as i64)
-            .filter(|&r| r >= reasoning_count && completion.is_none_or(|c| c - r >= answer_count));
-        let (source, reasoning, output) = match (self.continuous, completion, server_reasoning) {
-            (true, c, r) => (
-                TokenSource::ContinuousUsage,
-                r.unwrap_or(reasoning_chunks),
-                // Without a final usage report, the last cumulative count
-                // (it includes tokens that made no chunk, such as the EOS).
-                c.unwrap_or((self.last_cumulative as i64).max(reasoning_chunks + answer_chunks)),
-            ),
-            (false, Some(c), Some(r)) => (TokenSource::Usage, r, c),
-            // Only one channel was streamed: the split is known without a count.
-            (false, Some(c), None) if reasoning_count == 0 => (TokenSource::Usage, 0, c),
-            (false, Some(c), None) if answer_count == 0 => (TokenSource::Usage, c, c),
-            // Both were, with a total only: the split follows the chunks' text (below).
-            (false, Some(c), None) => (TokenSource::UsageSplitEstimated, 0, c),
-            (false, None, _) => (
-                TokenSource::Chunks,
-                reasoning_chunks,
-                reasoning_chunks + answer_chunks,
-            ),
-        };
-        let mut reasoning = reasoning.clamp(0, output.max(0));
-        // Per-chunk counts that add up to the output tokens.
-        let chunk_source = match source {
-            _ if self.chunks.is_empty() => None,
-            TokenSource::ContinuousUsage => Some(ChunkTokenSource::ContinuousUsage),
-            TokenSource::Chunks => Some(ChunkTokenSource::OnePerChunk),
-            TokenSource::Usage => {
-                self.spread(output, Some(reasoning));
-                Some(ChunkTokenSource::TextLength)
-            }
-            TokenSource::UsageSplitEstimated => {
-                reasoning = self.spread(output, None);
-                Some(ChunkTokenSource::TextLength)
-            }
-        };
-        // The answer side splits into content and tool-call text as its
-        // chunks' counts do (`chunk_token_source` says how they were had).
-        // Tokens after the last chunk (a closing `</tool_call>`, the EOS)
-        // go with the last chunk's side: a stream that ends in a call ends
-        // with the call's tokens.
-        let mut tool: i64 = self
-            .chunks
-            .iter()
-            .filter(|c| c.channel == Channel::Tool)
-            .map(|c| i64::from(c.tokens))
-            .sum();
-        if self
-            .chunks
-            .last()
-            .is_some_and(|c| c.channel == Channel::Tool)
-        {
-            let carried: i64 = self.chunks.iter().map(|c| i64::from(c.tokens)).sum();
-            tool += (output - carried).max(0);
-        }
-        let tool = tool.clamp(0, (output - reasoning).max(0));
+        let (source, reasoning, output) = self.token_counts(&usage);
+        let (chunk_source, reasoning) = self.chunk_counts(source, output, reasoning);
+        let tool = self.tool_tokens(output, reasoning);
         let retrieval = rec.api.parse::<Dialect>().is_ok_and(|d| d.is_retrieval());
         if retrieval || (self.items.is_some() && self.chunks.is_empty()) {
             // Embeddings, rerank: items and input tokens, no output.
@@ -336,6 +260,103 @@ impl StreamAccount {
         rec.chunk_text = self.text.unwrap_or_default();
         rec.chunk_text_chars = self.text_chars;
         rec.answer = self.answer;
+    }
+
+    /// How the output tokens were counted, and the reasoning and output
+    /// counts, from the server's `usage` and the chunks.
+    fn token_counts(&self, usage: &Usage) -> (TokenSource, i64, i64) {
+        // Per side, reasoning and answer: the tokens the chunks carried and
+        // how many chunks there were.
+        let (mut reasoning_chunks, mut answer_chunks) = (0i64, 0i64);
+        let (mut reasoning_count, mut answer_count) = (0i64, 0i64);
+        for c in &self.chunks {
+            if c.channel == Channel::Reasoning {
+                reasoning_chunks += i64::from(c.tokens);
+                reasoning_count += 1;
+            } else {
+                answer_chunks += i64::from(c.tokens);
+                answer_count += 1;
+            }
+        }
+        let completion = usage.completion_tokens.map(|c| c as i64);
+        // The server's reasoning count, unless the stream contradicts it:
+        // every text chunk carried at least one token of its channel. vLLM's
+        // reasoning parsers count only tokens between a generated <think>
+        // and </think>, so when the chat template opens the think block in
+        // the prompt (DeepSeek-R1, Qwen3) it reports 0 for a whole stream of
+        // reasoning; taken at its word, that hid the budget trap.
+        let server_reasoning = usage
+            .reasoning_tokens
+            .map(|r| r as i64)
+            .filter(|&r| r >= reasoning_count && completion.is_none_or(|c| c - r >= answer_count));
+        match (self.continuous, completion, server_reasoning) {
+            (true, c, r) => (
+                TokenSource::ContinuousUsage,
+                r.unwrap_or(reasoning_chunks),
+                // Without a final usage report, the last cumulative count
+                // (it includes tokens that made no chunk, such as the EOS).
+                c.unwrap_or((self.last_cumulative as i64).max(reasoning_chunks + answer_chunks)),
+            ),
+            (false, Some(c), Some(r)) => (TokenSource::Usage, r, c),
+            // Only one channel was streamed: the split is known without a count.
+            (false, Some(c), None) if reasoning_count == 0 => (TokenSource::Usage, 0, c),
+            (false, Some(c), None) if answer_count == 0 => (TokenSource::Usage, c, c),
+            // Both were, with a total only: the split follows the chunks' text (below).
+            (false, Some(c), None) => (TokenSource::UsageSplitEstimated, 0, c),
+            (false, None, _) => (
+                TokenSource::Chunks,
+                reasoning_chunks,
+                reasoning_chunks + answer_chunks,
+            ),
+        }
+    }
+
+    /// Per-chunk counts that add up to `output` (spread over the chunks'
+    /// text when the server gave totals only), how they were had, and the
+    /// reasoning count (estimated here when only a total was given).
+    fn chunk_counts(
+        &mut self,
+        source: TokenSource,
+        output: i64,
+        reasoning: i64,
+    ) -> (Option<ChunkTokenSource>, i64) {
+        let mut reasoning = reasoning.clamp(0, output.max(0));
+        let chunk_source = match source {
+            _ if self.chunks.is_empty() => None,
+            TokenSource::ContinuousUsage => Some(ChunkTokenSource::ContinuousUsage),
+            TokenSource::Chunks => Some(ChunkTokenSource::OnePerChunk),
+            TokenSource::Usage => {
+                self.spread(output, Some(reasoning));
+                Some(ChunkTokenSource::TextLength)
+            }
+            TokenSource::UsageSplitEstimated => {
+                reasoning = self.spread(output, None);
+                Some(ChunkTokenSource::TextLength)
+            }
+        };
+        (chunk_source, reasoning)
+    }
+
+    /// The answer's tool-call tokens: as its chunks' counts split content
+    /// from tool-call text. Tokens after the last chunk (a closing
+    /// `</tool_call>`, the EOS) go with the last chunk's side: a stream that
+    /// ends in a call ends with the call's tokens.
+    fn tool_tokens(&self, output: i64, reasoning: i64) -> i64 {
+        let mut tool: i64 = self
+            .chunks
+            .iter()
+            .filter(|c| c.channel == Channel::Tool)
+            .map(|c| i64::from(c.tokens))
+            .sum();
+        if self
+            .chunks
+            .last()
+            .is_some_and(|c| c.channel == Channel::Tool)
+        {
+            let carried: i64 = self.chunks.iter().map(|c| i64::from(c.tokens)).sum();
+            tool += (output - carried).max(0);
+        }
+        tool.clamp(0, (output - reasoning).max(0))
     }
 }
 
