@@ -241,26 +241,9 @@ pub(crate) async fn handle(
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    let read = Limited::new(body, MAX_REQUEST_BYTES).collect().await;
+    let (body, body_error) = read_body(body).await;
     let seq = shared.next_seq.fetch_add(1, Ordering::Relaxed);
     let api = shared.api_of(&parts.method, parts.uri.path());
-    let (body, body_error) = match read {
-        Ok(collected) => (collected.to_bytes(), None),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => (
-            Bytes::new(),
-            Some((
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body larger than {MAX_REQUEST_BYTES} bytes"),
-            )),
-        ),
-        Err(e) => (
-            Bytes::new(),
-            Some((
-                StatusCode::BAD_REQUEST,
-                format!("request body unreadable: {}", error_chain(&*e)),
-            )),
-        ),
-    };
     let _ = shared.events.send(ProxyEvent::Request(RequestEvent {
         seq,
         arrival_us,
@@ -269,13 +252,7 @@ pub(crate) async fn handle(
         api,
         body: body.clone(),
         error: body_error.as_ref().map(|(_, m)| m.clone()),
-        session: shared
-            .session_header
-            .as_ref()
-            .and_then(|name| parts.headers.get(name))
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty()),
+        session: session_of(&shared, &parts.headers),
     }));
     let mut rec = Recording {
         shared: shared.clone(),
@@ -310,26 +287,9 @@ pub(crate) async fn handle(
             )
         }
     };
-    let build = || {
-        let mut upstream_req = Request::new(Full::new(body.clone()));
-        *upstream_req.method_mut() = parts.method.clone();
-        *upstream_req.uri_mut() = uri.clone();
-        forward_headers(&parts.headers, upstream_req.headers_mut(), false);
-        upstream_req
-    };
-    // A pooled keep-alive connection the upstream closed as it was reused
-    // (llama.cpp closes after every stream) gave no byte of a response: sent
-    // again on a fresh connection, as the engine does (`closed_before_response`).
-    let mut resent = 0;
-    let upstream = loop {
-        match shared.client.request(build()).await {
-            Ok(resp) => break resp,
-            Err(e) if resent < STALE_RETRIES && closed_before_response(&e) => resent += 1,
-            Err(e) => {
-                let message = format!("upstream unreachable: {}", error_chain(&e));
-                return refuse(rec, StatusCode::BAD_GATEWAY, message);
-            }
-        }
+    let upstream = match send_upstream(&shared, &parts, &uri, &body).await {
+        Ok(upstream) => upstream,
+        Err(message) => return refuse(rec, StatusCode::BAD_GATEWAY, message),
     };
     rec.ttfb_us = Some(now_us() - arrival_us);
     rec.status = upstream.status().as_u16();
@@ -343,6 +303,67 @@ pub(crate) async fn handle(
     *resp.status_mut() = up_parts.status;
     forward_headers(&up_parts.headers, resp.headers_mut(), true);
     Ok(resp)
+}
+
+/// The request's body, or (an empty body and) the status and message that
+/// refuse it: too large, or unreadable.
+async fn read_body(body: Incoming) -> (Bytes, Option<(StatusCode, String)>) {
+    match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
+        Ok(collected) => (collected.to_bytes(), None),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => (
+            Bytes::new(),
+            Some((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body larger than {MAX_REQUEST_BYTES} bytes"),
+            )),
+        ),
+        Err(e) => (
+            Bytes::new(),
+            Some((
+                StatusCode::BAD_REQUEST,
+                format!("request body unreadable: {}", error_chain(&*e)),
+            )),
+        ),
+    }
+}
+
+/// The session id the configured header names, if the request carries one.
+fn session_of(shared: &Shared, headers: &HeaderMap) -> Option<String> {
+    shared
+        .session_header
+        .as_ref()
+        .and_then(|name| headers.get(name))
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The request sent on to the upstream at `uri`. A pooled keep-alive
+/// connection the upstream closed as it was reused (llama.cpp closes after
+/// every stream) gave no byte of a response: sent again on a fresh
+/// connection, as the engine does (`closed_before_response`). Err: why the
+/// upstream could not be reached.
+async fn send_upstream(
+    shared: &Shared,
+    parts: &hyper::http::request::Parts,
+    uri: &Uri,
+    body: &Bytes,
+) -> Result<Response<Incoming>, String> {
+    let build = || {
+        let mut upstream_req = Request::new(Full::new(body.clone()));
+        *upstream_req.method_mut() = parts.method.clone();
+        *upstream_req.uri_mut() = uri.clone();
+        forward_headers(&parts.headers, upstream_req.headers_mut(), false);
+        upstream_req
+    };
+    let mut resent = 0;
+    loop {
+        match shared.client.request(build()).await {
+            Ok(resp) => return Ok(resp),
+            Err(e) if resent < STALE_RETRIES && closed_before_response(&e) => resent += 1,
+            Err(e) => return Err(format!("upstream unreachable: {}", error_chain(&e))),
+        }
+    }
 }
 
 #[cfg(test)]
