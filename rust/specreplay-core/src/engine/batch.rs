@@ -53,10 +53,14 @@ pub fn to_record_batch_with(
         Arc::new(b.finish())
     };
     let chunk_total: usize = records.iter().map(|r| r.chunks.len()).sum();
-    let mut chunk_ts = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
-    let mut chunk_tokens = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
-    let mut chunk_channel = ListBuilder::new(Int8Builder::with_capacity(chunk_total));
-    let mut chunk_delay = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
+    // Sized for this batch: `ListBuilder::new` reserves offsets for 1,024
+    // lists (4 KB a column, 16 KB a batch over these four), which every batch
+    // Python keeps until the file is written holds on to, and a batch is
+    // often one row.
+    let mut chunk_ts = ListBuilder::with_capacity(Int64Builder::with_capacity(chunk_total), n);
+    let mut chunk_tokens = ListBuilder::with_capacity(Int32Builder::with_capacity(chunk_total), n);
+    let mut chunk_channel = ListBuilder::with_capacity(Int8Builder::with_capacity(chunk_total), n);
+    let mut chunk_delay = ListBuilder::with_capacity(Int32Builder::with_capacity(chunk_total), n);
     let mut warmup = BooleanBuilder::with_capacity(n);
     let mut http_status = Int32Builder::with_capacity(n);
     let mut chunk_count = Int32Builder::with_capacity(n);
@@ -156,7 +160,7 @@ pub fn to_record_batch_with(
         ("media_seconds", Arc::new(media_seconds.finish())),
     ];
     if extras.server_stamps {
-        let mut stamps = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
+        let mut stamps = ListBuilder::with_capacity(Int64Builder::with_capacity(chunk_total), n);
         for r in records {
             for i in 0..r.chunks.len() {
                 stamps
@@ -170,7 +174,7 @@ pub fn to_record_batch_with(
     if extras.chunk_text {
         let text_total: usize = records.iter().map(|r| r.chunk_text.len()).sum();
         let mut text = StringBuilder::with_capacity(n, text_total);
-        let mut chars = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
+        let mut chars = ListBuilder::with_capacity(Int32Builder::with_capacity(chunk_total), n);
         for r in records {
             text.append_value(&r.chunk_text);
             for i in 0..r.chunks.len() {
@@ -196,6 +200,29 @@ mod tests {
     use super::*;
     use crate::decode::Channel;
     use crate::engine::record::{Chunk, ErrorKind, TokenSource};
+
+    #[test]
+    fn a_one_row_batch_holds_what_its_row_needs() {
+        // Python keeps every batch until the file is written: one row's
+        // 47 columns cost some 64-byte buffers each, not room for 1,024 lists.
+        let row = RequestRecord {
+            trace_id: "a".into(),
+            api: "chat",
+            chunks: vec![
+                Chunk {
+                    ts_us: 10,
+                    delay_us: Some(3),
+                    tokens: 1,
+                    channel: Channel::Content,
+                };
+                64
+            ],
+            ..Default::default()
+        };
+        let batch = to_record_batch(&[row]).unwrap();
+        let bytes = batch.get_array_memory_size();
+        assert!(bytes < 10_000, "{bytes} bytes for one row");
+    }
 
     #[test]
     fn rows_and_list_columns_line_up() {
