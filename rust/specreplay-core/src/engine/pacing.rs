@@ -11,7 +11,33 @@ use std::time::{Duration, Instant};
 
 /// How long before a deadline to stop sleeping and start spinning. Covers the
 /// usual nanosleep overshoot on a loaded machine; measured in bench/.
-const SPIN_WINDOW: Duration = Duration::from_micros(150);
+fn spin_window() -> Duration {
+    static WINDOW: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *WINDOW.get_or_init(|| {
+        let us = experiment("SPECREPLAY_SPIN_US").and_then(|v| v.parse::<u64>().ok());
+        Duration::from_micros(us.unwrap_or(150).min(1_000))
+    })
+}
+
+/// TEMPORARY (issue 27's A/B bench): a pacing experiment's setting from the
+/// environment, read once per name.
+pub fn experiment(name: &'static str) -> Option<String> {
+    static SET: std::sync::OnceLock<Vec<(&'static str, String)>> = std::sync::OnceLock::new();
+    SET.get_or_init(|| {
+        ["SPECREPLAY_SPIN_US", "SPECREPLAY_RING_EVERY_FINISH"]
+            .into_iter()
+            .filter_map(|n| {
+                std::env::var(n)
+                    .ok()
+                    .filter(|v| !v.is_empty() && v != "0")
+                    .map(|v| (n, v))
+            })
+            .collect()
+    })
+    .iter()
+    .find(|(n, _)| *n == name)
+    .map(|(_, v)| v.clone())
+}
 
 /// Lowers this thread's timer slack so `nanosleep` wakes within microseconds
 /// instead of the default 50 µs. Best effort: ignored where unsupported.
@@ -151,10 +177,10 @@ pub fn wait_until(deadline: Option<Instant>, bell: &Doorbell, stop: impl Fn() ->
         let left = match deadline {
             Some(d) if now >= d => return Waited::Due,
             Some(d) => d - now,
-            None => STOP_POLL + SPIN_WINDOW,
+            None => STOP_POLL + spin_window(),
         };
-        if left > SPIN_WINDOW {
-            if bell.wait((left - SPIN_WINDOW).min(STOP_POLL)) {
+        if left > spin_window() {
+            if bell.wait((left - spin_window()).min(STOP_POLL)) {
                 return Waited::Rung;
             }
         } else if let Some(d) = deadline {
