@@ -374,7 +374,7 @@ impl Feed {
     /// of requests per second a ring per finish doubled its wake-ups.
     pub fn finished(&self) {
         let was = self.live.fetch_sub(1, Ordering::SeqCst);
-        if was == 1 || super::pacing::experiment("SPECREPLAY_RING_EVERY_FINISH").is_some() {
+        if was == 1 {
             self.bell.ring();
         }
     }
