@@ -154,3 +154,28 @@ fn a_live_unit_keeps_the_feed_from_being_over() {
     feed.finished();
     assert!(feed.is_over());
 }
+
+#[test]
+fn the_pacing_thread_hears_only_of_the_last_live_unit_finishing() {
+    use crate::engine::pacing::{wait_until, Waited};
+    let feed = Feed::whole(
+        vec![request("x", None), request("y", None)],
+        SessionMode::Dependent,
+        None,
+        None,
+        None,
+        None,
+    )
+    .unwrap();
+    let (Popped::Unit(_x), Popped::Unit(_y)) = (feed.pop(), feed.pop()) else {
+        panic!()
+    };
+    let soon = || Some(Instant::now() + Duration::from_millis(2));
+    // Queueing rang it: clear that first.
+    let _ = wait_until(soon(), &feed.bell, || false);
+    feed.finished();
+    assert_eq!(wait_until(soon(), &feed.bell, || false), Waited::Due);
+    feed.finished();
+    assert_eq!(wait_until(soon(), &feed.bell, || false), Waited::Rung);
+    assert!(feed.is_over());
+}
