@@ -186,6 +186,11 @@ def test_a_trace_that_fits_is_built_once_per_run_and_given_whole(tmp_path: Path,
     # Once through; longer points loop in the engine over the same pass; a
     # shorter one is built only as far as it goes (the last session cut).
     assert started == [(False, order), (False, order), (False, order), (False, ["r0", "r3", "r5", "r1"])]
+    # Built in column batches of WHOLE_ROWS requests, handed over as one.
+    monkeypatch.setattr("specreplay.run.feed.WHOLE_ROWS", 2)
+    feeder = Feeder(scan_trace(path), ReplayConfig(trace=str(path)), "http://h:1/v1", None)
+    feeder.start({"load": load})  # type: ignore[typeddict-item]
+    assert started[-1] == (False, order)
     # Over the size bound: streamed, as issue 14's large traces.
     monkeypatch.setattr("specreplay.run.feed.WHOLE_MAX_BYTES", 1)
     assert not Feeder(scan_trace(path), ReplayConfig(trace=str(path)), "http://h:1/v1", None).fits_whole()

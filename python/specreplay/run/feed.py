@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
+import pyarrow as pa
+
 from specreplay import _core
 from specreplay.settings.config import ReplayConfig
 from specreplay.errors import TraceError
@@ -43,8 +45,6 @@ from specreplay.trace.records import MAX_LINE_BYTES, TraceRecord, parse_line, re
 from specreplay.trace.index import TraceIndex
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from specreplay._core import RunSpec
 
 #: Requests per batch handed over (a session's turns are never split, so a
@@ -56,6 +56,8 @@ TOP_UP_S = 0.2
 #: built whole before it starts (a shaped body is about its record's size;
 #: synthesized prompts and stored media are written by the engine).
 WHOLE_MAX_BYTES = 64 << 20
+#: Requests shaped into columns at a time while a whole point is built.
+WHOLE_ROWS = 4096
 
 #: A record and its turn index in its session (None without a session).
 _Turn = tuple[TraceRecord, "int | None"]
@@ -120,14 +122,24 @@ class Feeder:
         limit = None if self.limit is None or self.limit >= self.index.records else self.limit
         prepared = self.prepared
         if prepared.batch is None or prepared.limit != limit:
+            # Columns every WHOLE_ROWS requests: no more request dicts alive at once.
+            batches: list[pa.RecordBatch] = []
             rows: list[dict[str, Any]] = []
+            built = 0
             for unit in self._one_pass():
                 if limit is not None:
-                    unit = unit[: limit - len(rows)]
+                    unit = unit[: limit - built]
                 rows.extend(self._rows(unit))
-                if limit is not None and len(rows) >= limit:
+                built += len(unit)
+                if len(rows) >= WHOLE_ROWS:
+                    batches.append(request_batch(rows))
+                    rows = []
+                if limit is not None and built >= limit:
                     break
-            prepared.batch, prepared.limit = request_batch(rows), limit
+            if rows or not batches:
+                batches.append(request_batch(rows))
+            prepared.batch = batches[0] if len(batches) == 1 else _one_batch(batches)
+            prepared.limit = limit
         return prepared.batch
 
     def start_streamed(self, spec: RunSpec) -> _core.EngineRun:
@@ -271,6 +283,13 @@ class Feeder:
             rows.append(request_row(rec, self.config, self.base, self.model, turn, self.media))
             previous = rec
         return rows
+
+
+def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """`batches` (one schema) as one batch (under `WHOLE_MAX_BYTES`, no
+    column outgrows 32-bit offsets)."""
+    (batch,) = pa.Table.from_batches(batches).combine_chunks().to_batches()
+    return batch
 
 
 def _position(offsets: Any, offset: int) -> int:
