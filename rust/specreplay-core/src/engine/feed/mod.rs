@@ -54,7 +54,7 @@ pub enum Popped {
 
 /// A point given whole: its units, looped over.
 struct Whole {
-    units: Vec<Vec<PreparedRequest>>,
+    units: Vec<Arc<[PreparedRequest]>>,
     next: usize,
 }
 
@@ -157,7 +157,10 @@ impl Feed {
             limit,
             schedule,
             duration,
-            Some(Whole { units, next: 0 }),
+            Some(Whole {
+                units: units.into_iter().map(Arc::from).collect(),
+                next: 0,
+            }),
             share,
         ))
     }
@@ -203,7 +206,7 @@ impl Feed {
             if state.ended {
                 break;
             }
-            self.enqueue(&mut state, turns);
+            self.enqueue(&mut state, Arc::from(turns));
         }
         drop(state);
         self.wake();
@@ -262,10 +265,12 @@ impl Feed {
 
     /// Gives `turns` their indexes, lap and due time and queues them, unless
     /// the limit or the duration ends the point first.
-    fn enqueue(&self, state: &mut State, mut turns: Vec<PreparedRequest>) {
+    fn enqueue(&self, state: &mut State, mut turns: Arc<[PreparedRequest]>) {
         if let Some(limit) = self.limit {
             let left = limit.saturating_sub(state.queued_total);
-            turns.truncate(left.min(turns.len() as u64) as usize);
+            if left < turns.len() as u64 {
+                turns = turns[..left as usize].to_vec().into();
+            }
             if turns.is_empty() {
                 state.ended = true;
                 return;

@@ -1,12 +1,16 @@
 //! A point's requests cut into what starts together (`Unit`s).
 
+use std::sync::Arc;
+
 use super::super::spec::{PreparedRequest, SessionMode};
 use crate::error::CoreError;
 
 /// What starts together: one request, or a session's turns (dependent mode).
 #[derive(Debug)]
 pub struct Unit {
-    pub turns: Vec<PreparedRequest>,
+    /// Shared with the point's other laps over the same turns (a point
+    /// given whole): taking a unit allocates nothing.
+    pub turns: Arc<[PreparedRequest]>,
     /// How many times the trace was looped before this unit (0: first pass).
     pub lap: u64,
     /// `request_index` of its first turn; the others follow.
