@@ -6,16 +6,17 @@ tokens, 4 output), constant arrivals, and while it runs samples every thread
 of the replay process: CPU (/proc/<pid>/task/<tid>/stat, utime + stime) and
 time spent runnable but waiting for a CPU (/proc/<pid>/task/<tid>/schedstat,
 second field), summed by thread name. Each rate runs with 1 and 2 engine
-threads (tokio's TOKIO_WORKER_THREADS) and with each pacer variant
-(SPECREPLAY_SEND_LEAD_US: 0 = the pacer starts a request's task at its due
-time; N > 0 = N µs before, the task waiting the rest on its worker) and with
-the engine threads' priority boost off (the default), for the pacing thread
-only and for the tokio workers too (SPECREPLAY_THREAD_BOOST = 0, pacer,
-all; `pacing::boost_this_thread`), all in one run, interleaved, so the machine's load falls on every variant alike.
+threads (tokio's TOKIO_WORKER_THREADS), with the point's requests built
+whole before it starts (`--feeds whole`, replay's default for a trace that
+fits, `run/feed.py`) or streamed from the Python thread while it runs
+(`streamed`: what every point did before issue 27's change, forced by
+setting `feed.WHOLE_MAX_BYTES` to 0), and with each `--envs` variant (an
+experiment's switches in the environment of a build that has them), all in
+one run, interleaved, so the machine's load falls on every variant alike.
 Records /proc/loadavg before and after: on a shared machine the figures are
 only comparable within one run.
 
-    .venv/bin/python bench/send_lag_profile.py --rates 1000 2000 4000 5000 --seconds 3
+    .venv/bin/python bench/send_lag_profile.py --rates 1000 2000 3000 4000 5000 --seconds 3 --feeds whole streamed
 
 Writes bench/results/send-lag-profile-<time>.json and prints a table.
 Asserts nothing.
@@ -89,9 +90,16 @@ def by_name(first: dict[int, tuple[str, float, float, int, int]], last: dict[int
     return dict(sorted(names.items(), key=lambda kv: -kv[1]["cpu_s"]))
 
 
-def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, lead_us: int, boost: str, out: Path) -> dict[str, Any]:
-    env = {**os.environ, "TOKIO_WORKER_THREADS": str(threads), "SPECREPLAY_SEND_LEAD_US": str(lead_us), "SPECREPLAY_THREAD_BOOST": boost}
-    cmd = [*SPECREPLAY, "replay", str(trace), "--url", url, "--model", "specreplay-sim", "--rate", f"{rate:g}",
+#: The CLI with the streamed feed forced (the "without" of issue 27's change).
+STREAMED = [sys.executable, "-c", "import runpy, specreplay.run.feed as f; f.WHOLE_MAX_BYTES = 0; runpy.run_module('specreplay', run_name='__main__', alter_sys=True)"]
+
+
+def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: str, extra: str, out: Path) -> dict[str, Any]:
+    env = {**os.environ, "TOKIO_WORKER_THREADS": str(threads)}
+    for kv in filter(None, extra.split(",")):
+        name, value = kv.split("=", 1)
+        env[name] = value
+    cmd = [*(STREAMED if feed == "streamed" else SPECREPLAY), "replay", str(trace), "--url", url, "--model", "specreplay-sim", "--rate", f"{rate:g}",
            "--arrival", "constant", "--num-requests", str(n), "--no-metrics", "-o", str(out)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     first: dict[int, tuple[str, float, float, int, int]] = {}
@@ -118,8 +126,8 @@ def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, lead_u
     return {
         "rate": rate,
         "threads": threads,
-        "lead_us": lead_us,
-        "boost": boost,
+        "feed": feed,
+        "env": extra,
         "requests": int(table.num_rows),
         "errors": errors,
         "sent_rate": (len(lag) - 1) / span_s if span_s == span_s and span_s > 0 else None,
@@ -137,11 +145,10 @@ def main() -> None:
     parser.add_argument("--rates", type=float, nargs="+", default=[1000, 2000, 4000, 5000])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--leads", type=int, nargs="+", default=[0, 100])
-    parser.add_argument("--boosts", nargs="+", choices=["0", "pacer", "all"], default=["0", "pacer", "all"], help="the engine threads' priority boost (SPECREPLAY_THREAD_BOOST)")
+    parser.add_argument("--feeds", nargs="+", choices=["whole", "streamed"], default=["whole"], help="requests built whole before the point (the default) or streamed while it runs")
+    parser.add_argument("--envs", nargs="+", default=[""], help="variants' extra environment, each NAME=VALUE[,NAME=VALUE] ('' for none): an experiment's switches")
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
-    boosts = args.boosts
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     serve = subprocess.Popen([*SPECREPLAY, "serve", "--port", str(port), "--ttft-ms", "5", "--tpot-ms", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -162,15 +169,15 @@ def main() -> None:
                                 "--input-len", "20", "--output-len", "4", "--arrival", "constant"], check=True, capture_output=True)  # fmt: skip
                 for rep in range(args.repeats):
                     for threads in args.threads:
-                        for lead, boost in [(lead, boost) for lead in args.leads for boost in boosts]:
-                            row = replay_once(trace, url, rate, n, threads, lead, boost, Path(tmp) / "out.arrow")
+                        for feed, extra in [(feed, extra) for feed in args.feeds for extra in args.envs]:
+                            row = replay_once(trace, url, rate, n, threads, feed, extra, Path(tmp) / "out.arrow")
                             row["repeat"] = rep
                             row["loadavg_after"] = loadavg()
                             results.append(row)
                             print(
-                                f"rate {rate:>6g}  threads {threads}  lead {lead:>4} µs  boost {boost:<5}  sent {row['sent_rate'] or 0:8.0f}/s  "
+                                f"rate {rate:>6g}  {feed:<8}  threads {threads}  sent {row['sent_rate'] or 0:8.0f}/s  "
                                 f"lag p50 {row['lag_p50_us']:8.0f}  p99 {row['lag_p99_us']:8.0f}  max {row['lag_max_us']:8.0f} µs  "
-                                f"errors {row['errors']}  {'SATURATED' if row['client_saturated'] else ''}  load {row['loadavg_after']}",
+                                f"errors {row['errors']}  {extra}  {'SATURATED' if row['client_saturated'] else ''}  load {row['loadavg_after']}",
                                 flush=True,
                             )
                             for name, t in list(row["threads_profile"].items())[:6]:

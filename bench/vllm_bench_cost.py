@@ -11,6 +11,13 @@ binary (`git clone https://github.com/vllm-project/vllm-bench; cargo build
 
     .venv/bin/python bench/vllm_bench_cost.py --vllm-bench /path/to/vllm-bench --concurrency 256 1024
 
+specreplay runs as replay does by default (its requests built whole
+before the point starts, `run/feed.py`) and, with `--feeds whole streamed`,
+also with the feed streamed from the Python thread while the point runs
+(what every point did before issue 27's change: `feed.WHOLE_MAX_BYTES` set
+to 0). `--fixed` adds each client's fixed cost first: one request at
+concurrency 1, so that the per-request cost can be told from the start-up.
+
 Measured with `/usr/bin/time -f`: user + system CPU seconds and maximum RSS
 of each client process (children included for specreplay's CLI: none).
 Writes bench/results/vllm-bench-cost-<time>.json; asserts nothing.
@@ -31,6 +38,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SPECREPLAY = [sys.executable, "-m", "specreplay"]
+#: The CLI with the streamed feed forced (the "without" of issue 27's change).
+STREAMED = [sys.executable, "-c", "import runpy, specreplay.run.feed as f; f.WHOLE_MAX_BYTES = 0; runpy.run_module('specreplay', run_name='__main__', alter_sys=True)"]
 
 
 def free_port() -> int:
@@ -60,6 +69,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[256, 1024])
     parser.add_argument("--requests-per-stream", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--feeds", nargs="+", choices=["whole", "streamed"], default=["whole"], help="specreplay's feed (see above)")
+    parser.add_argument("--fixed", action="store_true", help="measure each client's fixed cost first (1 request, concurrency 1)")
     args = parser.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -78,14 +89,15 @@ def main() -> None:
             except OSError:
                 time.sleep(0.1)
         with tempfile.TemporaryDirectory() as tmp:
-            for conc in args.concurrency:
-                n = conc * args.requests_per_stream
+            for conc in ([1] if args.fixed else []) + args.concurrency:
+                n = 1 if conc == 1 and args.fixed else conc * args.requests_per_stream
                 trace = Path(tmp) / f"t{conc}.jsonl"
                 subprocess.run([*SPECREPLAY, "synth", "-o", str(trace), "--num-requests", str(n), "--input-len", "20", "--output-len", "64"], check=True, capture_output=True)
                 for rep in range(args.repeats):
+                    replay = ["replay", str(trace), "--url", f"{url}/v1", "--model", "specreplay-sim", "--concurrency", str(conc),
+                              "--no-metrics", "-o", str(Path(tmp) / "out.arrow")]
                     clients = {
-                        "specreplay": [*SPECREPLAY, "replay", str(trace), "--url", f"{url}/v1", "--model", "specreplay-sim", "--concurrency", str(conc),
-                                       "--no-metrics", "-o", str(Path(tmp) / "out.arrow")],
+                        **{("specreplay" if feed == "whole" else "specreplay-streamed"): [*(SPECREPLAY if feed == "whole" else STREAMED), *replay] for feed in args.feeds},
                         "vllm-bench": [args.vllm_bench, "--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions",
                                        "--model", "specreplay-sim", "--tokenizer", "r50k_base", "--dataset-name", "random",
                                        "--random-input-len", "20", "--random-output-len", "64", "--ignore-eos", "--num-prompts", str(n),
@@ -95,7 +107,7 @@ def main() -> None:
                         row = {"client": name, "concurrency": conc, "requests": n, "repeat": rep, **timed(cmd, 600)}
                         row["loadavg_after"] = Path("/proc/loadavg").read_text().strip()
                         rows.append(row)
-                        print(f"{name:<11} c={conc:<5} n={n:<5} cpu {row['cpu_s']:6.2f} s  rss {row['rss_mib']:6.1f} MiB  wall {row['wall_s']:6.2f} s  rc {row['returncode']}  load {row['loadavg_after']}", flush=True)
+                        print(f"{name:<19} c={conc:<5} n={n:<5} cpu {row['cpu_s']:6.2f} s  rss {row['rss_mib']:6.1f} MiB  wall {row['wall_s']:6.2f} s  rc {row['returncode']}  load {row['loadavg_after']}", flush=True)
                         if row["returncode"] != 0:
                             print(row["tail"])
     finally:

@@ -16,7 +16,7 @@ import pytest
 
 from specreplay.settings.config import ReplayConfig
 from specreplay.errors import TraceError
-from specreplay.run.feed import BATCH_ROWS, Feeder
+from specreplay.run.feed import BATCH_ROWS, Feeder, Prepared
 from specreplay.trace.index import scan_trace
 
 
@@ -125,9 +125,11 @@ def test_a_feed_stops_when_the_engine_wants_no_more(tmp_path: Path) -> None:
 
 
 def start(path: Path, load: dict[str, Any], monkeypatch: pytest.MonkeyPatch, **options: Any) -> FakeRun:
-    """Starts a point through `Feeder.start` on a run that wants nothing more
-    once started: what it was given is what was built before the start."""
+    """Starts a streamed point through `Feeder.start` on a run that wants
+    nothing more once started: what it was given is what was built before
+    the start."""
     run = FakeRun(wanted=0)
+    monkeypatch.setattr("specreplay.run.feed.WHOLE_MAX_BYTES", 0)
 
     def start_point(spec: Any, batch: pa.RecordBatch, feed: bool) -> FakeRun:
         assert feed
@@ -157,6 +159,41 @@ def test_a_closed_loop_point_starts_with_its_first_n_units_built(tmp_path: Path,
     looped = start(short, {"mode": "concurrency", "concurrency": 100}, monkeypatch, num_requests=100)
     sizes = [e if isinstance(e, str) else len(e) for e in looped.events]
     assert sizes == [30, "lap", 30, "lap", 30, "lap", 10, "end"]
+
+
+def test_a_trace_that_fits_is_built_once_per_run_and_given_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27: a point whose requests fit is handed to the engine as one
+    batch before it starts (the engine loops over it), so nothing runs per
+    request on the Python thread while the point runs; every point of a run
+    reuses the batch."""
+    started: list[tuple[bool, list[str]]] = []
+
+    def start_point(spec: Any, batch: pa.RecordBatch, feed: bool = False) -> FakeRun:
+        started.append((feed, batch.column("trace_id").to_pylist()))
+        return FakeRun(wanted=0)
+
+    monkeypatch.setattr("specreplay.run.feed._core.start_point", start_point)
+    path = write(tmp_path, INTERLEAVED)
+    load = {"mode": "rate", "rate": 10.0, "arrival": "constant", "burstiness": 1.0}
+    order = ["r0", "r3", "r5", "r1", "r4", "r2"]
+    prepared, built = Prepared(), []
+    for limit in (None, 14, 14, 4):
+        feeder = Feeder(scan_trace(path), ReplayConfig(trace=str(path), num_requests=limit), "http://h:1/v1", None, prepared)
+        feeder.start({"load": load})  # type: ignore[typeddict-item]
+        assert feeder.done  # nothing to top up
+        built.append(prepared.batch)
+    assert built[0] is built[1] is built[2] and built[3] is not built[0]  # one pass, reused
+    # Once through; longer points loop in the engine over the same pass; a
+    # shorter one is built only as far as it goes (the last session cut).
+    assert started == [(False, order), (False, order), (False, order), (False, ["r0", "r3", "r5", "r1"])]
+    # Built in column batches of WHOLE_ROWS requests, handed over as one.
+    monkeypatch.setattr("specreplay.run.feed.WHOLE_ROWS", 2)
+    feeder = Feeder(scan_trace(path), ReplayConfig(trace=str(path)), "http://h:1/v1", None)
+    feeder.start({"load": load})  # type: ignore[typeddict-item]
+    assert started[-1] == (False, order)
+    # Over the size bound: streamed, as issue 14's large traces.
+    monkeypatch.setattr("specreplay.run.feed.WHOLE_MAX_BYTES", 1)
+    assert not Feeder(scan_trace(path), ReplayConfig(trace=str(path)), "http://h:1/v1", None).fits_whole()
 
 
 def test_think_times_come_from_the_recorded_ends(tmp_path: Path) -> None:

@@ -1,11 +1,18 @@
-"""Feeds a point's requests to the engine as it asks for them: the trace is
-read again from the file, a few requests at a time, shaped, and handed over
-in batches, so replay's memory is bounded by what is in flight and the
-engine's look-ahead, not by the trace (issue 14).
+"""Hands a point's requests to the engine, in one of two ways.
 
-The drain loop of `replay._run_point` calls `top_up` every time it wakes (at
-least every quarter second; the engine asks for two seconds of schedule
-ahead, docs/benchmarks.md "Replaying a trace as a stream"). It runs on the
+Whole (the usual case): a trace whose shaped requests fit in
+`WHOLE_MAX_BYTES` is read and shaped once per run, before its first point
+starts, and every point is given that one batch (`Prepared`); the engine
+loops over it for more requests (issue 27: at thousands of requests per
+second, nothing on the Python thread runs per request while a point runs,
+so the pacer never waits for it).
+
+Streamed (issue 14), for a larger trace: the trace is read again from the
+file, a few requests at a time, shaped, and handed over in batches, so
+replay's memory is bounded by what is in flight and the engine's
+look-ahead, not by the trace. The drain loop of `point.run_point` calls
+`top_up` every time it wakes (at least every quarter second; the engine
+asks for two seconds of schedule ahead, docs/benchmarks.md "Replaying a trace as a stream"). It runs on the
 Python thread, off the measurement path: if it falls behind, the engine
 sends late and the send lag says so; nothing waits for it.
 
@@ -26,6 +33,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
+import pyarrow as pa
+
 from specreplay import _core
 from specreplay.settings.config import ReplayConfig
 from specreplay.errors import TraceError
@@ -43,6 +52,12 @@ if TYPE_CHECKING:
 BATCH_ROWS = 64
 #: Longest one top-up keeps the drain loop from draining.
 TOP_UP_S = 0.2
+#: A point whose requests take about this much of the trace file or less is
+#: built whole before it starts (a shaped body is about its record's size;
+#: synthesized prompts and stored media are written by the engine).
+WHOLE_MAX_BYTES = 64 << 20
+#: Requests shaped into columns at a time while a whole point is built.
+WHOLE_ROWS = 4096
 
 #: A record and its turn index in its session (None without a session).
 _Turn = tuple[TraceRecord, "int | None"]
@@ -56,10 +71,20 @@ class _Lap:
 _LAP = _Lap()
 
 
-class Feeder:
-    """The requests of one point, read from the trace as the engine wants them."""
+class Prepared:
+    """A run's requests built whole, once, for all its points (every point
+    replays the same turns; only a search's request count may differ)."""
 
-    def __init__(self, index: TraceIndex, config: ReplayConfig, url: str, model: str | None) -> None:
+    def __init__(self) -> None:
+        self.limit: int | None = None
+        self.batch: pa.RecordBatch | None = None
+
+
+class Feeder:
+    """The requests of one point, built whole or read from the trace as the
+    engine wants them."""
+
+    def __init__(self, index: TraceIndex, config: ReplayConfig, url: str, model: str | None, prepared: Prepared | None = None) -> None:
         self.index = index
         self.config = config
         self.url = url
@@ -74,9 +99,50 @@ class Feeder:
         self.fed = 0
         self.units = 0
         self.done = False
+        self.prepared = prepared or Prepared()
         self._units = self._stream(self._rows)
 
     def start(self, spec: RunSpec) -> _core.EngineRun:
+        """Starts the point: given whole when its requests fit (`whole`),
+        else streamed (`start_streamed`)."""
+        if spec.get("share") is None and self.fits_whole():
+            self.done = True
+            return _core.start_point(spec, self.whole())
+        return self.start_streamed(spec)
+
+    def fits_whole(self) -> bool:
+        """Whether this point's requests are built whole before it starts."""
+        index = self.index
+        needed = index.records if self.limit is None else min(self.limit, index.records)
+        return index.size * needed <= WHOLE_MAX_BYTES * max(index.records, 1)
+
+    def whole(self) -> pa.RecordBatch:
+        """One pass over the trace (up to the request limit) as one batch,
+        built once per run (`Prepared`): the engine loops over it."""
+        limit = None if self.limit is None or self.limit >= self.index.records else self.limit
+        prepared = self.prepared
+        if prepared.batch is None or prepared.limit != limit:
+            # Columns every WHOLE_ROWS requests: no more request dicts alive at once.
+            batches: list[pa.RecordBatch] = []
+            rows: list[dict[str, Any]] = []
+            built = 0
+            for unit in self._one_pass():
+                if limit is not None:
+                    unit = unit[: limit - built]
+                rows.extend(self._rows(unit))
+                built += len(unit)
+                if len(rows) >= WHOLE_ROWS:
+                    batches.append(request_batch(rows))
+                    rows = []
+                if limit is not None and built >= limit:
+                    break
+            if rows or not batches:
+                batches.append(request_batch(rows))
+            prepared.batch = batches[0] if len(batches) == 1 else _one_batch(batches)
+            prepared.limit = limit
+        return prepared.batch
+
+    def start_streamed(self, spec: RunSpec) -> _core.EngineRun:
         """Starts the point with its first requests, and feeds it its look-ahead.
 
         A closed-loop point of N has its first N units (requests, or sessions
@@ -217,6 +283,13 @@ class Feeder:
             rows.append(request_row(rec, self.config, self.base, self.model, turn, self.media))
             previous = rec
         return rows
+
+
+def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """`batches` (one schema) as one batch (under `WHOLE_MAX_BYTES`, no
+    column outgrows 32-bit offsets)."""
+    (batch,) = pa.Table.from_batches(batches).combine_chunks().to_batches()
+    return batch
 
 
 def _position(offsets: Any, offset: int) -> int:

@@ -5,10 +5,9 @@ Which points a run runs is its `Plan`: the configured sweep, in order, or a
 capacity search (`capacity.SearchPlan`) that chooses each next rate from how
 the points before it went.
 
-The engine runs on its own threads; this loop only drains finished requests
-(in columnar batches) every quarter second, and feeds the engine the next
-requests of the trace as it asks for them (`feed.Feeder`), so nothing here is
-on the measurement path.
+The engine runs on its own threads; each point (`point.run_point`) is
+handed its requests (`feed.Feeder`) and drained of finished ones in
+columnar batches, so nothing here is on the measurement path.
 """
 
 from __future__ import annotations
@@ -23,16 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from specreplay import _core
-from specreplay.run.chunk_tokenizer import ChunkCounter, ChunkTokenizer, recount
+from specreplay.run.chunk_tokenizer import ChunkCounter, ChunkTokenizer
 from specreplay.settings.config import Point, ReplayConfig
-from specreplay.errors import ConfigError, SpecreplayError
-from specreplay.run.feed import Feeder
+from specreplay.errors import ConfigError
+from specreplay.run.feed import Feeder, Prepared
 from specreplay.run.capacity import Answer, SearchPlan
 from specreplay.run.limits import ceiling_note, in_flight
 from specreplay.run.plan import FinishedPoint, Plan, Progress
+from specreplay.run.point import StartPoint, local_start, run_point
 from specreplay.results.files import (
     CAPACITY_KEY,
     CONFIG_KEY,
@@ -63,24 +62,6 @@ if TYPE_CHECKING:
     from specreplay.analysis.analyse import RunAnalysis
     from specreplay.run.distributed.driver import Cluster
     from specreplay.run.predict import Predictor
-
-#: What starts one point: the feeder, on the local engine (`Feeder.start`),
-#: or a distributed replay's workers, each feeding its own engine its share
-#: (`distributed.driver.Cluster.start_point`). Either returns something
-#: drained like `_core.EngineRun`.
-StartPoint = Callable[["RunSpec", Feeder, str, str], Any]
-
-
-def _local_start(spec: RunSpec, feeder: Feeder, label: str, point: str) -> Any:
-    return feeder.start(spec)
-
-
-#: Results metadata of a distributed replay: its workers and their clocks.
-
-#: How long one drain waits for finished requests before reporting progress.
-POLL_S = 0.25
-#: Metadata key of what each run's capacity search found (`capacity.Answer.to_dict`).
-
 
 @dataclass
 class RunResult:
@@ -188,13 +169,15 @@ class _Run:
     tokenizer: ChunkCounter | None = None
     cluster: Cluster | None = None
     predictor: Predictor | None = None
+    #: Its requests, built once for all its points (`feed.Prepared`).
+    prepared: Prepared = field(default_factory=Prepared)
 
     def start_point(self) -> StartPoint:
         """How this run's points start: here, on its Ray workers, or predicted."""
         if self.predictor is not None:
             return self.predictor.start_point
         if self.cluster is None:
-            return _local_start
+            return local_start
         return self.cluster.start_point
 
     def metrics_target(self) -> str | None:
@@ -405,8 +388,8 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
         spec = _run_spec(config, point, run.headers)
         if ceiling is not None:
             spec["max_concurrency"] = ceiling
-        feeder = Feeder(run.trace, config, run.target.url, model)
-        finished = _run_point(spec, feeder, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us, run.start_point())
+        feeder = Feeder(run.trace, config, run.target.url, model, run.prepared)
+        finished = run_point(spec, feeder, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us, run.start_point())
         finished.config = run.config  # the analysis reads the settings from it, typed
         if first:  # every point of a run replays the same turns: say it once
             for note in feeder.think.sources.notes():
@@ -434,120 +417,6 @@ def _scraper(run: _Run, samples: metrics_store.SampleLog, hooks: Hooks, named: b
     headers = run.headers if same_origin(url, run.target.url) else []
     label = run.config.label
     return Scraper(url, headers, run.config.metrics_interval, samples, (lambda m: hooks.note(f"{label}: {m}")) if named else hooks.note)
-
-
-def _run_point(
-    spec: RunSpec,
-    feeder: Feeder,
-    writer: ResultsWriter,
-    run_id: str,
-    label: str,
-    point: Point,
-    index: int,
-    hooks: Hooks,
-    scraper: Scraper | None = None,
-    tokenizer: ChunkCounter | None = None,
-    deadline_us: float | None = None,
-    start: StartPoint = _local_start,
-) -> FinishedPoint:
-    """Runs one point to the end, feeding it as it asks (or, past
-    `deadline_us`, cancels what is left of it: its rows are kept, and it is
-    marked cut), bracketed by the scraper's own scrapes of the server's
-    metrics, then recounts its chunks with `tokenizer` if any. A trace that
-    turns out bad while it is fed (it changed since it was checked) cancels
-    the point, keeps what finished, and raises once every row is written."""
-    try:
-        if scraper is not None:
-            scraper.start_point(label, point.name)
-    except KeyboardInterrupt:
-        return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
-    try:
-        # A distributed start takes a second (clocks, the start lead): an
-        # interrupt then has nothing finished to keep.
-        run = start(spec, feeder, label, point.name)
-    except KeyboardInterrupt:
-        return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
-    started = _core.now_us()
-    interrupted = cut = False
-    failure: SpecreplayError | None = None
-    first_row = writer.rows  # this point's rows follow in the file
-    # For the tokenizer, per batch written: its rows, and the engine's chunk
-    # text columns (None for a lost worker's rows, which have no chunks).
-    texts: list[tuple[int, pa.Array | None, pa.Array | None]] = []
-
-    def progress() -> Progress:
-        p = run.progress()
-        elapsed_s = (_core.now_us() - started) / 1e6
-        return Progress(point.name, p.scheduled, p.sent, p.finished, p.failed, p.output_tokens, elapsed_s)
-
-    while True:
-        wait_s = POLL_S
-        if deadline_us is not None and not cut:
-            # A wait returns only when it ends: end it at the deadline, so that
-            # the cut comes when the budget runs out, not up to POLL_S later.
-            wait_s = min(POLL_S, max(0.0, (deadline_us - _core.now_us()) / 1e6))
-        try:
-            if failure is None and not interrupted and not cut:
-                feeder.top_up(run)
-            batch = run.next_batch(4096, wait_s)
-        except SpecreplayError as e:
-            failure = e
-            run.cancel()
-            continue
-        except KeyboardInterrupt:
-            # Stop scheduling, cancel in-flight requests (they still report a
-            # row), and keep draining so nothing that finished is lost.
-            interrupted = True
-            run.cancel()
-            continue
-        if batch is None:
-            break
-        engine_batch = pa.record_batch(batch)
-        out = writer.write(engine_batch, run_id=run_id, label=label, point=point.name, point_index=index)
-        if out is not None:
-            hooks.rows(out)
-            if tokenizer is not None:
-                if "chunk_text" in engine_batch.schema.names:
-                    texts.append((out.num_rows, engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
-                else:
-                    texts.append((out.num_rows, None, None))
-        hooks.progress(progress())
-        if deadline_us is not None and not cut and _core.now_us() > deadline_us:
-            cut = True
-            run.cancel()
-    try:
-        if scraper is not None:
-            scraper.end_point()
-    except KeyboardInterrupt:
-        interrupted = True
-    if tokenizer is not None:
-        # Between points, off the measurement path. The partial file keeps
-        # the engine's estimate; the final file gets the recount.
-        if texts:
-            # Batch by batch as the engine handed them over (the writer has
-            # compacted its copies: they are sliced back out of its rows).
-            mine, start_row, recounted = writer.table(first_row), 0, []
-            for n, text, chars in texts:
-                (rows,) = mine.slice(start_row, n).combine_chunks().to_batches()
-                recounted.append(rows if text is None or chars is None else recount(tokenizer, rows, text, chars))
-                start_row += n
-            writer.replace_from(first_row, pa.Table.from_batches(recounted, schema=writer.schema))
-        texts.clear()
-        if tokenizer.failure:
-            hooks.note(f"the chunks could not be counted: {tokenizer.failure}; the rows keep the estimate from the chunks' text")
-    rows = writer.table(first_row)
-    point_metadata: dict[str, str] | None = getattr(run, "point_metadata", None)
-    if point_metadata:
-        # A predicted point's rows carry what it was predicted from.
-        rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}), **{k.encode(): v.encode() for k, v in point_metadata.items()}})
-    mine = None
-    if scraper is not None and len(scraper.log):
-        # The point's samples, handed to its analysis as they are (the file gets them all at the end).
-        taken = scraper.log.table()
-        mine = taken.filter(pc.and_(pc.equal(taken["label"], label), pc.equal(taken["point"], point.name)))
-    if failure is not None:
-        raise failure
-    return FinishedPoint(point, label, rows, progress(), interrupted, cut, server_samples=mine)
 
 
 def replay(trace: str, api_key: str | None = None, **options: Any) -> pa.Table:

@@ -56,11 +56,7 @@ fn build(mut builder: Builder) -> Result<Runtime, String> {
 
 pub static RUNTIME: LazyRuntime = LazyRuntime::new("the engine", || {
     let mut builder = Builder::new_multi_thread();
-    builder.thread_name("specreplay").on_thread_start(|| {
-        // Only when asked (`pacing::Role::Worker`).
-        use specreplay_core::engine::pacing::{boost_this_thread, Role};
-        boost_this_thread(Role::Worker);
-    });
+    builder.thread_name("specreplay");
     build(builder)
 });
 

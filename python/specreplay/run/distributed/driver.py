@@ -1,5 +1,5 @@
 """The driver side of a distributed replay: a `Cluster` of worker actors,
-and the `DistributedRun` of one sweep point, which `replay._run_point`
+and the `DistributedRun` of one sweep point, which `point.run_point`
 drains exactly like the engine's own `EngineRun` (`next_batch`, `progress`,
 `cancel`), so the results writer, the crash-safe `.partial` stream, the
 scraper and the tokenizer recount are those of a local replay.

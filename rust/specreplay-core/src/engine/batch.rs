@@ -160,10 +160,15 @@ pub fn to_record_batch_with(
 /// The per-chunk list columns: `chunk_ts_us`, `chunk_tokens`,
 /// `chunk_channel`, `chunk_delay_us`, one pass over the chunks.
 fn chunk_columns(records: &[RequestRecord], chunk_total: usize) -> [ArrayRef; 4] {
-    let mut ts = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
-    let mut tokens = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
-    let mut channel = ListBuilder::new(Int8Builder::with_capacity(chunk_total));
-    let mut delay = ListBuilder::new(Int32Builder::with_capacity(chunk_total));
+    // Sized for this batch: `ListBuilder::new` reserves offsets for 1,024
+    // lists (4 KB a column, 16 KB a batch over these four), which every batch
+    // Python keeps until the file is written holds on to, and a batch is
+    // often one row.
+    let n = records.len();
+    let mut ts = ListBuilder::with_capacity(Int64Builder::with_capacity(chunk_total), n);
+    let mut tokens = ListBuilder::with_capacity(Int32Builder::with_capacity(chunk_total), n);
+    let mut channel = ListBuilder::with_capacity(Int8Builder::with_capacity(chunk_total), n);
+    let mut delay = ListBuilder::with_capacity(Int32Builder::with_capacity(chunk_total), n);
     for r in records {
         for c in &r.chunks {
             ts.values().append_value(c.ts_us);
@@ -186,7 +191,7 @@ fn chunk_columns(records: &[RequestRecord], chunk_total: usize) -> [ArrayRef; 4]
 
 /// `Extras::server_stamps`'s column.
 fn server_stamps_column(records: &[RequestRecord], chunk_total: usize) -> ArrayRef {
-    let mut stamps = ListBuilder::new(Int64Builder::with_capacity(chunk_total));
+    let mut stamps = ListBuilder::with_capacity(Int64Builder::with_capacity(chunk_total), records.len());
     for r in records {
         for i in 0..r.chunks.len() {
             stamps
@@ -221,6 +226,29 @@ mod tests {
     use super::*;
     use crate::decode::Channel;
     use crate::engine::record::{Chunk, ErrorKind, TokenSource};
+
+    #[test]
+    fn a_one_row_batch_holds_what_its_row_needs() {
+        // Python keeps every batch until the file is written: one row's
+        // 47 columns cost some 64-byte buffers each, not room for 1,024 lists.
+        let row = RequestRecord {
+            trace_id: "a".into(),
+            api: "chat",
+            chunks: vec![
+                Chunk {
+                    ts_us: 10,
+                    delay_us: Some(3),
+                    tokens: 1,
+                    channel: Channel::Content,
+                };
+                64
+            ],
+            ..Default::default()
+        };
+        let batch = to_record_batch(&[row]).unwrap();
+        let bytes = batch.get_array_memory_size();
+        assert!(bytes < 10_000, "{bytes} bytes for one row");
+    }
 
     #[test]
     fn rows_and_list_columns_line_up() {

@@ -116,8 +116,6 @@ impl Releases {
 /// over and nothing is pending, or when the run is cancelled.
 pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime: Handle) {
     pacing::tighten_timer_slack();
-    pacing::boost_this_thread(pacing::Role::Pacer);
-    let lead = pacing::send_lead();
     let feed: &Feed = &shared.feed;
     let releases = &shared.releases;
     let cancel = shared.ctx.cancel.clone();
@@ -135,10 +133,7 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
         let unit_at = next
             .as_ref()
             .map(|u| start_at + Duration::from_micros(u.offset_us.max(0) as u64));
-        // A unit's task is started `lead` early and waits out the rest on
-        // its worker (`pacing::until`), so waking a worker is not in its lag.
-        let start_unit_at = unit_at.map(|at| at.checked_sub(lead).unwrap_or(at));
-        let deadline = match (start_unit_at, releases.next()) {
+        let deadline = match (unit_at, releases.next()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -148,18 +143,10 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
             Waited::Due => {}
         }
         releases.release_due(Instant::now());
-        if let (Some(at), Some(start), Some(_)) = (unit_at, start_unit_at, &next) {
-            if start <= Instant::now() {
+        if let (Some(at), Some(_)) = (unit_at, &next) {
+            if at <= Instant::now() {
                 let unit = next.take().expect("checked");
-                let unit = run_unit(shared.clone(), unit, instant_to_us(at));
-                if lead.is_zero() {
-                    runtime.spawn(unit);
-                } else {
-                    runtime.spawn(async move {
-                        pacing::until(at).await;
-                        unit.await
-                    });
-                }
+                runtime.spawn(run_unit(shared.clone(), unit, instant_to_us(at)));
             }
         }
     }

@@ -10,7 +10,8 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long before a deadline to stop sleeping and start spinning. Covers the
-/// usual nanosleep overshoot on a loaded machine; measured in bench/.
+/// usual nanosleep overshoot on a loaded machine; measured in bench/ (40 µs
+/// was no better at 2,000 or 5,000/s, docs/benchmarks.md).
 const SPIN_WINDOW: Duration = Duration::from_micros(150);
 
 /// Lowers this thread's timer slack so `nanosleep` wakes within microseconds
@@ -20,82 +21,6 @@ pub fn tighten_timer_slack() {
     // SAFETY: PR_SET_TIMERSLACK takes a plain integer and only affects this thread.
     unsafe {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
-    }
-}
-
-/// How long before its due time the pacing thread starts an open-loop
-/// unit's task, which then waits out the rest on its tokio worker
-/// (`until`), so the time a parked worker takes to wake up (tens of µs on
-/// an idle machine, far more on a loaded one) is not in the send lag. Zero
-/// (the default): the task is started at its due time. Set from the
-/// environment (`SPECREPLAY_SEND_LEAD_US`) for the A/B bench
-/// (`bench/send_lag_profile.py`, docs/benchmarks.md) until it is measured
-/// on a quiet machine.
-pub fn send_lead() -> Duration {
-    std::env::var("SPECREPLAY_SEND_LEAD_US")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|us| Duration::from_micros(us.min(10_000)))
-        .unwrap_or(Duration::ZERO)
-}
-
-/// Waits on the current tokio worker until `at`, yielding to the worker's
-/// other tasks meanwhile (a busy worker loses nothing; an idle one stays
-/// awake, at the cost of up to the lead's CPU per unit).
-pub async fn until(at: Instant) {
-    while Instant::now() < at {
-        tokio::task::yield_now().await;
-    }
-}
-
-/// The engine's threads that may ask to run above the process's priority.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// The pacing thread: asleep but for the moments it sends. Raised by 10
-    /// nice steps with `SPECREPLAY_THREAD_BOOST=pacer` or `all`.
-    Pacer,
-    /// The engine's tokio workers (they take the send stamps). Raised by 5
-    /// steps with `SPECREPLAY_THREAD_BOOST=all`.
-    Worker,
-}
-
-/// Raises the calling thread's priority above the process's, by its role's
-/// nice steps, best effort (Linux only). On a shared 2-core machine a woken
-/// thread otherwise waits for a CPU behind every other runnable thread of the
-/// machine: that run-queue wait, not the timer, made the pacing thread's
-/// share of the send lag (`bench/send_lag_profile.py`). Where lowering a
-/// niceness is not allowed (not root, no `CAP_SYS_NICE`, `RLIMIT_NICE`), the
-/// thread keeps the process's. Off unless asked: `SPECREPLAY_THREAD_BOOST`
-/// = `pacer` (the pacing thread), `all` (the workers too). Measured at load
-/// 5–10 it helped in one run and hurt in the next (a boosted pacer spinning
-/// out its last 150 µs takes the CPU from a single worker; boosted workers
-/// take it from the Python feeder), so it stays an experiment until a quiet
-/// machine says otherwise (docs/benchmarks.md). Returns whether the
-/// priority was raised.
-pub fn boost_this_thread(role: Role) -> bool {
-    let setting = std::env::var("SPECREPLAY_THREAD_BOOST").unwrap_or_default();
-    let steps = match (setting.trim(), role) {
-        ("pacer" | "all", Role::Pacer) => 10,
-        ("all", Role::Worker) => 5,
-        _ => return false,
-    };
-    raise_nice(steps)
-}
-
-fn raise_nice(steps: i32) -> bool {
-    #[cfg(target_os = "linux")]
-    // SAFETY: getpriority/setpriority take plain integers; a thread id as
-    // PRIO_PROCESS's `who` changes that thread only (Linux semantics).
-    unsafe {
-        let process = libc::getpriority(libc::PRIO_PROCESS, 0);
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        let target = (process - steps).max(-20);
-        libc::setpriority(libc::PRIO_PROCESS, tid, target) == 0
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = steps;
-        false
     }
 }
 
@@ -179,35 +104,6 @@ mod tests {
             assert_eq!(wait_until(Some(deadline), &bell, || false), Waited::Due);
             assert!(Instant::now() >= deadline);
         }
-    }
-
-    #[tokio::test]
-    async fn until_never_returns_early() {
-        for us in [0u64, 50, 300] {
-            let at = Instant::now() + Duration::from_micros(us);
-            until(at).await;
-            assert!(Instant::now() >= at);
-        }
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn a_boost_that_takes_raises_only_the_calling_thread() {
-        // SAFETY: plain integer queries of this thread's and another's nice.
-        let nice_of = |tid: libc::id_t| unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) };
-        let before = nice_of(0);
-        let (took, boosted) = std::thread::spawn(move || {
-            let took = raise_nice(3);
-            (took, nice_of(0))
-        })
-        .join()
-        .unwrap();
-        if took {
-            assert_eq!(boosted, (before - 3).max(-20));
-        } else {
-            assert_eq!(boosted, before);
-        }
-        assert_eq!(nice_of(0), before, "the calling thread only");
     }
 
     #[test]

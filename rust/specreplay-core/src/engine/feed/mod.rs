@@ -27,6 +27,12 @@ use super::share::Dealer;
 use super::spec::{PreparedRequest, SessionMode, Share};
 use crate::error::CoreError;
 
+#[cfg(test)]
+pub(crate) mod tests;
+mod units;
+
+pub use units::{group, Unit};
+
 /// The look-ahead a streamed feed keeps queued: this much of the schedule
 /// (open loop), or this long at the rate units have been taken so far
 /// (closed loop)...
@@ -36,63 +42,6 @@ const MIN_QUEUED: usize = 64;
 /// ...but never more than this many requests or body bytes.
 const MAX_QUEUED: usize = 100_000;
 const MAX_QUEUED_BYTES: usize = 256 << 20;
-
-/// What starts together: one request, or a session's turns (dependent mode).
-#[derive(Debug)]
-pub struct Unit {
-    pub turns: Vec<PreparedRequest>,
-    /// How many times the trace was looped before this unit (0: first pass).
-    pub lap: u64,
-    /// `request_index` of its first turn; the others follow.
-    pub first_index: u64,
-    /// Open loop: when it is due, µs after the point's start.
-    pub offset_us: i64,
-    /// Its turns wait for each other (a session, in dependent mode).
-    pub dependent: bool,
-}
-
-/// Splits requests, in feed order, into units. In dependent mode a
-/// session's turns come together and in order (turn 0, 1, …): a turn must
-/// directly follow the one before it, in the same batch.
-pub fn group(
-    requests: Vec<PreparedRequest>,
-    mode: SessionMode,
-) -> Result<Vec<Vec<PreparedRequest>>, CoreError> {
-    let mut units: Vec<Vec<PreparedRequest>> = Vec::new();
-    for request in requests {
-        let turn = match (&request.session, mode) {
-            (Some(turn), SessionMode::Dependent) => turn,
-            _ => {
-                units.push(vec![request]);
-                continue;
-            }
-        };
-        if turn.index == 0 {
-            units.push(vec![request]);
-            continue;
-        }
-        let previous = units.last_mut().filter(|u| {
-            u.last()
-                .and_then(|r| r.session.as_ref())
-                .is_some_and(|t| t.session_id == turn.session_id && t.index + 1 == turn.index)
-        });
-        match previous {
-            Some(unit) => unit.push(request),
-            None => {
-                return Err(CoreError::config(
-                    format!("request {}: turn_index", request.trace_id),
-                    format!(
-                        "turn {} of session {:?} does not follow its turn {} (a session's turns are fed together, in order)",
-                        turn.index,
-                        &*turn.session_id,
-                        turn.index - 1
-                    ),
-                ))
-            }
-        }
-    }
-    Ok(units)
-}
 
 /// What `Feed::pop` found.
 pub enum Popped {
@@ -105,7 +54,7 @@ pub enum Popped {
 
 /// A point given whole: its units, looped over.
 struct Whole {
-    units: Vec<Vec<PreparedRequest>>,
+    units: Vec<Arc<[PreparedRequest]>>,
     next: usize,
 }
 
@@ -208,7 +157,10 @@ impl Feed {
             limit,
             schedule,
             duration,
-            Some(Whole { units, next: 0 }),
+            Some(Whole {
+                units: units.into_iter().map(Arc::from).collect(),
+                next: 0,
+            }),
             share,
         ))
     }
@@ -254,7 +206,7 @@ impl Feed {
             if state.ended {
                 break;
             }
-            self.enqueue(&mut state, turns);
+            self.enqueue(&mut state, Arc::from(turns));
         }
         drop(state);
         self.wake();
@@ -313,10 +265,12 @@ impl Feed {
 
     /// Gives `turns` their indexes, lap and due time and queues them, unless
     /// the limit or the duration ends the point first.
-    fn enqueue(&self, state: &mut State, mut turns: Vec<PreparedRequest>) {
+    fn enqueue(&self, state: &mut State, mut turns: Arc<[PreparedRequest]>) {
         if let Some(limit) = self.limit {
             let left = limit.saturating_sub(state.queued_total);
-            turns.truncate(left.min(turns.len() as u64) as usize);
+            if left < turns.len() as u64 {
+                turns = turns[..left as usize].to_vec().into();
+            }
             if turns.is_empty() {
                 state.ended = true;
                 return;
@@ -420,10 +374,14 @@ impl Feed {
         }
     }
 
-    /// A unit taken with `pop` is over.
+    /// A unit taken with `pop` is over. The pacing thread hears of it only
+    /// when nothing is live any more (all `is_over` waits for): at thousands
+    /// of requests per second a ring per finish doubled its wake-ups.
     pub fn finished(&self) {
-        self.live.fetch_sub(1, Ordering::SeqCst);
-        self.bell.ring();
+        let was = self.live.fetch_sub(1, Ordering::SeqCst);
+        if was == 1 {
+            self.bell.ring();
+        }
     }
 
     /// No unit is queued or running, and none will come.
@@ -431,214 +389,5 @@ impl Feed {
         let mut state = self.lock();
         self.refill(&mut state);
         state.ended && state.queue.is_empty() && self.live.load(Ordering::SeqCst) == 0
-    }
-}
-
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::engine::spec::LoadMode;
-
-    pub(crate) fn request(id: &str, session: Option<(&str, i32)>) -> PreparedRequest {
-        let r = PreparedRequest::new(
-            id.into(),
-            "chat",
-            "http://h/v1/chat/completions",
-            b"{}".to_vec(),
-            0.0,
-        )
-        .unwrap();
-        match session {
-            Some((s, i)) => r.in_session(s, i, None),
-            None => r,
-        }
-    }
-
-    fn ids(units: &[Vec<PreparedRequest>]) -> Vec<Vec<&str>> {
-        units
-            .iter()
-            .map(|u| u.iter().map(|r| r.trace_id.as_str()).collect())
-            .collect()
-    }
-
-    #[test]
-    fn dependent_mode_groups_a_sessions_turns() {
-        let requests = || {
-            vec![
-                request("a0", Some(("a", 0))),
-                request("a1", Some(("a", 1))),
-                request("x", None),
-                request("b0", Some(("b", 0))),
-                request("b1", Some(("b", 1))),
-                request("b2", Some(("b", 2))),
-            ]
-        };
-        let units = group(requests(), SessionMode::Dependent).unwrap();
-        assert_eq!(
-            ids(&units),
-            vec![vec!["a0", "a1"], vec!["x"], vec!["b0", "b1", "b2"]]
-        );
-        let units = group(requests(), SessionMode::Independent).unwrap();
-        assert_eq!(units.len(), 6);
-    }
-
-    #[test]
-    fn a_turn_out_of_place_is_refused() {
-        for requests in [
-            vec![request("a1", Some(("a", 1)))],
-            vec![request("a0", Some(("a", 0))), request("b1", Some(("b", 1)))],
-            vec![request("a0", Some(("a", 0))), request("a2", Some(("a", 2)))],
-            vec![
-                request("a0", Some(("a", 0))),
-                request("x", None),
-                request("a1", Some(("a", 1))),
-            ],
-        ] {
-            let err = group(requests, SessionMode::Dependent)
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.contains("turn_index") && err.contains("does not follow"),
-                "{err}"
-            );
-        }
-    }
-
-    pub(crate) fn drain(feed: &Feed) -> Vec<(Vec<String>, u64, u64, i64)> {
-        let mut out = Vec::new();
-        while let Popped::Unit(u) = feed.pop() {
-            out.push((
-                u.turns.iter().map(|r| r.trace_id.clone()).collect(),
-                u.lap,
-                u.first_index,
-                u.offset_us,
-            ));
-            feed.finished();
-        }
-        out
-    }
-
-    #[test]
-    fn a_whole_point_loops_up_to_its_limit_and_cuts_the_last_session() {
-        let requests = vec![
-            request("a0", Some(("a", 0))),
-            request("a1", Some(("a", 1))),
-            request("x", None),
-        ];
-        let feed =
-            Feed::whole(requests, SessionMode::Dependent, Some(5), None, None, None).unwrap();
-        let got = drain(&feed);
-        let units: Vec<(Vec<&str>, u64, u64)> = got
-            .iter()
-            .map(|(t, l, i, _)| (t.iter().map(|s| s.as_str()).collect(), *l, *i))
-            .collect();
-        assert_eq!(
-            units,
-            vec![
-                (vec!["a0", "a1"], 0, 0),
-                (vec!["x"], 0, 2),
-                (vec!["a0", "a1"], 1, 3)
-            ]
-        );
-        assert!(feed.is_over());
-        // Without a limit: once through.
-        let feed = Feed::whole(
-            vec![request("x", None), request("y", None)],
-            SessionMode::Dependent,
-            None,
-            None,
-            None,
-            None,
-        )
-        .unwrap();
-        assert_eq!(drain(&feed).len(), 2);
-    }
-
-    /// A streamed point sending at a constant `rate`.
-    fn open_loop(rate: f64, duration: Option<Duration>) -> Feed {
-        let load = LoadMode::Rate {
-            rate,
-            arrival: crate::engine::Arrival::Constant,
-            burstiness: 1.0,
-        };
-        Feed::streamed(
-            SessionMode::Dependent,
-            None,
-            Schedule::open_loop(load, 0),
-            duration,
-            None,
-        )
-    }
-
-    #[test]
-    fn a_streamed_point_takes_what_is_fed_by_lap_and_wants_a_lookahead() {
-        let feed = open_loop(100.0, None);
-        assert!(feed.wants_more());
-        assert!(matches!(feed.pop(), Popped::Empty));
-        feed.push(
-            (0..MIN_QUEUED)
-                .map(|i| request(&format!("r{i}"), None))
-                .collect(),
-        )
-        .unwrap();
-        // 64 units at 100/s cover 0.63 s of the schedule: less than the look-ahead.
-        assert!(feed.wants_more());
-        feed.end_lap();
-        feed.push((0..200).map(|i| request(&format!("r{i}"), None)).collect())
-            .unwrap();
-        // 264 units cover 2.63 s.
-        assert!(!feed.wants_more());
-        feed.end();
-        assert!(!feed.wants_more());
-        let got = drain(&feed);
-        assert_eq!(got.len(), 264);
-        assert_eq!(
-            (got[63].1, got[64].1, got[64].2, got[64].3),
-            (0, 1, 64, 640_000)
-        );
-        assert!(feed.is_over());
-    }
-
-    #[test]
-    fn a_closed_loop_feed_looks_ahead_by_the_rate_units_are_taken() {
-        let feed = Feed::streamed(SessionMode::Dependent, None, None, None, None);
-        let some = |n: usize| (0..n).map(|i| request(&format!("r{i}"), None)).collect();
-        feed.push(some(MIN_QUEUED)).unwrap();
-        assert_eq!(drain(&feed).len(), MIN_QUEUED);
-        // 64 taken within the first second: 2 s ahead is 128 queued.
-        feed.push(some(100)).unwrap();
-        assert!(feed.wants_more());
-        feed.push(some(30)).unwrap();
-        assert!(!feed.wants_more());
-    }
-
-    #[test]
-    fn the_duration_ends_an_open_loop_feed() {
-        let feed = open_loop(10.0, Some(Duration::from_millis(250)));
-        feed.push((0..5).map(|i| request(&format!("r{i}"), None)).collect())
-            .unwrap();
-        // Due at 0, 100 and 200 ms; the one at 300 ms ends the point.
-        assert!(!feed.wants_more());
-        assert_eq!(drain(&feed).len(), 3);
-        assert!(feed.is_over());
-    }
-
-    #[test]
-    fn a_live_unit_keeps_the_feed_from_being_over() {
-        let feed = Feed::whole(
-            vec![request("x", None)],
-            SessionMode::Dependent,
-            None,
-            None,
-            None,
-            None,
-        )
-        .unwrap();
-        let Popped::Unit(_unit) = feed.pop() else {
-            panic!()
-        };
-        assert!(!feed.is_over());
-        feed.finished();
-        assert!(feed.is_over());
     }
 }

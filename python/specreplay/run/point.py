@@ -1,0 +1,198 @@
+"""Runs one sweep point: starts it, drains its finished requests into the
+results file until it is over (topping up a streamed feed, cutting it at a
+deadline, cancelling it on Ctrl-C or a bad trace), bracketed by the
+scraper's scrapes, then recounts its chunks with a tokenizer if any and
+attaches its server samples to its rows.
+
+The engine runs on its own threads; the drain wakes every quarter second
+at most, so nothing here is on the measurement path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from specreplay import _core
+from specreplay.errors import SpecreplayError
+from specreplay.results.files import ResultsWriter
+from specreplay.run.chunk_tokenizer import ChunkCounter, recount
+from specreplay.run.feed import Feeder
+from specreplay.run.plan import FinishedPoint, Progress
+from specreplay.settings.config import Point
+
+if TYPE_CHECKING:
+    from specreplay._core import RunSpec
+    from specreplay.run.replay import Hooks
+    from specreplay.servermetrics.scrape import Scraper
+
+#: What starts one point: the feeder, on the local engine (`Feeder.start`),
+#: or a distributed replay's workers, each feeding its own engine its share
+#: (`distributed.driver.Cluster.start_point`). Either returns something
+#: drained like `_core.EngineRun`.
+StartPoint = Callable[["RunSpec", Feeder, str, str], Any]
+
+#: How long one drain waits for finished requests before reporting progress.
+POLL_S = 0.25
+
+
+def local_start(spec: RunSpec, feeder: Feeder, label: str, point: str) -> Any:
+    return feeder.start(spec)
+
+
+@dataclass
+class _Drained:
+    """How a point's drain ended, and what the recount needs."""
+
+    interrupted: bool = False
+    cut: bool = False
+    failure: SpecreplayError | None = None
+    #: For the tokenizer, per batch written: its rows, and the engine's chunk
+    #: text columns (None for a lost worker's rows, which have no chunks).
+    texts: list[tuple[int, pa.Array | None, pa.Array | None]] = field(default_factory=list)
+
+
+def run_point(
+    spec: RunSpec,
+    feeder: Feeder,
+    writer: ResultsWriter,
+    run_id: str,
+    label: str,
+    point: Point,
+    index: int,
+    hooks: Hooks,
+    scraper: Scraper | None = None,
+    tokenizer: ChunkCounter | None = None,
+    deadline_us: float | None = None,
+    start: StartPoint = local_start,
+) -> FinishedPoint:
+    """Runs one point to the end, feeding it as it asks (or, past
+    `deadline_us`, cancels what is left of it: its rows are kept, and it is
+    marked cut), bracketed by the scraper's own scrapes of the server's
+    metrics, then recounts its chunks with `tokenizer` if any. A trace that
+    turns out bad while it is fed (it changed since it was checked) cancels
+    the point, keeps what finished, and raises once every row is written."""
+    nothing = FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
+    try:
+        if scraper is not None:
+            scraper.start_point(label, point.name)
+        # A distributed start takes a second (clocks, the start lead): an
+        # interrupt then has nothing finished to keep.
+        run = start(spec, feeder, label, point.name)
+    except KeyboardInterrupt:
+        return nothing
+    started = _core.now_us()
+    first_row = writer.rows  # this point's rows follow in the file
+
+    def progress() -> Progress:
+        p = run.progress()
+        elapsed_s = (_core.now_us() - started) / 1e6
+        return Progress(point.name, p.scheduled, p.sent, p.finished, p.failed, p.output_tokens, elapsed_s)
+
+    drained = _drain(run, feeder, writer, hooks, progress, deadline_us, {"run_id": run_id, "label": label, "point": point.name, "point_index": index}, tokenizer is not None)
+    try:
+        if scraper is not None:
+            scraper.end_point()
+    except KeyboardInterrupt:
+        drained.interrupted = True
+    if tokenizer is not None:
+        _recount(writer, first_row, drained.texts, tokenizer, hooks)
+    rows = _with_metadata(writer.table(first_row), getattr(run, "point_metadata", None))
+    samples = _samples_of(scraper, label, point.name)
+    if drained.failure is not None:
+        raise drained.failure
+    return FinishedPoint(point, label, rows, progress(), drained.interrupted, drained.cut, server_samples=samples)
+
+
+def _drain(
+    run: Any,
+    feeder: Feeder,
+    writer: ResultsWriter,
+    hooks: Hooks,
+    progress: Callable[[], Progress],
+    deadline_us: float | None,
+    where: dict[str, Any],
+    keep_texts: bool,
+) -> _Drained:
+    """Writes the point's batches as they finish until the engine has
+    returned every row; `where` names the rows (`ResultsWriter.write`)."""
+    out = _Drained()
+    while True:
+        wait_s = POLL_S
+        if deadline_us is not None and not out.cut:
+            # A wait returns only when it ends: end it at the deadline, so that
+            # the cut comes when the budget runs out, not up to POLL_S later.
+            wait_s = min(POLL_S, max(0.0, (deadline_us - _core.now_us()) / 1e6))
+        try:
+            if out.failure is None and not out.interrupted and not out.cut:
+                feeder.top_up(run)
+            batch = run.next_batch(4096, wait_s)
+        except SpecreplayError as e:
+            out.failure = e
+            run.cancel()
+            continue
+        except KeyboardInterrupt:
+            # Stop scheduling, cancel in-flight requests (they still report a
+            # row), and keep draining so nothing that finished is lost.
+            out.interrupted = True
+            run.cancel()
+            continue
+        if batch is None:
+            return out
+        engine_batch = pa.record_batch(batch)
+        written = writer.write(engine_batch, **where)
+        if written is not None:
+            hooks.rows(written)
+            if keep_texts:
+                if "chunk_text" in engine_batch.schema.names:
+                    out.texts.append((written.num_rows, engine_batch.column("chunk_text"), engine_batch.column("chunk_text_chars")))
+                else:
+                    out.texts.append((written.num_rows, None, None))
+        hooks.progress(progress())
+        if deadline_us is not None and not out.cut and _core.now_us() > deadline_us:
+            out.cut = True
+            run.cancel()
+
+
+def _recount(
+    writer: ResultsWriter,
+    first_row: int,
+    texts: list[tuple[int, pa.Array | None, pa.Array | None]],
+    tokenizer: ChunkCounter,
+    hooks: Hooks,
+) -> None:
+    """Between points, off the measurement path. The partial file keeps the
+    engine's estimate; the final file gets the recount."""
+    if texts:
+        # Batch by batch as the engine handed them over (the writer has
+        # compacted its copies: they are sliced back out of its rows).
+        mine, start_row, recounted = writer.table(first_row), 0, []
+        for n, text, chars in texts:
+            (rows,) = mine.slice(start_row, n).combine_chunks().to_batches()
+            recounted.append(rows if text is None or chars is None else recount(tokenizer, rows, text, chars))
+            start_row += n
+        writer.replace_from(first_row, pa.Table.from_batches(recounted, schema=writer.schema))
+    texts.clear()
+    if tokenizer.failure:
+        hooks.note(f"the chunks could not be counted: {tokenizer.failure}; the rows keep the estimate from the chunks' text")
+
+
+def _with_metadata(rows: pa.Table, point_metadata: dict[str, str] | None) -> pa.Table:
+    """The point's rows as the file will hold them: a predicted point's with
+    what it was predicted from."""
+    if point_metadata:
+        rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}), **{k.encode(): v.encode() for k, v in point_metadata.items()}})
+    return rows
+
+
+def _samples_of(scraper: Scraper | None, label: str, point: str) -> pa.Table | None:
+    """The server samples scraped during this point, handed to its analysis
+    as they are (the file gets them all at the end)."""
+    if scraper is None or not len(scraper.log):
+        return None
+    taken = scraper.log.table()
+    return taken.filter(pc.and_(pc.equal(taken["label"], label), pc.equal(taken["point"], point)))
