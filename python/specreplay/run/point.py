@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,8 +27,17 @@ from specreplay.settings.config import Point
 
 if TYPE_CHECKING:
     from specreplay._core import RunSpec
-    from specreplay.run.replay import Hooks
     from specreplay.servermetrics.scrape import Scraper
+
+class PointHooks(Protocol):
+    """What a point tells its front end while it runs: the part of
+    `replay.Hooks` a point uses (named here, so that the point needs nothing
+    from the orchestrator above it)."""
+
+    def note(self, message: str) -> None: ...
+    def rows(self, batch: pa.RecordBatch) -> None: ...
+    def progress(self, progress: Progress) -> None: ...
+
 
 #: What starts one point: the feeder, on the local engine (`Feeder.start`),
 #: or a distributed replay's workers, each feeding its own engine its share
@@ -64,7 +73,7 @@ def run_point(
     label: str,
     point: Point,
     index: int,
-    hooks: Hooks,
+    hooks: PointHooks,
     scraper: Scraper | None = None,
     tokenizer: ChunkCounter | None = None,
     deadline_us: float | None = None,
@@ -112,7 +121,7 @@ def _drain(
     run: Any,
     feeder: Feeder,
     writer: ResultsWriter,
-    hooks: Hooks,
+    hooks: PointHooks,
     progress: Callable[[], Progress],
     deadline_us: float | None,
     where: dict[str, Any],
@@ -163,7 +172,7 @@ def _recount(
     first_row: int,
     texts: list[tuple[int, pa.Array | None, pa.Array | None]],
     tokenizer: ChunkCounter,
-    hooks: Hooks,
+    hooks: PointHooks,
 ) -> None:
     """Between points, off the measurement path. The partial file keeps the
     engine's estimate; the final file gets the recount."""

@@ -191,7 +191,8 @@ fn chunk_columns(records: &[RequestRecord], chunk_total: usize) -> [ArrayRef; 4]
 
 /// `Extras::server_stamps`'s column.
 fn server_stamps_column(records: &[RequestRecord], chunk_total: usize) -> ArrayRef {
-    let mut stamps = ListBuilder::with_capacity(Int64Builder::with_capacity(chunk_total), records.len());
+    let mut stamps =
+        ListBuilder::with_capacity(Int64Builder::with_capacity(chunk_total), records.len());
     for r in records {
         for i in 0..r.chunks.len() {
             stamps
