@@ -7,7 +7,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use rand::Rng;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 use super::model::ServerModel;
 use super::plan::Planned;
@@ -53,6 +54,10 @@ pub(super) struct Des<'a> {
     pending_units: Vec<i64>,
     duration_us: Option<i64>,
     pub(super) stats: PredictStats,
+    /// The server's speed now (a factor on iteration costs) and until when.
+    speed: f64,
+    speed_until: i64,
+    speed_rng: ChaCha8Rng,
 }
 
 impl<'a> Des<'a> {
@@ -79,6 +84,9 @@ impl<'a> Des<'a> {
             pending_units: Vec::new(),
             duration_us: spec.duration_s.map(|s| (s * 1e6).round() as i64),
             stats: PredictStats::default(),
+            speed: 1.0,
+            speed_until: i64::MIN,
+            speed_rng: ChaCha8Rng::seed_from_u64(model.seed ^ 0x5eed_0f_5bee_d000),
         }
     }
 
@@ -166,6 +174,7 @@ impl<'a> Des<'a> {
             let decoding = self.running.iter().filter(|l| l.decoding).count();
             let prefill_us = self.prefill(decoding) + cached_us;
             let busy = self.capacity.decode_step_us(self.step_us, decoding) + prefill_us;
+            let busy = (busy as f64 * self.speed_at(start)).round() as u64;
             // A free iteration would not advance the clock: one µs keeps order.
             let end = start + busy.max(1) as i64;
             self.stats.iterations += 1;
@@ -174,6 +183,34 @@ impl<'a> Des<'a> {
             self.stats.peak_kv_tokens = self.stats.peak_kv_tokens.max(self.kv_used);
             self.step_all(end);
             last_end = Some(end);
+        }
+    }
+
+    /// The speed factor of an iteration starting at `at`: one log-normal
+    /// draw per window of `speed_window_us` (windows on the virtual clock).
+    fn speed_at(&mut self, at: i64) -> f64 {
+        let (spread, window) = (
+            self.model.speed_spread,
+            self.model.speed_window_us.round() as i64,
+        );
+        if spread <= 0.0 || window <= 0 {
+            return 1.0;
+        }
+        if at >= self.speed_until {
+            // Box-Muller: a standard normal from two uniforms in (0, 1].
+            let u1: f64 = 1.0 - self.speed_rng.random::<f64>();
+            let u2: f64 = self.speed_rng.random::<f64>();
+            let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            self.speed = (spread * z).exp();
+            self.speed_until = (at.div_euclid(window) + 1) * window;
+        }
+        self.speed
+    }
+
+    /// The usage probe's request ran before the point: its prompt is cached.
+    pub(super) fn warm_prefix(&mut self, r: usize) {
+        if let Some(cache) = &mut self.prefix {
+            cache.admit(&self.planned[r].prefix_blocks);
         }
     }
 

@@ -62,7 +62,7 @@ pub(super) fn plan(
     let (reasoning, content, finish) = match (fixed, budget) {
         (true, Some(b)) => (0, b, if parsed.ignore_eos { "length" } else { "stop" }),
         _ => {
-            let class = model.output_class(api).ok_or_else(|| {
+            let class = model.output_class(api, tokens).ok_or_else(|| {
                 CoreError::config(
                     field(),
                     format!(

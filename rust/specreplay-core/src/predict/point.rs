@@ -71,6 +71,9 @@ pub fn predict_point(
         }
     }
     let mut sim = Des::new(model, planned, spec);
+    if model.usage_probe && !requests.is_empty() {
+        sim.warm_prefix(0);
+    }
     match spec.load {
         LoadMode::Concurrency { concurrency } => {
             for u in 0..concurrency.min(units.len()) {

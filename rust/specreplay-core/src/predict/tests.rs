@@ -96,3 +96,83 @@ fn a_closed_loop_sends_the_next_request_when_one_ends() {
     let indices: Vec<i64> = rows.iter().map(|r| r.request_index).collect();
     assert_eq!(indices, vec![0, 1, 2]);
 }
+
+/// Requests that end by themselves (no fixed length), prompts of `words` words.
+fn natural(words: &[usize]) -> Vec<(PreparedRequest, u64)> {
+    words
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| {
+            let content: String = (0..w).map(|k| format!("w{k} ")).collect();
+            let body = serde_json::json!({"messages": [{"role": "user", "content": content}], "max_tokens": 100});
+            let url = "http://x.invalid/v1/chat/completions";
+            let req = PreparedRequest::new(format!("r{i}"), "chat", url, body.to_string().into(), 0.0);
+            (req.unwrap(), 0)
+        })
+        .collect()
+}
+
+#[test]
+fn output_lengths_come_from_the_prompts_length_class() {
+    // Short prompts (≤ 20 tokens) answer 3 tokens, the rest of chat 7.
+    let mut m = model(None);
+    m.output = serde_json::from_value(serde_json::json!([
+        {"api": "chat", "max_prompt_tokens": 20, "reasoning": [0], "content": [3]},
+        {"api": "chat", "reasoning": [2], "content": [5]},
+    ]))
+    .unwrap();
+    // 10 words + 4 template tokens = 14; 40 + 4 = 44, beyond every bucket.
+    let (rows, _) = predict_point(&m, &closed_loop(1), &natural(&[10, 40]), 0).unwrap();
+    assert_eq!(rows[0].output_tokens, Some(3));
+    assert_eq!(
+        (rows[1].reasoning_tokens, rows[1].content_tokens),
+        (Some(2), Some(5))
+    );
+}
+
+#[test]
+fn the_usage_probe_leaves_the_first_prompt_cached() {
+    let mut m = model(None);
+    m.prefix_caching = true;
+    m.usage_probe = true;
+    let (rows, _) = predict_point(&m, &closed_loop(1), &requests(1, 40, 2), 0).unwrap();
+    // 44 prompt tokens, every block but the last computed token cached (free).
+    assert!(
+        rows[0].cached_tokens.unwrap() >= 32,
+        "{:?}",
+        rows[0].cached_tokens
+    );
+    assert!(rows[0].first_token_us.unwrap() < 1000 + 440);
+    m.usage_probe = false;
+    let (rows, _) = predict_point(&m, &closed_loop(1), &requests(1, 40, 2), 0).unwrap();
+    assert_eq!(rows[0].cached_tokens, Some(0));
+    assert_eq!(rows[0].first_token_us, Some(1000 + 440));
+}
+
+#[test]
+fn a_speed_spread_varies_the_steps_by_window_and_repeats_with_the_seed() {
+    let mut m = model(None);
+    m.speed_spread = 0.3;
+    m.speed_window_us = 500.0;
+    let gaps = |m: &ServerModel| -> Vec<i64> {
+        let (rows, _) = predict_point(m, &closed_loop(1), &requests(1, 10, 60), 0).unwrap();
+        rows[0]
+            .chunks
+            .windows(2)
+            .map(|w| w[1].ts_us - w[0].ts_us)
+            .collect()
+    };
+    let a = gaps(&m);
+    assert_eq!(a, gaps(&m), "the same seed, the same draws");
+    let distinct: std::collections::BTreeSet<i64> = a.iter().copied().collect();
+    assert!(distinct.len() >= 3, "steps of one speed per window: {a:?}");
+    // Within a window the speed holds: consecutive equal gaps occur.
+    assert!(a.windows(2).any(|w| w[0] == w[1]), "{a:?}");
+    let mean = a.iter().sum::<i64>() as f64 / a.len() as f64;
+    assert!(
+        (60.0..170.0).contains(&mean),
+        "log-normal around the 100 µs step: {mean}"
+    );
+    m.seed = 7;
+    assert_ne!(a, gaps(&m));
+}
