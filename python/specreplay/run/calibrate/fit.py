@@ -107,6 +107,24 @@ def _nonnegative_lstsq(design: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best
 
 
+#: Iterations of the least-absolute-deviations fit (reweighted least squares).
+LAD_ITERATIONS = 30
+
+
+def _robust_lstsq(design: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least absolute deviations by iteratively reweighted
+    least squares: the fit of the median, not the mean, so a shared
+    machine's slow spell (a prefill taking 2-3x its usual time) moves it no
+    more than one sample; the speed spread carries that variation instead
+    (`spread.py`), around costs that are medians as the decode step is."""
+    coef = _nonnegative_lstsq(design, y)
+    scale = max(float(np.median(np.abs(y))) * 1e-3, 1.0)
+    for _ in range(LAD_ITERATIONS):
+        w = 1.0 / np.sqrt(np.maximum(np.abs(y - design @ coef), scale))
+        coef = _nonnegative_lstsq(design * w[:, None], y * w)
+    return coef
+
+
 def fit_jitter(frontend: Param, prefill: Param) -> Param:
     """frontend_jitter_us is not fitted: the low-load TTFT residual is
     mostly the machine's noise, not the spread of arrivals, and taking it as
@@ -147,22 +165,27 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
     how = f"TTFT of {n} requests alone in the server"
     if has_cache:
         design = np.column_stack([np.ones(n), computed, cached])
-        coef = _nonnegative_lstsq(design, ttft)
+        coef = _robust_lstsq(design, ttft)
         pred = design @ coef
         ss_res = float(((ttft - pred) ** 2).sum())
         ss_tot = float(((ttft - ttft.mean()) ** 2).sum())
         r2 = 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
         rms = float(np.sqrt(ss_res / n))
         a, b, c = (float(v) for v in coef)
-        fit = how + ": TTFT = frontend + per_token × computed + per_cached × cached"
+        fit = how + ": TTFT = frontend + per_token × computed + per_cached × cached, least absolute deviations"
         return (Param("frontend_us", "fitted", max(a, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_token", "fitted", max(b, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_cached_token", "fitted", max(c, 0.0), r2, rms, n, fit))
     no_cache = Param("prefill_us_per_cached_token", "unknown",
                      needs="a run whose prompts hit the prefix cache (the server reports cached_tokens), e.g. the same trace replayed twice")
     if cv >= MIN_PROMPT_CV:
-        a, b, r2, rms = _linfit(computed, ttft)
-        fit = how + ": TTFT = frontend + per_token × prompt"
+        design = np.column_stack([np.ones(n), computed])
+        a, b = (float(v) for v in _robust_lstsq(design, ttft))
+        res = ttft - (a + b * computed)
+        ss_tot = float(((ttft - ttft.mean()) ** 2).sum())
+        r2 = 1 - float((res ** 2).sum()) / ss_tot if ss_tot > 0 else float("nan")
+        rms = float(np.sqrt(np.mean(res ** 2)))
+        fit = how + ": TTFT = frontend + per_token × prompt, least absolute deviations"
         return (Param("frontend_us", "fitted", max(a, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_token", "fitted", max(b, 0.0), r2, rms, n, fit), no_cache)
     per_token = float(np.mean(ttft) / np.mean(computed))
