@@ -289,6 +289,7 @@ def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: 
     ratios: list[float] = []
     budgets: list[float] = []
     longest = 0
+    same_iteration = int(float(step.value) / 2)
     for _, g in rows.groupby("group"):
         g = g[g["first_token_us"].notna()]
         if len(g) < 2:
@@ -305,7 +306,9 @@ def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: 
             if len(ts) < 2:
                 continue
             t0, t1 = ts[:-1], ts[1:]
-            lo = np.searchsorted(sorted_firsts, t0, side="right")
+            # A first token within half a step of t0 came from t0's own iteration (requests prefilled
+            # together, their chunks read a few ms apart), not from a prefill in the gap.
+            lo = np.searchsorted(sorted_firsts, t0 + same_iteration, side="right")
             hi = np.searchsorted(sorted_firsts, t1, side="right")
             decoding = np.maximum(_in_server(g, (t0 + t1) // 2, "first_token_us", "last_token_us"), 1)
             excess = (t1 - t0) - float(step.value) * (1 + cost * (decoding - 1))
