@@ -86,7 +86,7 @@ impl<'a> Des<'a> {
             stats: PredictStats::default(),
             speed: 1.0,
             speed_until: i64::MIN,
-            speed_rng: ChaCha8Rng::seed_from_u64(model.seed ^ 0x5eed_0f_5bee_d000),
+            speed_rng: ChaCha8Rng::seed_from_u64(model.seed ^ 0x5eed_0f5b_eed0_0000),
         }
     }
 
