@@ -72,3 +72,20 @@ def test_the_speed_spread_needs_a_step_and_enough_requests() -> None:
     few = [(np.full(10, 10_000.0), np.ones(10), 100_000)] * 3
     got, _ = fit_speed(few, Param("step_us", "fitted", 10_000.0), Param("batch_step_cost", "fitted", 0.0))
     assert got.status == "unknown" and "seen: 3" in got.needs
+
+
+def test_the_prefill_regression_is_non_negative_and_follows_the_median() -> None:
+    from specreplay.run.calibrate.regress import robust_lstsq
+
+    # TTFT = 20 ms + 6 ms/token, 2% noise, and three requests caught in a slow spell (3x).
+    rng = np.random.default_rng(5)
+    tokens = rng.uniform(100, 340, 24)
+    ttft = (20_000 + 6_000 * tokens) * (1 + 0.02 * rng.standard_normal(24))
+    ttft[:3] *= 3
+    a, b = robust_lstsq(np.column_stack([np.ones(24), tokens]), ttft)
+    assert b == pytest.approx(6_000, rel=0.05) and 0 <= a < 200_000
+    # A fit that would want a negative cost gets zero there instead.
+    cached = np.full(24, 24.0)
+    cached[5:7] = 150
+    coef = robust_lstsq(np.column_stack([np.ones(24), tokens, cached]), ttft - 1_000 * cached)
+    assert coef.min() >= 0 and coef[2] == 0

@@ -36,6 +36,7 @@ import pandas as pd
 from specreplay.results.files import CONFIG_KEY
 from specreplay.run.calibrate.model import PARAMS, Param, ServerModel
 from specreplay.run.calibrate.outputs import fit_outputs
+from specreplay.run.calibrate.regress import robust_lstsq
 from specreplay.run.calibrate.spread import fit_speed
 
 #: A TTFT sample is "alone" when no other request was in the server between its send and its first token.
@@ -69,60 +70,12 @@ def _runs(paths: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[s
     return rows, metrics, configs
 
 
-def _linfit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
-    """y = a + b·x by least squares: (a, b, R², residual RMS)."""
-    b, a = np.polyfit(x, y, 1)
-    pred = a + b * x
-    ss_res = float(((y - pred) ** 2).sum())
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
-    return float(a), float(b), r2, float(np.sqrt(ss_res / len(y)))
-
-
 def _in_server(rows: pd.DataFrame, at: np.ndarray, start: str, end: str) -> np.ndarray:
     """Per instant of `at`, how many rows of the same group had `start` ≤ t < `end`."""
     starts = np.sort(rows[start].to_numpy(dtype=np.int64))
     ends = np.sort(rows[end].to_numpy(dtype=np.int64))
     out: np.ndarray = np.searchsorted(starts, at, side="right") - np.searchsorted(ends, at, side="right")
     return out
-
-
-def _nonnegative_lstsq(design: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares with every coefficient >= 0 (a cost is never negative):
-    the best feasible fit over the subsets of columns (a few columns here).
-    Clamping an unconstrained fit instead would keep the other coefficients
-    that a negative one had bent."""
-    k = design.shape[1]
-    best, best_res = np.zeros(k), float(((y - 0) ** 2).sum())
-    for mask in range(1, 1 << k):
-        cols = [j for j in range(k) if mask >> j & 1]
-        coef, *_ = np.linalg.lstsq(design[:, cols], y, rcond=None)
-        if np.any(coef < 0):
-            continue
-        full = np.zeros(k)
-        full[cols] = coef
-        res = float(((y - design @ full) ** 2).sum())
-        if res < best_res:
-            best, best_res = full, res
-    return best
-
-
-#: Iterations of the least-absolute-deviations fit (reweighted least squares).
-LAD_ITERATIONS = 30
-
-
-def _robust_lstsq(design: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-negative least absolute deviations by iteratively reweighted
-    least squares: the fit of the median, not the mean, so a shared
-    machine's slow spell (a prefill taking 2-3x its usual time) moves it no
-    more than one sample; the speed spread carries that variation instead
-    (`spread.py`), around costs that are medians as the decode step is."""
-    coef = _nonnegative_lstsq(design, y)
-    scale = max(float(np.median(np.abs(y))) * 1e-3, 1.0)
-    for _ in range(LAD_ITERATIONS):
-        w = 1.0 / np.sqrt(np.maximum(np.abs(y - design @ coef), scale))
-        coef = _nonnegative_lstsq(design * w[:, None], y * w)
-    return coef
 
 
 def fit_jitter(frontend: Param, prefill: Param) -> Param:
@@ -165,7 +118,7 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
     how = f"TTFT of {n} requests alone in the server"
     if has_cache:
         design = np.column_stack([np.ones(n), computed, cached])
-        coef = _robust_lstsq(design, ttft)
+        coef = robust_lstsq(design, ttft)
         pred = design @ coef
         ss_res = float(((ttft - pred) ** 2).sum())
         ss_tot = float(((ttft - ttft.mean()) ** 2).sum())
@@ -180,7 +133,7 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
                      needs="a run whose prompts hit the prefix cache (the server reports cached_tokens), e.g. the same trace replayed twice")
     if cv >= MIN_PROMPT_CV:
         design = np.column_stack([np.ones(n), computed])
-        a, b = (float(v) for v in _robust_lstsq(design, ttft))
+        a, b = (float(v) for v in robust_lstsq(design, ttft))
         res = ttft - (a + b * computed)
         ss_tot = float(((ttft - ttft.mean()) ** 2).sum())
         r2 = 1 - float((res ** 2).sum()) / ss_tot if ss_tot > 0 else float("nan")
