@@ -293,6 +293,7 @@ class OutputClass(TypedDict):
     """Natural output lengths of one prompt class: paired samples."""
 
     api: str
+    max_prompt_tokens: NotRequired[int]
     reasoning: list[int]
     content: list[int]
 
@@ -314,6 +315,9 @@ class ServerModel(TypedDict, total=False):
     steps_per_chunk: float
     spec_acceptance: list[float]
     spec_step_cost: float
+    speed_spread: float
+    speed_window_us: float
+    usage_probe: bool
     output: list[OutputClass]
     seed: int
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import specreplay
-from specreplay.run.calibrate.check import Error, errors
+from specreplay.run.calibrate.check import Error, errors, join_parts
 from specreplay.run.calibrate.fit import calibrate
 from specreplay.settings.config import ReplayConfig
 from specreplay.run.replay import run_replay
@@ -53,28 +53,49 @@ def predict(model: Path, trace_path: str, out: Path, **load: Any) -> Path:
 def loop(
     url: str, workdir: Path, *, n: int, input_len: str, output_len: int,
     calibrate_at: tuple[dict[str, Any], ...] = ({"concurrency": [1]}, {"concurrency": [4]}),
-    held_out_concurrency: int = 2, held_out_rate_share: float | None = 0.6, seed: int = 1,
+    held_out_concurrency: int = 2, held_out_rate_share: float | None = 0.6, seed: int = 1, rounds: int = 1,
 ) -> LoopResult:
     """Calibrates from runs at `calibrate_at`, then predicts and measures a
     held-out concurrency and a rate at `held_out_rate_share` of the highest
-    throughput calibration saw (None: no rate point)."""
+    throughput calibration saw (None: no rate point).
+
+    `rounds` > 1 interleaves: every point's `n` requests are run in that
+    many parts, round-robin over the points (calibration first in each
+    round), so a shared machine's slow spells fall on calibration and
+    held-out runs alike; a held-out point's parts (measured and predicted,
+    each part on its own trace) are joined end to end (`join_parts`). The
+    rate is set from the first round's calibration runs."""
     runs: dict[str, Path] = {}
-    for k, load in enumerate(calibrate_at):
-        name = "calibrate-" + "-".join(f"{key}{v[0]}" for key, v in load.items())
-        t = trace(workdir, name, n, input_len, output_len, seed * 100 + k)
-        runs[name] = measure(url, t, workdir / f"{name}.arrow", label=name, **load)
-    model = calibrate([str(p) for p in runs.values()])
+    calibration: list[Path] = []
+    held_out: list[dict[str, Any]] = [{"concurrency": [held_out_concurrency]}]
+    parts: dict[str, list[tuple[Path, str, dict[str, Any]]]] = {}
+    per_part = max(n // rounds, 1)
+    for r in range(rounds):
+        tail = f"-part{r}" if rounds > 1 else ""
+        for k, load in enumerate(calibrate_at):
+            name = "calibrate-" + "-".join(f"{key}{v[0]}" for key, v in load.items()) + tail
+            t = trace(workdir, name, per_part, input_len, output_len, seed * 100 + k + 1000 * r)
+            runs[name] = measure(url, t, workdir / f"{name}.arrow", label=name, **load)
+            calibration.append(runs[name])
+        if r == 0 and held_out_rate_share is not None:
+            best = max(float(summarize(specreplay.load(p))["achieved_rate_rps"].max()) for p in calibration)
+            held_out.append({"rate": [round(best * held_out_rate_share, 3)], "seed": seed})
+        for k, load in enumerate(held_out):
+            point = "held-out-" + "-".join(f"{key}{v[0] if isinstance(v, list) else v}" for key, v in load.items())
+            name = point + tail
+            t = trace(workdir, name, per_part, input_len, output_len, seed * 100 + 50 + k + 1000 * r)
+            runs[name] = measure(url, t, workdir / f"{name}.arrow", **load)
+            parts.setdefault(point, []).append((runs[name], t, load))
+    model = calibrate([str(p) for p in calibration])
     model_path = workdir / "server.toml"
     model.write(model_path)
-    best = max(float(summarize(specreplay.load(p))["achieved_rate_rps"].max()) for p in runs.values())
-    held_out: list[dict[str, Any]] = [{"concurrency": [held_out_concurrency]}]
-    if held_out_rate_share is not None:
-        held_out.append({"rate": [round(best * held_out_rate_share, 3)], "seed": seed})
     found: list[Error] = []
-    for k, load in enumerate(held_out):
-        name = "held-out-" + "-".join(f"{key}{v[0] if isinstance(v, list) else v}" for key, v in load.items())
-        t = trace(workdir, name, n, input_len, output_len, seed * 100 + 50 + k)
-        runs[name] = measure(url, t, workdir / f"{name}.arrow", **load)
-        runs[name + "-predicted"] = predict(model_path, t, workdir / f"{name}-predicted.arrow", **load)
-        found += errors(specreplay.load(runs[name + "-predicted"]), specreplay.load(runs[name]))
+    for point, made in parts.items():
+        measured, predicted = [], []
+        for path, t, load in made:
+            out = predict(model_path, t, path.with_name(path.stem + "-predicted.arrow"), **load)
+            runs[out.stem] = out
+            measured.append(specreplay.load(path))
+            predicted.append(specreplay.load(out))
+        found += errors(join_parts(predicted), join_parts(measured))
     return LoopResult(model_path, found, runs, model.calibration, [p.describe() for p in model.params.values()])

@@ -89,7 +89,9 @@ class Predictor:
             laps.append(lap)
         load = spec["load"]
         concurrent = not (load["mode"] == "concurrency" and load["concurrency"] == 1)
-        out, stats = _core.predict_point(self.model.core_mapping(self.seed), spec, batches, laps, _core.now_us())
+        # A replay against a URL probes the server with its first request before the first point.
+        model = self.model.core_mapping(self.seed, usage_probe=not self.points)
+        out, stats = _core.predict_point(model, spec, batches, laps, _core.now_us())
         self.points[f"{label}/{point}"] = {
             "label": label,
             "point": point,

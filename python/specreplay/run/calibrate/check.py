@@ -51,6 +51,33 @@ def errors(predicted: pd.DataFrame, measured: pd.DataFrame) -> list[Error]:
     return out
 
 
+#: Columns holding instants (µs), moved when parts are joined; the lists of chunk stamps too.
+INSTANTS = ("scheduled_us", "sent_us", "first_byte_us", "first_token_us", "first_reasoning_us", "first_content_us",
+            "last_token_us", "end_us", "predecessor_end_us")
+
+
+def join_parts(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Runs of one point made in parts (interleaved with other points, so
+    that a shared machine's slow spells fall on every point alike), joined
+    end to end: each part's instants moved to start where the previous part
+    ended. Latencies are unchanged; tokens/s is the parts' tokens over their
+    summed spans. The metadata is the first part's."""
+    moved, at = [], None
+    for df in parts:
+        df = df.copy()
+        start = int(df["sent_us"].min())
+        shift = 0 if at is None else at - start
+        for col in INSTANTS:
+            if col in df:
+                df[col] = df[col] + shift
+        df["chunk_ts_us"] = df["chunk_ts_us"].map(lambda ts: [t + shift for t in ts] if ts is not None else ts)
+        at = int(df["end_us"].max())
+        moved.append(df)
+    out = pd.concat(moved, ignore_index=True)
+    out.attrs = dict(parts[0].attrs)
+    return out
+
+
 def _figure(summary: pd.DataFrame, point: Any, figure: str) -> float:
     """A summary's figure (a float column) at a point."""
     return float(summary[figure].astype("float64")[point])

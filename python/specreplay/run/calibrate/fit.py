@@ -16,7 +16,10 @@ Each parameter comes from what the runs show directly:
 - speculation: `vllm:spec_decode_*` counters (acceptance by position);
 - prompt tokens per counted word: the server's prompt counts against the
   trace's prompts counted the simulator's way;
-- output lengths: the measured (reasoning, content) pairs per API.
+- the speed spread: each request's decode steps against the fitted step
+  (`spread.py`);
+- output lengths: the measured (reasoning, content) pairs per API and
+  prompt-length bucket (`outputs.py`).
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ import pandas as pd
 
 from specreplay.results.files import CONFIG_KEY
 from specreplay.run.calibrate.model import PARAMS, Param, ServerModel
+from specreplay.run.calibrate.outputs import fit_outputs
+from specreplay.run.calibrate.regress import robust_lstsq
+from specreplay.run.calibrate.spread import fit_speed
 
-#: Paired output-length samples kept per prompt class.
-MAX_OUTPUT_SAMPLES = 2000
 #: A TTFT sample is "alone" when no other request was in the server between its send and its first token.
 #: Prompt lengths must vary by this coefficient of variation to separate the frontend from the prefill.
 MIN_PROMPT_CV = 0.05
@@ -64,16 +68,6 @@ def _runs(paths: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[s
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     metrics = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame()
     return rows, metrics, configs
-
-
-def _linfit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
-    """y = a + b·x by least squares: (a, b, R², residual RMS)."""
-    b, a = np.polyfit(x, y, 1)
-    pred = a + b * x
-    ss_res = float(((y - pred) ** 2).sum())
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
-    return float(a), float(b), r2, float(np.sqrt(ss_res / len(y)))
 
 
 def _in_server(rows: pd.DataFrame, at: np.ndarray, start: str, end: str) -> np.ndarray:
@@ -117,27 +111,34 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
     prompt = alone["prompt_tokens"].to_numpy(dtype=float)
     cached = alone["cached_tokens"].fillna(0).to_numpy(dtype=float)
     computed = prompt - cached
-    has_cache = (cached > 0).sum() >= 3 and (cached == 0).sum() >= 3
+    # Cached counts that vary separate their cost: two requests off the usual count suffice (a replay's usage
+    # probe leaves one prompt cached per run; llama.cpp caches its chat template's prefix on every request).
+    has_cache = (cached > 0).sum() >= 2 and (cached != np.median(cached)).sum() >= 2
     cv = float(np.std(computed) / np.mean(computed)) if np.mean(computed) > 0 else 0.0
     how = f"TTFT of {n} requests alone in the server"
     if has_cache:
         design = np.column_stack([np.ones(n), computed, cached])
-        coef, *_ = np.linalg.lstsq(design, ttft, rcond=None)
+        coef = robust_lstsq(design, ttft)
         pred = design @ coef
         ss_res = float(((ttft - pred) ** 2).sum())
         ss_tot = float(((ttft - ttft.mean()) ** 2).sum())
         r2 = 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
         rms = float(np.sqrt(ss_res / n))
         a, b, c = (float(v) for v in coef)
-        fit = how + ": TTFT = frontend + per_token × computed + per_cached × cached"
+        fit = how + ": TTFT = frontend + per_token × computed + per_cached × cached, least absolute deviations"
         return (Param("frontend_us", "fitted", max(a, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_token", "fitted", max(b, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_cached_token", "fitted", max(c, 0.0), r2, rms, n, fit))
     no_cache = Param("prefill_us_per_cached_token", "unknown",
                      needs="a run whose prompts hit the prefix cache (the server reports cached_tokens), e.g. the same trace replayed twice")
     if cv >= MIN_PROMPT_CV:
-        a, b, r2, rms = _linfit(computed, ttft)
-        fit = how + ": TTFT = frontend + per_token × prompt"
+        design = np.column_stack([np.ones(n), computed])
+        a, b = (float(v) for v in robust_lstsq(design, ttft))
+        res = ttft - (a + b * computed)
+        ss_tot = float(((ttft - ttft.mean()) ** 2).sum())
+        r2 = 1 - float((res ** 2).sum()) / ss_tot if ss_tot > 0 else float("nan")
+        rms = float(np.sqrt(np.mean(res ** 2)))
+        fit = how + ": TTFT = frontend + per_token × prompt, least absolute deviations"
         return (Param("frontend_us", "fitted", max(a, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_token", "fitted", max(b, 0.0), r2, rms, n, fit), no_cache)
     per_token = float(np.mean(ttft) / np.mean(computed))
@@ -149,11 +150,17 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
             no_cache)
 
 
-def fit_decode(rows: pd.DataFrame, tokens_per_step: float) -> tuple[Param, Param, Param, int]:
+PerRequest = list[tuple[np.ndarray, np.ndarray, int]]
+
+
+def fit_decode(rows: pd.DataFrame, tokens_per_step: float) -> tuple[Param, Param, Param, int, PerRequest]:
     """step_us and batch_step_cost from chunk gaps against the decoding
     count; steps_per_chunk from tokens per chunk. Also returns the most
-    requests seen decoding at once."""
+    requests seen decoding at once, and per request its kept gaps (per
+    step), the decoding counts in them and its decode span (for the speed
+    spread)."""
     gaps, batch, chunk_tokens = [], [], []
+    per_request: PerRequest = []
     peak = 0
     for _, g in rows.groupby("group"):
         g = g[g["chunk_count"] >= 2]
@@ -176,11 +183,12 @@ def fit_decode(rows: pd.DataFrame, tokens_per_step: float) -> tuple[Param, Param
             steps = np.maximum(tok[1:] / tokens_per_step, 1.0)
             gaps.append(((t1 - t0) / steps)[keep])
             batch.append(decoding[keep])
+            per_request.append((gaps[-1], batch[-1], int(ts[-1] - ts[0])))
             peak = max(peak, int(decoding.max(initial=0)))
     if not gaps or not sum(len(x) for x in gaps):
         unknown = "needs streamed answers of two chunks or more"
         return (Param("step_us", "unknown", needs=unknown), Param("batch_step_cost", "unknown", needs=unknown),
-                Param("steps_per_chunk", "unknown", needs=unknown), peak)
+                Param("steps_per_chunk", "unknown", needs=unknown), peak, per_request)
     gap = np.concatenate(gaps).astype(float)
     d = np.maximum(np.concatenate(batch), 1).astype(float)
     per_chunk = np.concatenate(chunk_tokens)
@@ -198,7 +206,7 @@ def fit_decode(rows: pd.DataFrame, tokens_per_step: float) -> tuple[Param, Param
         return (Param("step_us", "fitted", step, None, rms, len(gap), how + ": the median"),
                 Param("batch_step_cost", "unknown",
                       needs=f"a run with several requests decoding at once (seen: {int(levels.max())}): e.g. --concurrency 4"),
-                steps_per_chunk, peak)
+                steps_per_chunk, peak, per_request)
     sel = np.isin(levels, well)
     w = np.sqrt(counts[sel])
     b, a = np.polyfit(levels[sel] - 1, medians[sel], 1, w=w)
@@ -211,7 +219,7 @@ def fit_decode(rows: pd.DataFrame, tokens_per_step: float) -> tuple[Param, Param
     fit = how + ": step = step_us × (1 + batch_step_cost × (decoding − 1)), median per batch size, weighted"
     return (Param("step_us", "fitted", a, r2, rms, len(gap), fit),
             Param("batch_step_cost", "fitted", max(float(b) / a, 0.0), r2, rms, len(gap), fit),
-            steps_per_chunk, peak)
+            steps_per_chunk, peak, per_request)
 
 
 def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: Param, batch_cost: Param) -> Param:
@@ -234,6 +242,7 @@ def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: 
     ratios: list[float] = []
     budgets: list[float] = []
     longest = 0
+    same_iteration = int(float(step.value) / 2)
     for _, g in rows.groupby("group"):
         g = g[g["first_token_us"].notna()]
         if len(g) < 2:
@@ -250,7 +259,9 @@ def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: 
             if len(ts) < 2:
                 continue
             t0, t1 = ts[:-1], ts[1:]
-            lo = np.searchsorted(sorted_firsts, t0, side="right")
+            # A first token within half a step of t0 came from t0's own iteration (requests prefilled
+            # together, their chunks read a few ms apart), not from a prefill in the gap.
+            lo = np.searchsorted(sorted_firsts, t0 + same_iteration, side="right")
             hi = np.searchsorted(sorted_firsts, t1, side="right")
             decoding = np.maximum(_in_server(g, (t0 + t1) // 2, "first_token_us", "last_token_us"), 1)
             excess = (t1 - t0) - float(step.value) * (1 + cost * (decoding - 1))
@@ -378,26 +389,6 @@ def fit_prompt_ratio(rows: pd.DataFrame, configs: list[dict[str, Any]], paths: S
                  "the server's prompt_tokens against the trace's prompts counted the simulator's way")
 
 
-def fit_outputs(rows: pd.DataFrame, seed: int) -> dict[str, dict[str, Any]]:
-    """Per API, paired (reasoning, content) samples of the measured answers."""
-    out: dict[str, dict[str, Any]] = {}
-    rng = np.random.default_rng(seed)
-    for api, g in rows.groupby("api"):
-        g = g[g["output_tokens"].notna()]
-        if not len(g):
-            continue
-        if len(g) > MAX_OUTPUT_SAMPLES:
-            g = g.iloc[np.sort(rng.choice(len(g), MAX_OUTPUT_SAMPLES, replace=False))]
-        cut = int((g["finish_reason"] == "length").sum())
-        out[str(api)] = {
-            "reasoning": [int(x) for x in g["reasoning_tokens"].fillna(0)],
-            "content": [int(x) for x in g["content_tokens"].fillna(0)],
-            "samples": len(g),
-            "cut_at_budget": cut,
-        }
-    return out
-
-
 def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
     """The server model fitted to the runs at `paths`."""
     rows, metrics, configs = _runs(paths)
@@ -413,7 +404,8 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
     frontend, prefill, cached = fit_prefill(rows)
     base_rows = rows[rows["file"].isin(plain)] if plain else rows[rows["file"].isin(drafting)]
     base_tps = 1.0 if plain else specs[drafting[0]][1] if drafting else 1.0
-    step, batch_cost, delivery, peak_decoding = fit_decode(base_rows if len(base_rows) else rows, base_tps)
+    step, batch_cost, delivery, peak_decoding, per_request = fit_decode(base_rows if len(base_rows) else rows, base_tps)
+    speed, window = fit_speed(per_request, step, batch_cost)
     max_seqs, kv = fit_limits(metrics)
     budget = fit_token_budget(base_rows if len(base_rows) else rows, frontend, prefill, step, batch_cost)
     ratio = fit_prompt_ratio(rows, configs, paths)
@@ -441,7 +433,8 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
     if len(plain) and len(drafting):
         spec.how += f"; from {paths[drafting[0]]} (the runs without drafts give step_us)"
     jitter = fit_jitter(frontend, prefill)
-    params = {p.name: p for p in (frontend, jitter, prefill, cached, step, batch_cost, max_seqs, budget, kv, ratio, delivery, spec, spec_cost)}
+    params = {p.name: p for p in (frontend, jitter, prefill, cached, step, batch_cost, max_seqs, budget, kv, ratio, delivery, spec, spec_cost,
+                                  speed, window)}
     in_flight = 0
     for _, g in rows.groupby("group"):
         in_flight = max(in_flight, int(_in_server(g, g["sent_us"].to_numpy(dtype=np.int64), "sent_us", "end_us").max()))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from specreplay.errors import ConfigError
+from specreplay.run.calibrate.outputs import core_classes
 from specreplay.settings.tomlfile import read_toml
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ PARAMS: dict[str, tuple[str, str]] = {
     "steps_per_chunk": ("steps", "decode steps per streamed chunk (delivery)"),
     "spec_acceptance": ("probability", "conditional acceptance of each draft position (empty: no speculation)"),
     "spec_step_cost": ("fraction", "extra step cost per draft token, as a fraction of step_us"),
+    "speed_spread": ("log-sd", "spread of the server's speed: each iteration's cost × exp(speed_spread × z), z standard normal"),
+    "speed_window_us": ("µs", "how long one draw of the server's speed lasts"),
 }
 
 #: What a parameter's `residual` measures (the quantity its fit predicts).
@@ -176,10 +179,12 @@ class ServerModel:
             params[name] = Param(name, "what-if", value, how="set on the command line")
         return ServerModel(params, self.output, self.calibration, self.source)
 
-    def core_mapping(self, seed: int) -> _core.ServerModel:
+    def core_mapping(self, seed: int, usage_probe: bool = False) -> _core.ServerModel:
         """The `ServerModel` mapping of `_core.predict_point`: unknown limits
         as none, an unknown cache discount or delivery as their neutral value
-        (`assumptions` says which)."""
+        (`assumptions` says which). `usage_probe`: the point follows the
+        replay's usage probe (the run's first point), whose request leaves
+        the first prompt in the prefix cache."""
         missing = [n for n in REQUIRED if self.params[n].status == "unknown"]
         if missing:
             needs = "; ".join(f"{n}: {self.params[n].needs}" for n in missing)
@@ -206,10 +211,10 @@ class ServerModel:
             "steps_per_chunk": float(value("steps_per_chunk", 1.0)),
             "spec_acceptance": [float(a) for a in value("spec_acceptance", [])],
             "spec_step_cost": float(value("spec_step_cost", 0.0)),
-            "output": [
-                {"api": api, "reasoning": [int(x) for x in cls["reasoning"]], "content": [int(x) for x in cls["content"]]}
-                for api, cls in self.output.items()
-            ],
+            "speed_spread": float(value("speed_spread", 0.0)),
+            "speed_window_us": float(value("speed_window_us", 0.0)),
+            "usage_probe": usage_probe,
+            "output": core_classes(self.output),
             "seed": seed,
         }
         return cast("_core.ServerModel", mapping)
@@ -236,6 +241,8 @@ class ServerModel:
                 out.append(f"max_num_batched_tokens unknown: each prompt prefilled whole in one iteration ({p['max_num_batched_tokens'].needs})")
             if p["kv_cache_tokens"].status == "unknown":
                 out.append(f"kv_cache_tokens unknown: no KV-cache limit modelled ({p['kv_cache_tokens'].needs})")
+        if p["speed_spread"].status == "unknown":
+            out.append(f"speed_spread unknown: every iteration costs exactly the fitted costs ({p['speed_spread'].needs})")
         if p["spec_step_cost"].status == "unknown" and p["spec_acceptance"].status == "what-if":
             out.append(f"spec_step_cost unknown: drafts taken as free ({p['spec_step_cost'].needs})")
         for name, param in p.items():

@@ -16,6 +16,10 @@ use crate::sim::capacity::{Capacity, MAX_NUM_SEQS};
 pub struct OutputClass {
     /// The request dialect this class describes (`chat`, `completions`, …).
     pub api: String,
+    /// The class holds prompts of at most this many server tokens (a
+    /// prompt-length bucket); `None`: every prompt of `api` (the fallback).
+    #[serde(default)]
+    pub max_prompt_tokens: Option<u32>,
     pub reasoning: Vec<u32>,
     pub content: Vec<u32>,
 }
@@ -73,6 +77,20 @@ pub struct ServerModel {
     /// Natural output lengths by prompt class.
     #[serde(default)]
     pub output: Vec<OutputClass>,
+    /// Spread of the server's speed around the fitted costs: each
+    /// iteration's cost is multiplied by `exp(speed_spread × z)`, z standard
+    /// normal, drawn anew every `speed_window_us` of virtual time (a shared
+    /// machine, a GPU's clocks: every request in the batch feels it). 0: none.
+    #[serde(default)]
+    pub speed_spread: f64,
+    /// How long one speed draw lasts, µs.
+    #[serde(default)]
+    pub speed_window_us: f64,
+    /// The replay's usage probe (the first request sent once with
+    /// `max_tokens` 1 before the run) warms the prefix cache with the first
+    /// request's prompt, as it does on a real server.
+    #[serde(default)]
+    pub usage_probe: bool,
     /// Seed of the per-request draws (output lengths, acceptance runs).
     #[serde(default)]
     pub seed: u64,
@@ -96,6 +114,8 @@ impl ServerModel {
             ("step_us", self.step_us),
             ("batch_step_cost", self.batch_step_cost),
             ("spec_step_cost", self.spec_step_cost),
+            ("speed_spread", self.speed_spread),
+            ("speed_window_us", self.speed_window_us),
         ] {
             if !v.is_finite() || v < 0.0 {
                 return Err(CoreError::config(
@@ -178,8 +198,14 @@ impl ServerModel {
         (self.step_us * (1.0 + self.spec_step_cost * drafts)).round() as u64
     }
 
-    /// The output-length class of `api`, if calibrated.
-    pub fn output_class(&self, api: &str) -> Option<&OutputClass> {
-        self.output.iter().find(|c| c.api == api)
+    /// The output-length class of a prompt of `prompt_tokens` sent to
+    /// `api`: its prompt-length bucket (the narrowest that holds it), else
+    /// the API's class for every prompt; `None` if not calibrated.
+    pub fn output_class(&self, api: &str, prompt_tokens: u32) -> Option<&OutputClass> {
+        let of_api = || self.output.iter().filter(move |c| c.api == api);
+        of_api()
+            .filter(|c| c.max_prompt_tokens.is_some_and(|m| prompt_tokens <= m))
+            .min_by_key(|c| c.max_prompt_tokens)
+            .or_else(|| of_api().find(|c| c.max_prompt_tokens.is_none()))
     }
 }

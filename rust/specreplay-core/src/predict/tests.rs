@@ -1,0 +1,178 @@
+//! The prediction's schedule to the µs on small cases.
+
+use super::model::ServerModel;
+use super::point::predict_point;
+use crate::engine::{PreparedRequest, RunSpec};
+
+fn model(max_num_seqs: Option<u32>) -> ServerModel {
+    serde_json::from_value(serde_json::json!({
+        "frontend_us": 1000.0, "prefill_us_per_token": 10.0, "step_us": 100.0,
+        "batch_step_cost": 0.5, "max_num_seqs": max_num_seqs,
+    }))
+    .unwrap()
+}
+
+fn requests(n: usize, words: usize, tokens: u32) -> Vec<(PreparedRequest, u64)> {
+    let content: String = (0..words).map(|i| format!("w{i} ")).collect();
+    (0..n)
+        .map(|i| {
+            let body = serde_json::json!({
+                "messages": [{"role": "user", "content": format!("{content}")}],
+                "max_tokens": tokens, "ignore_eos": true, "seed": i,
+            });
+            let url = "http://x.invalid/v1/chat/completions";
+            let req =
+                PreparedRequest::new(format!("r{i}"), "chat", url, body.to_string().into(), 0.0);
+            (req.unwrap(), 0)
+        })
+        .collect()
+}
+
+fn closed_loop(n: usize) -> RunSpec {
+    serde_json::from_value(serde_json::json!({"load": {"mode": "concurrency", "concurrency": n}}))
+        .unwrap()
+}
+
+#[test]
+fn a_lone_request_keeps_the_models_schedule() {
+    // 10 words + 4 template tokens: 14 prompt tokens, 140 µs of prefill.
+    let (rows, stats) =
+        predict_point(&model(None), &closed_loop(1), &requests(1, 10, 5), 0).unwrap();
+    let r = &rows[0];
+    assert_eq!(r.prompt_tokens, Some(14));
+    assert_eq!(r.first_token_us, Some(1140));
+    let stamps: Vec<i64> = r.chunks.iter().map(|c| c.ts_us).collect();
+    assert_eq!(stamps, vec![1140, 1240, 1340, 1440, 1540]);
+    assert_eq!((r.end_us, r.output_tokens), (Some(1540), Some(5)));
+    assert_eq!(r.finish_reason.as_deref(), Some("length"));
+    assert_eq!(stats.peak_running, 1);
+}
+
+#[test]
+fn decoding_together_costs_the_batch_step_and_the_limit_queues() {
+    // Two at once, unlimited: one shared prefill iteration (280 µs), then
+    // steps of 100 × (1 + 0.5 × 1) = 150 µs.
+    let (rows, _) = predict_point(&model(None), &closed_loop(2), &requests(2, 10, 3), 0).unwrap();
+    for r in &rows {
+        let stamps: Vec<i64> = r.chunks.iter().map(|c| c.ts_us).collect();
+        assert_eq!(stamps, vec![1280, 1430, 1580]);
+    }
+    // One slot: the second waits for the first to end, then runs alone.
+    let (rows, stats) =
+        predict_point(&model(Some(1)), &closed_loop(2), &requests(2, 10, 3), 0).unwrap();
+    assert_eq!(rows[0].end_us, Some(1340));
+    assert_eq!(rows[1].first_token_us, Some(1340 + 140));
+    assert_eq!((stats.peak_running, stats.peak_waiting), (1, 1));
+}
+
+#[test]
+fn a_token_budget_prefills_in_chunks_between_decode_steps() {
+    // 14-token prompts, a 10-token budget. The first runs alone: chunks of
+    // 10 and 4 (100 + 40 µs), first token at 1000 + 140. A second sent
+    // at once prefills with it: 10 + 0 then 4 + 6 then 0 + 8.
+    let mut m = model(None);
+    m.max_num_batched_tokens = Some(10);
+    let (rows, stats) = predict_point(&m, &closed_loop(1), &requests(1, 10, 3), 0).unwrap();
+    let stamps: Vec<i64> = rows[0].chunks.iter().map(|c| c.ts_us).collect();
+    assert_eq!(stamps, vec![1100 + 40, 1240, 1340]);
+    assert_eq!(stats.iterations, 4);
+    let (rows, _) = predict_point(&m, &closed_loop(2), &requests(2, 10, 3), 0).unwrap();
+    // Iterations: 100 (10+0), 100 (4+6): the first's token at 1200;
+    // then 1 decode + 8 prompt tokens: 100 + 80 = 180 → both at 1380.
+    assert_eq!(rows[0].first_token_us, Some(1200));
+    assert_eq!(rows[1].first_token_us, Some(1380));
+    assert_eq!(rows[0].chunks[1].ts_us, 1380);
+    // The rule is the simulator's: Capacity::prefill_chunks.
+    assert_eq!(m.capacity().prefill_chunks(1, &[8]), vec![8]);
+}
+
+#[test]
+fn a_closed_loop_sends_the_next_request_when_one_ends() {
+    let (rows, _) = predict_point(&model(None), &closed_loop(1), &requests(3, 10, 2), 0).unwrap();
+    assert_eq!(rows.len(), 3);
+    for pair in rows.windows(2) {
+        assert_eq!(pair[1].sent_us, pair[0].end_us);
+    }
+    let indices: Vec<i64> = rows.iter().map(|r| r.request_index).collect();
+    assert_eq!(indices, vec![0, 1, 2]);
+}
+
+/// Requests that end by themselves (no fixed length), prompts of `words` words.
+fn natural(words: &[usize]) -> Vec<(PreparedRequest, u64)> {
+    words
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| {
+            let content: String = (0..w).map(|k| format!("w{k} ")).collect();
+            let body = serde_json::json!({"messages": [{"role": "user", "content": content}], "max_tokens": 100});
+            let url = "http://x.invalid/v1/chat/completions";
+            let req = PreparedRequest::new(format!("r{i}"), "chat", url, body.to_string().into(), 0.0);
+            (req.unwrap(), 0)
+        })
+        .collect()
+}
+
+#[test]
+fn output_lengths_come_from_the_prompts_length_class() {
+    // Short prompts (≤ 20 tokens) answer 3 tokens, the rest of chat 7.
+    let mut m = model(None);
+    m.output = serde_json::from_value(serde_json::json!([
+        {"api": "chat", "max_prompt_tokens": 20, "reasoning": [0], "content": [3]},
+        {"api": "chat", "reasoning": [2], "content": [5]},
+    ]))
+    .unwrap();
+    // 10 words + 4 template tokens = 14; 40 + 4 = 44, beyond every bucket.
+    let (rows, _) = predict_point(&m, &closed_loop(1), &natural(&[10, 40]), 0).unwrap();
+    assert_eq!(rows[0].output_tokens, Some(3));
+    assert_eq!(
+        (rows[1].reasoning_tokens, rows[1].content_tokens),
+        (Some(2), Some(5))
+    );
+}
+
+#[test]
+fn the_usage_probe_leaves_the_first_prompt_cached() {
+    let mut m = model(None);
+    m.prefix_caching = true;
+    m.usage_probe = true;
+    let (rows, _) = predict_point(&m, &closed_loop(1), &requests(1, 40, 2), 0).unwrap();
+    // 44 prompt tokens, every block but the last computed token cached (free).
+    assert!(
+        rows[0].cached_tokens.unwrap() >= 32,
+        "{:?}",
+        rows[0].cached_tokens
+    );
+    assert!(rows[0].first_token_us.unwrap() < 1000 + 440);
+    m.usage_probe = false;
+    let (rows, _) = predict_point(&m, &closed_loop(1), &requests(1, 40, 2), 0).unwrap();
+    assert_eq!(rows[0].cached_tokens, Some(0));
+    assert_eq!(rows[0].first_token_us, Some(1000 + 440));
+}
+
+#[test]
+fn a_speed_spread_varies_the_steps_by_window_and_repeats_with_the_seed() {
+    let mut m = model(None);
+    m.speed_spread = 0.3;
+    m.speed_window_us = 500.0;
+    let gaps = |m: &ServerModel| -> Vec<i64> {
+        let (rows, _) = predict_point(m, &closed_loop(1), &requests(1, 10, 60), 0).unwrap();
+        rows[0]
+            .chunks
+            .windows(2)
+            .map(|w| w[1].ts_us - w[0].ts_us)
+            .collect()
+    };
+    let a = gaps(&m);
+    assert_eq!(a, gaps(&m), "the same seed, the same draws");
+    let distinct: std::collections::BTreeSet<i64> = a.iter().copied().collect();
+    assert!(distinct.len() >= 3, "steps of one speed per window: {a:?}");
+    // Within a window the speed holds: consecutive equal gaps occur.
+    assert!(a.windows(2).any(|w| w[0] == w[1]), "{a:?}");
+    let mean = a.iter().sum::<i64>() as f64 / a.len() as f64;
+    assert!(
+        (60.0..170.0).contains(&mean),
+        "log-normal around the 100 µs step: {mean}"
+    );
+    m.seed = 7;
+    assert_ne!(a, gaps(&m));
+}

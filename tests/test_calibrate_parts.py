@@ -1,0 +1,91 @@
+"""The calibration's parts that need no server: output classes by prompt
+length, the speed spread, joining interleaved parts (docs/predict.md).
+Deterministic: synthetic samples drawn with fixed seeds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specreplay.run.calibrate.model import Param
+from specreplay.run.calibrate.outputs import MIN_CLASS_SAMPLES, bucket, core_classes, fit_outputs
+from specreplay.run.calibrate.spread import fit_speed
+
+
+def answers(prompts: list[int], content: list[int], reasoning: list[int] | None = None, api: str = "chat") -> pd.DataFrame:
+    n = len(prompts)
+    return pd.DataFrame({
+        "api": [api] * n, "prompt_tokens": prompts, "output_tokens": [c + r for c, r in zip(content, reasoning or [0] * n)],
+        "reasoning_tokens": reasoning or [0] * n, "content_tokens": content, "finish_reason": ["stop"] * n,
+    })
+
+
+def test_output_lengths_are_kept_per_prompt_length_bucket() -> None:
+    # Short prompts (≤ 64 tokens) answer 10 (+5 reasoning), long ones (≤ 512) 40.
+    rows = pd.concat([
+        answers([40 + i for i in range(12)], [10] * 12, [5] * 12),
+        answers([300 + i for i in range(12)], [40] * 12),
+        answers([2000], [99]),  # a lone long prompt: too few for a class, in the API's class only
+    ], ignore_index=True)
+    out = fit_outputs(rows, seed=0)
+    assert set(out) == {"chat", "chat/<=64", "chat/<=512"}
+    assert out["chat/<=64"]["content"] == [10] * 12 and out["chat/<=64"]["reasoning"] == [5] * 12
+    assert out["chat/<=512"]["content"] == [40] * 12 and out["chat/<=512"]["max_prompt_tokens"] == 512
+    assert out["chat"]["samples"] == 25
+    classes = {(c["api"], c.get("max_prompt_tokens")): c for c in core_classes(out)}
+    assert set(classes) == {("chat", None), ("chat", 64), ("chat", 512)}
+    assert bucket(64) == 64 and bucket(65) == 128 and bucket(1) == 1
+
+
+def test_one_bucket_or_few_answers_make_no_prompt_classes() -> None:
+    rows = answers([100 + i for i in range(MIN_CLASS_SAMPLES * 2)], [7] * (MIN_CLASS_SAMPLES * 2))
+    assert set(fit_outputs(rows, seed=0)) == {"chat"}
+    few = pd.concat([answers([30] * (MIN_CLASS_SAMPLES - 1), [1] * (MIN_CLASS_SAMPLES - 1)), answers([300] * 20, [2] * 20)])
+    assert set(fit_outputs(few, seed=0)) == {"chat"}
+    # A class written by an older calibrate (keyed by API, no `api` field) still reads.
+    assert core_classes({"chat": {"reasoning": [0], "content": [3]}}) == [{"api": "chat", "reasoning": [0], "content": [3]}]
+
+
+@pytest.mark.parametrize("spread", [0.05, 0.2])
+def test_the_speed_spread_of_known_log_normal_requests_is_recovered(spread: float) -> None:
+    # 200 requests, each decoding 30 steps at one speed drawn log-normal
+    # around the fitted step (10 ms alone, +50% per further sequence), plus
+    # a 2% read jitter per gap that the per-request median removes.
+    rng = np.random.default_rng(11)
+    step, cost = Param("step_us", "fitted", 10_000.0), Param("batch_step_cost", "fitted", 0.5)
+    per_request = []
+    for k in range(200):
+        decoding = np.full(30, 1 + k % 3)
+        speed = np.exp(spread * rng.standard_normal())
+        gaps = 10_000.0 * (1 + 0.5 * (decoding - 1)) * speed * (1 + 0.02 * rng.standard_normal(30))
+        per_request.append((gaps, decoding, int(gaps.sum())))
+    got, window = fit_speed(per_request, step, cost)
+    assert got.status == "fitted" and got.samples == 200
+    assert got.value == pytest.approx(spread, abs=0.015 + 0.1 * spread), got
+    assert window.status == "fitted" and 300_000 < window.value < 800_000, window
+
+
+def test_the_speed_spread_needs_a_step_and_enough_requests() -> None:
+    got, window = fit_speed([], Param("step_us", "unknown", needs="x"), Param("batch_step_cost", "unknown"))
+    assert got.status == "unknown" and window.status == "unknown" and got.needs
+    few = [(np.full(10, 10_000.0), np.ones(10), 100_000)] * 3
+    got, _ = fit_speed(few, Param("step_us", "fitted", 10_000.0), Param("batch_step_cost", "fitted", 0.0))
+    assert got.status == "unknown" and "seen: 3" in got.needs
+
+
+def test_the_prefill_regression_is_non_negative_and_follows_the_median() -> None:
+    from specreplay.run.calibrate.regress import robust_lstsq
+
+    # TTFT = 20 ms + 6 ms/token, 2% noise, and three requests caught in a slow spell (3x).
+    rng = np.random.default_rng(5)
+    tokens = rng.uniform(100, 340, 24)
+    ttft = (20_000 + 6_000 * tokens) * (1 + 0.02 * rng.standard_normal(24))
+    ttft[:3] *= 3
+    a, b = robust_lstsq(np.column_stack([np.ones(24), tokens]), ttft)
+    assert b == pytest.approx(6_000, rel=0.05) and 0 <= a < 200_000
+    # A fit that would want a negative cost gets zero there instead.
+    cached = np.full(24, 24.0)
+    cached[5:7] = 150
+    coef = robust_lstsq(np.column_stack([np.ones(24), tokens, cached]), ttft - 1_000 * cached)
+    assert coef.min() >= 0 and coef[2] == 0
