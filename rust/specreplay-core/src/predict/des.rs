@@ -12,12 +12,27 @@ use rand_chacha::ChaCha8Rng;
 
 use super::model::ServerModel;
 use super::plan::Planned;
-use super::point::PredictStats;
 use crate::decode::Channel;
 use crate::engine::record::{Chunk, ChunkTokenSource, ErrorKind, RequestRecord, TokenSource};
 use crate::engine::RunSpec;
 use crate::sim::capacity::Capacity;
 use crate::sim::prefix::PrefixCache;
+
+/// What the prediction saw of its own server: to tell when it went beyond
+/// what the calibration measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PredictStats {
+    /// Most requests in the batch at once.
+    pub peak_running: usize,
+    /// Most requests waiting for a batch slot at once.
+    pub peak_waiting: usize,
+    /// Most KV-cache tokens held at once.
+    pub peak_kv_tokens: u64,
+    /// Engine iterations simulated.
+    pub iterations: u64,
+    /// Virtual time from the first send to the last end, µs.
+    pub span_us: i64,
+}
 
 /// A request in the batch.
 struct Live {

@@ -13,6 +13,7 @@ pub mod point;
 #[cfg(test)]
 mod tests;
 
+pub use des::PredictStats;
 pub use model::{OutputClass, ServerModel};
 pub use plan::parse_request;
-pub use point::{predict_point, PredictStats};
+pub use point::predict_point;

@@ -5,29 +5,13 @@
 //! model with the calibrated costs). Nothing sleeps: an hour of traffic takes
 //! as long as its iterations take to compute (bench/predict_speed.rs).
 
-use super::des::Des;
+use super::des::{Des, PredictStats};
 use super::model::ServerModel;
 use super::plan::plan;
 use crate::engine::record::RequestRecord;
 use crate::engine::schedule::Schedule;
 use crate::engine::{LoadMode, PreparedRequest, RunSpec, SessionMode};
 use crate::error::CoreError;
-
-/// What the prediction saw of its own server: to tell when it went beyond
-/// what the calibration measured.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PredictStats {
-    /// Most requests in the batch at once.
-    pub peak_running: usize,
-    /// Most requests waiting for a batch slot at once.
-    pub peak_waiting: usize,
-    /// Most KV-cache tokens held at once.
-    pub peak_kv_tokens: u64,
-    /// Engine iterations simulated.
-    pub iterations: u64,
-    /// Virtual time from the first send to the last end, µs.
-    pub span_us: i64,
-}
 
 /// Predicts one point: one `RequestRecord` per request (timestamps from
 /// `start_us` on the virtual clock), in the order they were sent.
