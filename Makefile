@@ -84,12 +84,22 @@ lint: $(PY) ## clippy, rustfmt check, and the Python layers (import-linter, pypr
 # bench/results/<name>-<time>.json with the commit, a dirty flag, the load and
 # the command (bench_util.write_result). The full settings: bench/README.md.
 .PHONY: bench
-bench: $(PY) ## build in release and run the benchmarks under bench/ at quick settings (writes bench/results/, asserts nothing)
-	$(PIP) install --quiet "maturin>=1.9,<2" aiohttp
-	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release --quiet --extras test,bench
-	cargo build --release --quiet -p specreplay-core --example reference_client  # the bench's reference Rust client
+bench: bench-build ## build in release and run the benchmarks under bench/ at quick settings (writes bench/results/, asserts nothing)
 	cd bench && ../$(PY) startup.py --runs 7
 	cd bench && ../$(PY) conversation_finder.py
 	cd bench && ../$(PY) session_lag.py
 	cd bench && ../$(PY) proxy_overhead.py --seconds 10
 	cd bench && ../$(PY) client_bench.py --parts error,fixed --concurrency 1,64
+
+.PHONY: bench-build
+bench-build: $(PY) ## the release build and the benchmarks' dependencies (make bench's first step)
+	$(PIP) install --quiet "maturin>=1.9,<2" aiohttp
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release --quiet --extras test,bench
+	cargo build --release --quiet -p specreplay-core --example reference_client  # the bench's reference Rust client
+
+# Every published figure this repository re-measures in one sitting (about an
+# hour on a quiet 2-core box; bench/figures.sh says what, bench/README.md
+# "Published figures" where each one is written). FIGURES=step1 step2 for a few.
+.PHONY: bench-figures
+bench-figures: $(PY) ## re-measure the figures README and docs/ publish (bench/figures.sh: about an hour; outputs in bench/results/figures-<time>/)
+	bash bench/figures.sh $(FIGURES)
