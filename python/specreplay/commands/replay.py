@@ -7,7 +7,7 @@ import os
 import re
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -15,8 +15,6 @@ import pyarrow as pa
 from rich.console import Console
 from rich.text import Text
 
-from specreplay.analysis import validity
-from specreplay.analysis.analyse import analyse, findings_of
 from specreplay.literals import ARRIVALS, SESSION_MODES
 from specreplay.settings.config import Point, ReplayConfig
 from specreplay.settings.config_file import apply_overrides, env_overrides, load_config_file
@@ -28,9 +26,12 @@ from specreplay.run.plan import FinishedPoint, Progress
 from specreplay.run.replay import Hooks, run_replay
 from specreplay.results.files import VALIDITY_KEY, to_frame
 from specreplay.settings.objectives import merge_tables, table_from_expressions
-from specreplay.analysis.summary import by_model, request_lines
 from specreplay.run.target import Target
 from specreplay.settings.tomlfile import read_toml
+from specreplay.commands import pandas_later
+
+if TYPE_CHECKING:
+    from specreplay.analysis import validity
 
 #: Exit status when the user interrupted the run (128 + SIGINT, like a shell).
 EXIT_INTERRUPTED = 130
@@ -123,8 +124,11 @@ class ConsoleHooks(Hooks):
     def point_finished(self, finished: FinishedPoint) -> None:
         if self.view is not None:
             self.view.stop()
-        # The rows carry the file's metadata: the run's recorded config, its
-        # thresholds, max_tokens and SLOs among them.
+        # The analysis (pandas) is imported here, after the point ran
+        # (pandas_later). The rows carry the file's metadata: the run's
+        # recorded config, its thresholds, max_tokens and SLOs among them.
+        from specreplay.analysis.summary import by_model, request_lines
+
         for run in finished.runs:
             if self.per_request:
                 print_per_request(self.out, request_lines(run.rows))
@@ -141,6 +145,8 @@ class ConsoleHooks(Hooks):
         printed with each point, unless rows were written that no finished
         point reported (a run that failed mid-point), which are then all
         analysed again."""
+        from specreplay.analysis.analyse import analyse, findings_of
+
         if self.analysed_rows != table.num_rows:
             return findings_of([(run.label, run.findings) for run in analyse(to_frame(table))])
         return findings_of(self.found)
@@ -342,16 +348,21 @@ def replay(ctx: click.Context, /, **opts: Any) -> None:
 
 def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bool, status_interval: float = PLAIN_INTERVAL_S) -> None:
     """Runs, prints, and exits with the status the findings call for."""
+    if not any(c.ray or c.workers > 1 for c in configs):  # Ray's own imports are not this module's to order
+        pandas_later.defer()
     out = cli_console()
     err = cli_console(stderr=True)
     hooks = ConsoleHooks(out, err, per_request, status_interval=status_interval)
     found: list[validity.Finding] = []
 
     def finalize(table: pa.Table) -> dict[str, str]:
+        from specreplay.analysis import validity
+
         found.extend(hooks.findings(table))
         return {VALIDITY_KEY: validity.to_json(found)}
 
     result = run_replay(configs, hooks, finalize)
+    from specreplay.analysis import validity
     print_verdict(out, found)
     err.print(f"results: {result.path}  ({'interrupted, ' if result.interrupted else ''}run id {result.run_id})", highlight=False)
     if result.interrupted:

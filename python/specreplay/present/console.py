@@ -11,21 +11,25 @@ parsed as a style tag.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from specreplay.analysis.resampling import samples_needed
 from specreplay.results.latencies import LATENCIES
-from specreplay.analysis.summary import STATS
-from specreplay.analysis.slo import TargetVerdict
 from specreplay.analysis.verdicts import FAILED, FASTER, HELD, NA, SAME, SLOWER, UNCERTAIN
 from specreplay.settings.objectives import Slo
-from specreplay.analysis.validity import Finding
+
+if TYPE_CHECKING:
+    # Annotations only; the analysis modules (pandas) are imported where used:
+    # the console prints a replay's first lines before pandas is needed.
+    import pandas as pd
+
+    from specreplay.analysis.slo import TargetVerdict
+    from specreplay.analysis.validity import Finding
 
 # Summary prefix -> row label. TTFC is spelled out: it is the figure a user waits for.
 LATENCY_LABELS: dict[str, str] = {latency.name: latency.label for latency in LATENCIES}
@@ -60,7 +64,8 @@ def is_tty(console: Console) -> bool:
 
 
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+    pandas = sys.modules.get("pandas")  # pd.NA exists only once pandas is imported
+    return value is None or (isinstance(value, float) and math.isnan(value)) or (pandas is not None and value is pandas.NA)
 
 
 def fmt_ms(value: Any) -> str:
@@ -369,6 +374,8 @@ def _point_heading(row: pd.Series) -> str:
 
 
 def _latency_table(row: pd.Series) -> Table:
+    from specreplay.analysis.summary import STATS
+
     table = Table()
     table.add_column("metric")
     for stat in STATS:
@@ -470,6 +477,8 @@ def fmt_change(value: Any) -> str:
 
 def comparison_footnote(rows: pd.DataFrame, confidence: float = 0.95) -> str:
     """How a table's false verdicts are controlled, for its footnote."""
+    from specreplay.analysis.resampling import samples_needed
+
     judged = int(rows["p_adjusted"].notna().sum()) if "p_adjusted" in rows else 0
     return (
         f"verdicts: Holm–Bonferroni over the {judged} judged figures of this table, so an A/A table says "

@@ -22,14 +22,17 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console, Group
-from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TaskID, TextColumn, TimeRemainingColumn
 from rich.text import Text
+
+if TYPE_CHECKING:  # the terminal's display, imported when one is drawn (plain lines need neither)
+    from rich.live import Live
+    from rich.progress import Progress as Bar, TaskID
 
 from specreplay.run.plan import Progress
 
@@ -151,6 +154,9 @@ class LiveView:
         self._last_line = self.clock()
         if not self.terminal:
             return
+        from rich.live import Live
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
+
         self._bar = Bar(
             TextColumn("  {task.description}"),
             BarColumn(),

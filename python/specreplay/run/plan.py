@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from specreplay.analysis.analyse import RunAnalysis, analyse
-from specreplay.results.files import to_frame
 from specreplay.settings.config import Point, ReplayConfig
+
+if TYPE_CHECKING:
+    from specreplay.analysis.analyse import RunAnalysis
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,10 @@ class FinishedPoint:
     @cached_property
     def runs(self) -> list[RunAnalysis]:
         """`analysis.analyse` of the rows (one run; none when no row was written)."""
+        # Imported here: pandas is not needed before the first request (docs/benchmarks.md, "Start-up").
+        from specreplay.analysis.analyse import analyse
+        from specreplay.results.files import to_frame
+
         return analyse(to_frame(self.rows)) if self.rows.num_rows else []
 
 
