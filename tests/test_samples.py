@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_samples_are_inside_the_package_and_the_clone_links_to_them() -> None:
-    assert samples.names(samples.TRACE_SUFFIX) == ["poisson-200", "reasoning-prompts"]
+    assert samples.names(samples.TRACE_SUFFIX) == ["poisson-200", "reasoning-prompts", "reasoning-prompts-60"]
     assert "spec-decode-ab" in samples.names(samples.CONFIG_SUFFIX)
     for name in samples.names(samples.TRACE_SUFFIX):
         # One copy in the repository: traces/ links to the package's file.
@@ -34,7 +34,7 @@ def test_a_sample_name_resolves_and_an_unknown_one_lists_the_others() -> None:
     index = scan_trace("sample:reasoning-prompts")
     assert index.records == 12 and Path(index.path).parent == samples.HERE
     assert samples.trace_path("traces/x.jsonl") == "traces/x.jsonl"
-    with pytest.raises(TraceError, match="no such sample trace.*sample:poisson-200, sample:reasoning-prompts"):
+    with pytest.raises(TraceError, match="no such sample trace.*sample:poisson-200, sample:reasoning-prompts, sample:reasoning-prompts-60"):
         scan_trace("sample:nope")
     with pytest.raises(TraceError, match="no such sample"):
         scan_trace("sample:../cli")

@@ -15,8 +15,6 @@ import pyarrow as pa
 from rich.console import Console
 from rich.text import Text
 
-from specreplay.analysis import validity
-from specreplay.analysis.analyse import analyse, findings_of
 from specreplay.literals import ARRIVALS, SESSION_MODES
 from specreplay.settings.config import Point, ReplayConfig
 from specreplay.settings.config_file import apply_overrides, env_overrides, load_config_file
@@ -29,10 +27,10 @@ from specreplay.run.replay import Hooks, run_replay
 from specreplay.results.files import VALIDITY_KEY, to_frame
 from specreplay.settings.objectives import merge_tables, table_from_expressions
 from specreplay.settings.thresholds import ValidityThresholds
-from specreplay.analysis.summary import request_lines
-from specreplay.analysis.summary_row import by_model
 from specreplay.run.target import Target
 from specreplay.settings.tomlfile import read_toml
+from specreplay.commands import pandas_later
+from specreplay.analysis.finding import Finding, is_fatal, to_json  # no pandas: the analysis itself is imported after the first point
 
 #: Exit status when the user interrupted the run (128 + SIGINT, like a shell).
 EXIT_INTERRUPTED = 130
@@ -104,7 +102,7 @@ class ConsoleHooks(Hooks):
         self.per_request = per_request
         mode = live or ("terminal" if is_tty(err) else "plain")
         self.view = None if mode == "off" else LiveView(err, terminal=mode == "terminal", interval_s=status_interval)
-        self.found: list[tuple[str, list[validity.Finding]]] = []  # (label, findings) per finished point
+        self.found: list[tuple[str, list[Finding]]] = []  # (label, findings) per finished point
         # Each run's thresholds, typed, from its config: the live view's burst limit.
         self.thresholds = {c.label: ValidityThresholds.from_dict(c.thresholds) for c in configs or []}
         self.analysed_rows = 0
@@ -133,8 +131,12 @@ class ConsoleHooks(Hooks):
     def point_finished(self, finished: FinishedPoint) -> None:
         if self.view is not None:
             self.view.stop()
-        # The rows carry the file's metadata: the run's recorded config, its
-        # thresholds, max_tokens and SLOs among them.
+        # The analysis (pandas) is imported here, after the point ran
+        # (pandas_later). The rows carry the file's metadata: the run's
+        # recorded config, its thresholds, max_tokens and SLOs among them.
+        from specreplay.analysis.summary import request_lines
+        from specreplay.analysis.summary_row import by_model
+
         for run in finished.runs:
             if self.per_request:
                 print_per_request(self.out, request_lines(run.rows))
@@ -146,11 +148,13 @@ class ConsoleHooks(Hooks):
     def search_finished(self, label: str, answer: Answer, lines: list[str]) -> None:
         print_capacity(self.out, label, lines)
 
-    def findings(self, table: pa.Table) -> list[validity.Finding]:
+    def findings(self, table: pa.Table) -> list[Finding]:
         """The findings of every point in `table`, the run's rows: those
         printed with each point, unless rows were written that no finished
         point reported (a run that failed mid-point), which are then all
         analysed again."""
+        from specreplay.analysis.analyse import analyse, findings_of
+
         if self.analysed_rows != table.num_rows:
             return findings_of([(run.label, run.findings) for run in analyse(to_frame(table))])
         return findings_of(self.found)
@@ -352,20 +356,22 @@ def replay(ctx: click.Context, /, **opts: Any) -> None:
 
 def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bool, status_interval: float = PLAIN_INTERVAL_S) -> None:
     """Runs, prints, and exits with the status the findings call for."""
+    if not any(c.ray or c.workers > 1 for c in configs):  # Ray's own imports are not this module's to order
+        pandas_later.defer()
     out = cli_console()
     err = cli_console(stderr=True)
     hooks = ConsoleHooks(out, err, per_request, status_interval=status_interval, configs=configs)
-    found: list[validity.Finding] = []
+    found: list[Finding] = []
 
     def finalize(table: pa.Table) -> dict[str, str]:
         found.extend(hooks.findings(table))
-        return {VALIDITY_KEY: validity.to_json(found)}
+        return {VALIDITY_KEY: to_json(found)}
 
     result = run_replay(configs, hooks, finalize)
     print_verdict(out, found)
     err.print(f"results: {result.path}  ({'interrupted, ' if result.interrupted else ''}run id {result.run_id})", highlight=False)
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)
-    if validity.is_fatal(found, strict):
+    if is_fatal(found, strict):
         err.print("[bold red]--strict: the validity checks failed[/bold red]")
         sys.exit(EXIT_INVALID)

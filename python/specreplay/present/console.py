@@ -11,20 +11,25 @@ parsed as a style tag.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
 from specreplay.results.latencies import LATENCIES
-from specreplay.analysis.quantiles import STATS
-from specreplay.analysis.slo import TargetVerdict
 from specreplay.analysis.verdicts import FAILED, HELD, UNCERTAIN
-from specreplay.settings.objectives import Slo
 from specreplay.analysis.finding import Finding
+from specreplay.settings.objectives import Slo
+
+if TYPE_CHECKING:
+    # Annotations only; the analysis modules (pandas) are imported where used:
+    # the console prints a replay's first lines before pandas is needed.
+    import pandas as pd
+
+    from specreplay.analysis.slo import TargetVerdict
 
 # Summary prefix -> row label. TTFC is spelled out: it is the figure a user waits for.
 LATENCY_LABELS: dict[str, str] = {latency.name: latency.label for latency in LATENCIES}
@@ -59,7 +64,8 @@ def is_tty(console: Console) -> bool:
 
 
 def missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+    pandas = sys.modules.get("pandas")  # pd.NA exists only once pandas is imported
+    return value is None or (isinstance(value, float) and math.isnan(value)) or (pandas is not None and value is pandas.NA)
 
 
 def fmt_ms(value: Any) -> str:
@@ -322,6 +328,8 @@ def _point_heading(row: pd.Series) -> str:
 
 
 def _latency_table(row: pd.Series) -> Table:
+    from specreplay.analysis.quantiles import STATS
+
     table = Table()
     table.add_column("metric")
     for stat in STATS:

@@ -22,17 +22,20 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console, Group
-from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TaskID, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
 from specreplay import _core
-from specreplay.results.derived import REQUEST_FIGURE_INPUTS, request_figures
+
+if TYPE_CHECKING:  # the terminal's display, imported when one is drawn (plain lines need neither)
+    from rich.live import Live
+    from rich.progress import Progress as Bar, TaskID
+
 from specreplay.run.plan import Progress
 from specreplay.settings.thresholds import ValidityThresholds
 
@@ -61,6 +64,11 @@ class Rolling:
         columns), vectorised: no Python object per request."""
         if batch.num_rows == 0:
             return
+        # Imported at the first drained batch, not at start-up: the derivation
+        # is pandas's, which a replay loads after its first request
+        # (docs/benchmarks.md, "Start-up").
+        from specreplay.results.derived import REQUEST_FIGURE_INPUTS, request_figures
+
         rows = batch.select(list(REQUEST_FIGURE_INPUTS)).to_pandas()
         figures = request_figures(rows, self.burst_us_per_token)
         ok = np.asarray(pc.is_null(batch.column("error_kind")).to_numpy(zero_copy_only=False), dtype=bool)
@@ -155,6 +163,9 @@ class LiveView:
         self._last_line = self.clock()
         if not self.terminal:
             return
+        from rich.live import Live
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
+
         self._bar = Bar(
             TextColumn("  {task.description}"),
             BarColumn(),

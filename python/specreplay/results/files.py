@@ -14,9 +14,8 @@ import json
 import os
 from pathlib import Path
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
@@ -24,6 +23,9 @@ from specreplay.errors import ResultsError
 from specreplay.results import derived
 from specreplay.results.schema import ENGINE_COLUMNS, results_schema
 from specreplay.results import server_samples as metrics_store
+
+if TYPE_CHECKING:
+    import pandas as pd  # no use at run time: `to_pandas` gives the frames
 
 def partial_path(path: str | Path) -> Path:
     return Path(f"{path}.partial")

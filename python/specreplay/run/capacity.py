@@ -41,17 +41,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specreplay import _core
 from specreplay.settings.config import Point, ReplayConfig
 from specreplay.run.plan import FinishedPoint, Plan
-from specreplay.analysis.resampling import samples_needed
-from specreplay.analysis.slo import TargetVerdict, target_samples_needed
 from specreplay.analysis.verdicts import FAILED as TARGET_FAILED
 from specreplay.analysis.verdicts import TOO_FEW
 from specreplay.settings.objectives import Slo
-from specreplay.analysis.analyse import PointAnalysis
+
+if TYPE_CHECKING:
+    # Annotations only: the analysis (pandas) is imported where used, after
+    # the first request (docs/benchmarks.md, "Start-up").
+    from specreplay.analysis.analyse import PointAnalysis
+    from specreplay.analysis.slo import TargetVerdict
 
 #: Step statuses, the first the only one that holds.
 HELD = "held"
@@ -107,6 +110,9 @@ def units_per_point(slo: Slo) -> int:
     """Distinct trace records (the unit a point's figures are resampled by)
     each point needs: the strictest `target_samples_needed` among the
     targets (500 for a p99, 50 for a p90, 10 for a p50)."""
+    from specreplay.analysis.resampling import samples_needed  # pandas: not before the first request (docs/benchmarks.md, "Start-up")
+    from specreplay.analysis.slo import target_samples_needed
+
     return max([target_samples_needed(t) for t in slo.targets] + [samples_needed(0.5)])
 
 
@@ -123,6 +129,8 @@ def too_short(slo: Slo, records: int, warmup: int) -> str:
     needed = units_per_point(slo)
     if records >= needed + warmup:
         return ""
+    from specreplay.analysis.slo import target_samples_needed
+
     strictest = max((t for t in slo.targets if t.quantile is not None), key=target_samples_needed, default=None)
     what = f"a {strictest.stat} target" if strictest is not None else "a point"
     extra = f" plus {warmup} warmup" if warmup else ""

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from specreplay.analysis.analyse import RunAnalysis, analyse, analyse_run, predictions_of
-from specreplay.results import server_samples as server_store
-from specreplay.results.files import to_frame
 from specreplay.settings.config import Point, ReplayConfig
+
+if TYPE_CHECKING:
+    from specreplay.analysis.analyse import RunAnalysis
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,11 @@ class FinishedPoint:
         """The analysis of the rows (one run; none when no row was written)."""
         if not self.rows.num_rows:
             return []
+        # Imported here: pandas is not needed before the first request (docs/benchmarks.md, "Start-up").
+        from specreplay.analysis.analyse import analyse, analyse_run, predictions_of
+        from specreplay.results import server_samples as server_store
+        from specreplay.results.files import to_frame
+
         df = to_frame(self.rows)
         if self.config is None:
             return analyse(df)

@@ -5,6 +5,13 @@ quick start works from any directory after `pip install specreplay`.
 `specreplay replay sample:reasoning-prompts --rate 8`,
 `specreplay replay --config sample:spec-decode-ab`. In a clone, `traces/` and
 `examples/` hold links to these same files (one copy in the repository).
+
+`reasoning-prompts-60.jsonl` (60 chat prompts of 20–60 words, budget 4096,
+the answer's length the server's own: enough distinct records for a p90
+target, 50) was written by `specreplay synth -o r60.jsonl --num-requests 60
+--rate 0.5 --input-len uniform:20:60 --output-len 4096 --seed 7`, with
+`min_tokens` and `ignore_eos` taken out of each body, `temperature` 0.6 put
+in, and the ids numbered r00…r59.
 """
 
 from __future__ import annotations
