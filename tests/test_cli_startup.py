@@ -71,13 +71,13 @@ def test_the_package_api_is_still_there_and_replay_is_the_function() -> None:
 REPLAY_PROBE = """
 import json, sys
 from specreplay.run import replay
-start = replay._local_start
+start = replay.local_start
 seen = {}
 def noting(*args, **kwargs):
     run = start(*args, **kwargs)
     seen.setdefault("modules", sorted(sys.modules))
     return run
-replay._local_start = noting  # what a local run starts its points with (Run.start_point)
+replay.local_start = noting  # what a local run starts its points with (Run.start_point)
 from specreplay.cli import main
 try:
     main(args=sys.argv[1:], prog_name="specreplay")
@@ -97,8 +97,8 @@ def test_a_replay_imports_no_pandas_before_its_first_request(tmp_path: Path) -> 
     before, after = set(seen["before"]), set(seen["after"])
     assert "specreplay._core" in before and "pyarrow" in before  # the probe ran at the engine's start
     assert "pandas" not in before
-    assert {m for m in before if m.startswith("specreplay.analysis")} <= {"specreplay.analysis", "specreplay.analysis.verdicts"}  # names only
-    assert "pandas" in after and "specreplay.analysis.validity" in after  # the summary still came
+    assert {m for m in before if m.startswith("specreplay.analysis")} <= {"specreplay.analysis", "specreplay.analysis.verdicts", "specreplay.analysis.finding"}  # names and the Finding dataclass: no pandas
+    assert "pandas" in after and "specreplay.analysis.analyse" in after  # the summary still came
     assert seen["code"] in (None, 0) and "2 requests: 2 ok" in out.stdout
 
 

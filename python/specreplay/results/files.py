@@ -20,7 +20,6 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from specreplay.errors import ResultsError
-from specreplay.results import derived
 from specreplay.results.schema import ENGINE_COLUMNS, results_schema
 from specreplay.results import server_samples as metrics_store
 
@@ -249,6 +248,8 @@ def load(path: str | os.PathLike[str], chunks: bool = False, metrics: bool = Fal
     df = to_frame(read_table(path))
     if not chunks:
         return df
+    from specreplay.results import derived  # pandas: a replay writes files before it needs it (docs/benchmarks.md, "Start-up")
+
     frame = derived.chunks(df)
     frame.attrs = dict(df.attrs)
     return frame
