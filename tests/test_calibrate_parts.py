@@ -89,3 +89,25 @@ def test_the_prefill_regression_is_non_negative_and_follows_the_median() -> None
     cached[5:7] = 150
     coef = robust_lstsq(np.column_stack([np.ones(24), tokens, cached]), ttft - 1_000 * cached)
     assert coef.min() >= 0 and coef[2] == 0
+
+
+def _multi_token_rows(n: int = 8) -> pd.DataFrame:
+    return pd.DataFrame({"chunk_tokens": [[1, 2, 3, 2, 1, 4]] * n})
+
+
+def test_a_vllm_run_without_spec_counters_is_a_run_without_speculation() -> None:
+    # vLLM merges steps into one chunk under load: with its metrics scraped
+    # and no spec_decode counters among them, the run did not speculate.
+    from specreplay.run.calibrate.fit import fit_spec
+
+    metrics = pd.DataFrame({"name": ["vllm:num_requests_running", "vllm:num_requests_waiting"], "value": [4.0, 0.0]})
+    spec, tokens_per_step = fit_spec(metrics, _multi_token_rows())
+    assert spec.status == "fitted" and spec.value == [] and tokens_per_step == 1.0
+    assert "steps merged" in spec.how
+
+
+def test_multi_token_chunks_without_metrics_leave_speculation_unknown() -> None:
+    from specreplay.run.calibrate.fit import fit_spec
+
+    spec, _ = fit_spec(pd.DataFrame({"name": pd.Series([], dtype=str), "value": pd.Series([], dtype=float)}), _multi_token_rows())
+    assert spec.status == "unknown" and "vllm:spec_decode_" in (spec.needs or "")

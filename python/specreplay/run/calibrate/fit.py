@@ -308,6 +308,12 @@ def fit_spec(m: pd.DataFrame, rows: pd.DataFrame) -> tuple[Param, float]:
         how = "no speculative-decoding counters in the server's metrics"
         if multi < 0.05:
             return Param("spec_acceptance", "fitted", [], None, None, len(rows), how + " and chunks of one token: no speculation"), 1.0
+        if len(m) and m["name"].str.startswith("vllm:").any():
+            # vLLM exports vllm:spec_decode_* whenever it drafts: without them
+            # it did not, and its multi-token chunks are the stream's merging
+            # of steps under load (the delivery fit's steps_per_chunk).
+            return Param("spec_acceptance", "fitted", [], None, None, len(rows),
+                         f"a vLLM server exporting no vllm:spec_decode_* counters: no speculation ({multi:.0%} of chunks carry several tokens: steps merged in the stream)"), 1.0
         return Param("spec_acceptance", "unknown",
                      needs=how + f", but {multi:.0%} of chunks carry several tokens: scrape a server that exports vllm:spec_decode_* (--metrics)"), 1.0
     drafts = float(_counter_delta(m, "vllm:spec_decode_num_drafts_total").sum())
