@@ -92,6 +92,10 @@ def by_name(first: dict[int, tuple[str, float, float, int, int]], last: dict[int
 
 #: The CLI with the streamed feed forced (the "without" of issue 27's change).
 STREAMED = [sys.executable, "-c", "import runpy, specreplay.run.feed as f; f.WHOLE_MAX_BYTES = 0; runpy.run_module('specreplay', run_name='__main__', alter_sys=True)"]
+#: The CLI with pandas imported before the first request (the "without" of
+#: the start-up change that imports it after: does that import, during the
+#: first point, cost send lag?).
+PANDAS_FIRST = [sys.executable, "-c", "import pandas, runpy; runpy.run_module('specreplay', run_name='__main__', alter_sys=True)"]
 
 
 def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: str, extra: str, out: Path) -> dict[str, Any]:
@@ -99,7 +103,8 @@ def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: 
     for kv in filter(None, extra.split(",")):
         name, value = kv.split("=", 1)
         env[name] = value
-    cmd = [*(STREAMED if feed == "streamed" else SPECREPLAY), "replay", str(trace), "--url", url, "--model", "specreplay-sim", "--rate", f"{rate:g}",
+    launcher = {"streamed": STREAMED, "pandas-first": PANDAS_FIRST}.get(feed, SPECREPLAY)
+    cmd = [*launcher, "replay", str(trace), "--url", url, "--model", "specreplay-sim", "--rate", f"{rate:g}",
            "--arrival", "constant", "--num-requests", str(n), "--no-metrics", "-o", str(out)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     first: dict[int, tuple[str, float, float, int, int]] = {}
@@ -145,7 +150,7 @@ def main() -> None:
     parser.add_argument("--rates", type=float, nargs="+", default=[1000, 2000, 4000, 5000])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--feeds", nargs="+", choices=["whole", "streamed"], default=["whole"], help="requests built whole before the point (the default) or streamed while it runs")
+    parser.add_argument("--feeds", nargs="+", choices=["whole", "streamed", "pandas-first"], default=["whole"], help="requests built whole before the point (the default) or streamed while it runs; pandas-first: whole, with pandas imported before the first request")
     parser.add_argument("--envs", nargs="+", default=[""], help="variants' extra environment, each NAME=VALUE[,NAME=VALUE] ('' for none): an experiment's switches")
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
