@@ -87,7 +87,7 @@ print(json.dumps({"code": code, "before": seen["modules"], "after": sorted(sys.m
 """
 
 
-def test_a_replay_imports_no_pandas_before_its_first_request(tmp_path: Path) -> None:
+def test_a_replay_loads_its_analysis_before_its_first_point_not_during_it(tmp_path: Path) -> None:
     trace = Path(__file__).resolve().parents[1] / "traces" / "reasoning-prompts.jsonl"
     out = subprocess.run([sys.executable, "-c", REPLAY_PROBE, "replay", str(trace), "--concurrency", "1", "--num-requests", "2",
                           "--max-tokens", "8", "-o", str(tmp_path / "r.arrow")],
@@ -96,31 +96,9 @@ def test_a_replay_imports_no_pandas_before_its_first_request(tmp_path: Path) -> 
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     before, after = set(seen["before"]), set(seen["after"])
     assert "specreplay._core" in before and "pyarrow" in before  # the probe ran at the engine's start
-    assert "pandas" not in before
-    assert {m for m in before if m.startswith("specreplay.analysis")} <= {"specreplay.analysis", "specreplay.analysis.verdicts", "specreplay.analysis.finding"}  # names and the Finding dataclass: no pandas
-    assert "pandas" in after and "specreplay.analysis.analyse" in after  # the summary still came
+    # Imported while the point runs, pandas would compete with the pacer for
+    # the cores (docs/benchmarks.md, "Start-up"): it comes before, with the
+    # analysis, and nothing of it is left to import during the point.
+    assert "pandas" in before and "specreplay.analysis.analyse" in before
+    assert {m for m in after - before if m.split(".")[0] in ("pandas", "numpy", "pyarrow")} <= {"pyarrow.feather"}
     assert seen["code"] in (None, 0) and "2 requests: 2 ok" in out.stdout
-
-
-def test_pyarrow_converts_pandas_objects_as_usual_once_pandas_is_imported_after_defer() -> None:
-    # In a fresh process: pandas_later.defer(), typed conversions (no
-    # pandas), then pandas imported: pyarrow must know it (NaN -> null,
-    # pd.NA -> null, a Series' dtype), exactly as without defer.
-    probe = """
-import json, sys, math
-defer = sys.argv[1] == "1"
-import pyarrow as pa
-if defer:
-    from specreplay.commands import pandas_later
-    assert pandas_later.defer()
-    pa.scalar("x", pa.string()); pa.RecordBatch.from_pylist([{"a": 1.5}], schema=pa.schema([("a", pa.float64())]))
-    assert "pandas" not in sys.modules
-import pandas as pd
-print(json.dumps([pa.array(pd.Series([1.0, math.nan])).null_count, pa.array([pd.NA, 1], from_pandas=True).null_count,
-                  str(pa.array(pd.Categorical(["a", "b"])).type), str(pa.scalar(pd.Timestamp("2020-01-01")).type),
-                  type(pa.table({"x": [1]}).to_pandas()).__name__]))
-"""
-    runs = [subprocess.run([sys.executable, "-c", probe, flag], capture_output=True, text=True, timeout=60) for flag in ("0", "1")]
-    assert all(r.returncode == 0 for r in runs), [r.stderr[-1000:] for r in runs]
-    plain, deferred = (json.loads(r.stdout) for r in runs)
-    assert deferred == plain and plain[:2] == [1, 1]

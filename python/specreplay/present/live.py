@@ -64,9 +64,8 @@ class Rolling:
         columns), vectorised: no Python object per request."""
         if batch.num_rows == 0:
             return
-        # Imported at the first drained batch, not at start-up: the derivation
-        # is pandas's, which a replay loads after its first request
-        # (docs/benchmarks.md, "Start-up").
+        # Imported where used: the derivation is pandas's, which `replay
+        # --help` does not need (a run has it loaded before its first point).
         from specreplay.results.derived import REQUEST_FIGURE_INPUTS, request_figures
 
         rows = batch.select(list(REQUEST_FIGURE_INPUTS)).to_pandas()

@@ -51,8 +51,8 @@ from specreplay.analysis.verdicts import TOO_FEW
 from specreplay.settings.objectives import Slo
 
 if TYPE_CHECKING:
-    # Annotations only: the analysis (pandas) is imported where used, after
-    # the first request (docs/benchmarks.md, "Start-up").
+    # Annotations only: the analysis (pandas) is imported where used, so that
+    # a command's --help loads none of it.
     from specreplay.analysis.analyse import PointAnalysis
     from specreplay.analysis.slo import TargetVerdict
 
@@ -110,7 +110,7 @@ def units_per_point(slo: Slo) -> int:
     """Distinct trace records (the unit a point's figures are resampled by)
     each point needs: the strictest `target_samples_needed` among the
     targets (500 for a p99, 50 for a p90, 10 for a p50)."""
-    from specreplay.analysis.resampling import samples_needed  # pandas: not before the first request (docs/benchmarks.md, "Start-up")
+    from specreplay.analysis.resampling import samples_needed  # pandas: imported where used (a command's --help needs none)
     from specreplay.analysis.slo import target_samples_needed
 
     return max([target_samples_needed(t) for t in slo.targets] + [samples_needed(0.5)])

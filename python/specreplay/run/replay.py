@@ -285,6 +285,14 @@ def run_replay(
     if not configs:
         raise ConfigError("nothing to run")
     hooks = hooks or Hooks()
+    # The analysis (pandas: about 0.2 s of CPU) is loaded now, before the
+    # first point, not when a point first needs it: imported while a point
+    # runs, it competes with the pacer and the engine for the cores, and
+    # raised the send lag's p99 about 1.5x in 7 of 8 pairs
+    # (docs/benchmarks.md, "Start-up"). Not at module level: `replay --help`
+    # needs none of it.
+    import specreplay.analysis.analyse  # noqa: F401
+
     # Every run checked, every target reached, before the first request goes
     # out: a typo in the last run must not cost the time of the first.
     runs = [_prepare_run(c) for c in configs]
