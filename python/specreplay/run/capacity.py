@@ -46,8 +46,7 @@ from typing import TYPE_CHECKING, Any
 from specreplay import _core
 from specreplay.settings.config import Point, ReplayConfig
 from specreplay.run.plan import FinishedPoint, Plan
-from specreplay.analysis.verdicts import FAILED as TARGET_FAILED
-from specreplay.analysis.verdicts import TOO_FEW
+from specreplay.analysis import verdicts as slo_verdicts
 from specreplay.settings.objectives import Slo
 
 if TYPE_CHECKING:
@@ -56,11 +55,12 @@ if TYPE_CHECKING:
     from specreplay.analysis.analyse import PointAnalysis
     from specreplay.analysis.slo import TargetVerdict
 
-#: Step statuses, the first the only one that holds.
-HELD = "held"
-FAILED = "failed"
-UNCERTAIN = "uncertain"
-TOO_FEW_SAMPLES = "too few samples"
+#: Step statuses, the first the only one that holds. The first four are the
+#: point's SLO verdicts (`analysis.verdicts`), read as the step's.
+HELD = slo_verdicts.HELD
+FAILED = slo_verdicts.FAILED
+UNCERTAIN = slo_verdicts.UNCERTAIN
+TOO_FEW_SAMPLES = slo_verdicts.TOO_FEW
 INVALID = "invalid"
 NOT_SUSTAINED = "not sustained"
 NOT_OFFERED = "not offered"
@@ -76,7 +76,7 @@ VOID = "void"
 FLOOR = "floor"
 INTERRUPTED = "interrupted"
 LOAD_NOT_OFFERED = "load not offered"
-TOO_FEW_UNITS = "too few samples"
+TOO_FEW_UNITS = slo_verdicts.TOO_FEW
 
 #: A point's sends must reach this share of the rate it names (its schedule's
 #: own rate, when the schedule is fixed in advance) to count at that rate.
@@ -207,9 +207,9 @@ def judge_point(point: PointAnalysis, cut: bool = False) -> Step:
         status = NOT_SUSTAINED
     elif all(v.held for v in verdicts):
         status = HELD
-    elif any(v.verdict == TARGET_FAILED for v in verdicts):
+    elif any(v.verdict == slo_verdicts.FAILED for v in verdicts):
         status = FAILED
-    elif any(v.verdict == TOO_FEW for v in verdicts):
+    elif any(v.verdict == slo_verdicts.TOO_FEW for v in verdicts):
         status = TOO_FEW_SAMPLES
     else:
         status = UNCERTAIN
