@@ -110,9 +110,12 @@ async fn attempt_with_retries(
             account: StreamAccount::new(ctx.keep_answer, ctx.chunk_text),
             ..Attempt::default()
         };
-        let outcome = unless(exchange(ctx, req, rec, &mut attempt), interrupted(ctx, deadline))
-            .await
-            .unwrap_or_else(Err);
+        let outcome = unless(
+            exchange(ctx, req, rec, &mut attempt),
+            interrupted(ctx, deadline),
+        )
+        .await
+        .unwrap_or_else(Err);
         if !worth_retrying(&outcome, rec) || attempts > ctx.retries {
             return (outcome, attempt, attempts);
         }
@@ -120,7 +123,8 @@ async fn attempt_with_retries(
             .retry_after
             .unwrap_or(RETRY_BASE * 2u32.saturating_pow(attempts - 1))
             .min(RETRY_AFTER_CAP);
-        if let Err(failure) = unless(tokio::time::sleep(backoff), interrupted(ctx, deadline)).await {
+        if let Err(failure) = unless(tokio::time::sleep(backoff), interrupted(ctx, deadline)).await
+        {
             return (Err(failure), attempt, attempts);
         }
         rec.first_byte_us = None;

@@ -12,10 +12,10 @@ use hyper::body::Incoming;
 use hyper::{header, Method, Request, Response, StatusCode};
 
 use super::embed::{pool, Pooling};
+use super::exporter;
 use super::fault::ConnControl;
 use super::generate::generate;
 use super::http::{error, json, SimBody};
-use super::exporter;
 use super::render;
 use super::request::Endpoint;
 use super::shared::Shared;

@@ -15,8 +15,8 @@ use tokio::sync::watch;
 
 use super::config::SimConfig;
 use super::engine::EngineHandle;
-use super::fault::{ConnControl, FaultStats, SimIo};
 use super::exporter::Exporter;
+use super::fault::{ConnControl, FaultStats, SimIo};
 use super::routes;
 use super::shared::Shared;
 use crate::error::CoreError;

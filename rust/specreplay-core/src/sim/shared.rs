@@ -9,8 +9,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::config::SimConfig;
 use super::engine::{EngineHandle, Job};
-use super::fault::FaultStats;
 use super::exporter::Exporter;
+use super::fault::FaultStats;
 use super::pace::Pacer;
 use super::pool_lane::PoolLane;
 use super::request::MediaRule;

@@ -412,7 +412,10 @@ impl Default for EventChannels {
 
 impl EventChannels {
     fn add(&mut self, channel: Channel, chars: u32) {
-        match self.list[..self.len].iter_mut().find(|(c, _)| *c == channel) {
+        match self.list[..self.len]
+            .iter_mut()
+            .find(|(c, _)| *c == channel)
+        {
             Some((_, n)) => *n = n.saturating_add(chars),
             None if self.len < 3 => {
                 self.list[self.len] = (channel, chars);
