@@ -34,3 +34,25 @@ pub fn client_over(
         .http2_only(h2_only)
         .build(connector)
 }
+
+/// How many times a request is sent again after its pooled connection turned
+/// out to be closed.
+pub(crate) const STALE_RETRIES: usize = 2;
+
+/// Whether the connection closed before any byte of a response: the race of
+/// reusing a keep-alive connection the server is closing. llama.cpp's server
+/// closes the connection after every streamed response while announcing
+/// `Keep-Alive: timeout=5, max=100`, so the next request on it fails this way
+/// unless the close was seen first. No response came, so the request is sent
+/// again on a fresh connection (`sent_us` stays the first attempt's: the
+/// few microseconds lost count against the server).
+pub(crate) fn closed_before_response(e: &hyper_util::client::legacy::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            return h.is_incomplete_message();
+        }
+        source = s.source();
+    }
+    false
+}

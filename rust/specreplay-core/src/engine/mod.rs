@@ -274,6 +274,8 @@ fn checked(
     ))
 }
 
+/// Starts the point: its pacing thread now, then (on `runtime`) its
+/// connections, clock and workers.
 fn launch(
     spec: RunSpec,
     feed: Feed,
@@ -282,60 +284,22 @@ fn launch(
 ) -> Result<EngineRun, CoreError> {
     let headers = header_map(&spec.headers)?;
     let preconnections = spec.preconnections()?;
-    let cancel = CancellationToken::new();
-    let progress = Arc::new(Progress::default());
     let (tx, rx) = mpsc::unbounded_channel();
+    let run = EngineRun {
+        results: rx,
+        progress: Arc::new(Progress::default()),
+        cancel: CancellationToken::new(),
+        feed: Arc::new(feed),
+    };
     let (concurrency, open_loop) = match spec.load {
         LoadMode::Concurrency { concurrency } => (concurrency, false),
         _ => (spec.max_concurrency.unwrap_or(1024), true),
     };
-    let dependent = spec.sessions == SessionMode::Dependent;
-    let feed = Arc::new(feed);
-    let duration = spec.duration_s.map(Duration::from_secs_f64);
-    let secrets = secret_values(&headers);
-    let make_shared = {
-        let (cancel, progress, feed) = (cancel.clone(), progress.clone(), feed.clone());
-        move |client: http::HttpClient, start_at: Instant| Shared {
-            ctx: RequestContext {
-                client,
-                secrets,
-                headers,
-                timeout: spec.timeout_s.map(Duration::from_secs_f64),
-                stall_timeout: spec.stall_timeout_s.map(Duration::from_secs_f64),
-                retries: spec.retries,
-                cancel,
-                server_stamps: spec.server_stamps,
-                keep_answer: spec.live_history && dependent,
-                chunk_text: spec.chunk_text,
-            },
-            releases: Releases::new(feed.bell.clone()),
-            feed,
-            warmup: spec.warmup,
-            permits: if open_loop {
-                spec.max_concurrency.map(Semaphore::new)
-            } else {
-                None
-            },
-            progress,
-            end_at: duration.map(|d| start_at + d),
-            results: tx,
-        }
-    };
     // The pacing thread starts open-loop units and releases dependent turns.
     // It starts now (so a failure to start it is `start`'s error) and waits
     // for the connections to be open.
-    let pacer = if open_loop || dependent {
-        let (go, ready) = std::sync::mpsc::sync_channel::<(Arc<Shared>, Instant)>(1);
-        let runtime = runtime.clone();
-        std::thread::Builder::new()
-            .name("specreplay-dispatch".into())
-            .spawn(move || {
-                if let Ok((shared, start_at)) = ready.recv() {
-                    dispatch::pace(shared, open_loop, start_at, runtime);
-                }
-            })
-            .map_err(|e| CoreError::io("could not start the dispatcher thread", e))?;
-        Some(go)
+    let pacer = if open_loop || spec.sessions == SessionMode::Dependent {
+        Some(spawn_pacer(open_loop, runtime)?)
     } else {
         None
     };
@@ -343,21 +307,75 @@ fn launch(
         start_at: spec.start_at_us.map(us_to_instant),
         uri,
         preconnections,
-        cancel: cancel.clone(),
+        cancel: run.cancel.clone(),
         max_idle: concurrency,
         pacer,
         workers: (!open_loop).then_some(concurrency),
-        duration,
+        duration: spec.duration_s.map(Duration::from_secs_f64),
         runtime: runtime.clone(),
     };
+    let make_shared = shared_maker(spec, headers, open_loop, &run, tx);
     runtime.spawn(connect_then_start(make_shared, plan));
-    Ok(EngineRun {
-        results: rx,
-        progress,
-        cancel,
-        feed,
-    })
+    Ok(run)
 }
+
+/// What builds the point's shared state once its connections are open (the
+/// client and the start instant come then).
+fn shared_maker(
+    spec: RunSpec,
+    headers: HeaderMap,
+    open_loop: bool,
+    run: &EngineRun,
+    results: mpsc::UnboundedSender<RequestRecord>,
+) -> impl FnOnce(http::HttpClient, Instant) -> Shared {
+    let (cancel, progress, feed) = (run.cancel.clone(), run.progress.clone(), run.feed.clone());
+    let secrets = secret_values(&headers);
+    let duration = spec.duration_s.map(Duration::from_secs_f64);
+    move |client: http::HttpClient, start_at: Instant| Shared {
+        ctx: RequestContext {
+            client,
+            secrets,
+            headers,
+            timeout: spec.timeout_s.map(Duration::from_secs_f64),
+            stall_timeout: spec.stall_timeout_s.map(Duration::from_secs_f64),
+            retries: spec.retries,
+            cancel,
+            server_stamps: spec.server_stamps,
+            keep_answer: spec.live_history && spec.sessions == SessionMode::Dependent,
+            chunk_text: spec.chunk_text,
+        },
+        releases: Releases::new(feed.bell.clone()),
+        feed,
+        warmup: spec.warmup,
+        permits: if open_loop {
+            spec.max_concurrency.map(Semaphore::new)
+        } else {
+            None
+        },
+        progress,
+        end_at: duration.map(|d| start_at + d),
+        results,
+    }
+}
+
+/// The pacing thread (open-loop starts, dependent releases), waiting for
+/// the shared state and the start instant.
+fn spawn_pacer(open_loop: bool, runtime: &Handle) -> Result<PacerStart, CoreError> {
+    let (go, ready) = std::sync::mpsc::sync_channel::<(Arc<Shared>, Instant)>(1);
+    let runtime = runtime.clone();
+    std::thread::Builder::new()
+        .name("specreplay-dispatch".into())
+        .spawn(move || {
+            if let Ok((shared, start_at)) = ready.recv() {
+                dispatch::pace(shared, open_loop, start_at, runtime);
+            }
+        })
+        .map_err(|e| CoreError::io("could not start the dispatcher thread", e))?;
+    Ok(go)
+}
+
+/// Hands the waiting pacing thread its shared state and start instant.
+type PacerStart = std::sync::mpsc::SyncSender<(Arc<Shared>, Instant)>;
 
 /// What `connect_then_start` needs besides the shared state.
 struct Launch {
@@ -369,7 +387,7 @@ struct Launch {
     cancel: CancellationToken,
     max_idle: usize,
     /// The waiting pacing thread, if the point has one.
-    pacer: Option<std::sync::mpsc::SyncSender<(Arc<Shared>, Instant)>>,
+    pacer: Option<PacerStart>,
     /// Closed loop: how many workers (users).
     workers: Option<usize>,
     duration: Option<Duration>,

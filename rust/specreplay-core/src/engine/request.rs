@@ -20,7 +20,7 @@ use crate::error::error_chain;
 use crate::sse::{SseEvent, SseParser};
 
 use super::accounting::StreamAccount;
-use super::http::HttpClient;
+use super::http::{closed_before_response, HttpClient, STALE_RETRIES};
 use super::interrupt::unless;
 use super::net::{ConnLog, FrameClock};
 use super::record::{ErrorKind, RequestRecord, Stamp};
@@ -71,56 +71,7 @@ struct Attempt {
 /// how many were made.
 pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut RequestRecord) {
     let deadline = ctx.timeout.map(|t| tokio::time::Instant::now() + t);
-    // What ends an attempt or a backoff early: the whole-request deadline
-    // or the run's cancellation (polled only when it fires: `interrupt`).
-    let interrupted = || async {
-        let expired = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = expired => (
-                ErrorKind::Timeout,
-                format!(
-                    "no complete response within {:.1} s",
-                    ctx.timeout.unwrap_or_default().as_secs_f64()
-                ),
-            ),
-            _ = ctx.cancel.cancelled() => (ErrorKind::Cancelled, "run cancelled".to_string()),
-        }
-    };
-    let mut attempts = 0;
-    let (outcome, attempt) = loop {
-        attempts += 1;
-        let mut attempt = Attempt {
-            account: StreamAccount::new(ctx.keep_answer, ctx.chunk_text),
-            ..Attempt::default()
-        };
-        let outcome = unless(exchange(ctx, req, rec, &mut attempt), interrupted())
-            .await
-            .unwrap_or_else(Err);
-        let retriable = match &outcome {
-            Err((ErrorKind::Connect, _)) => true,
-            Err((ErrorKind::Http, _)) => {
-                matches!(rec.http_status, Some(429 | 500 | 502 | 503 | 504))
-            }
-            _ => false,
-        };
-        if !retriable || attempts > ctx.retries {
-            break (outcome, attempt);
-        }
-        let backoff = attempt
-            .retry_after
-            .unwrap_or(RETRY_BASE * 2u32.saturating_pow(attempts - 1))
-            .min(RETRY_AFTER_CAP);
-        if let Err(failure) = unless(tokio::time::sleep(backoff), interrupted()).await {
-            break (Err(failure), attempt);
-        }
-        rec.first_byte_us = None;
-        rec.http_status = None;
-    };
+    let (outcome, attempt, attempts) = attempt_with_retries(ctx, req, rec, deadline).await;
     rec.end_us = Some(now_us());
     rec.attempts = attempts as i32;
     let Attempt {
@@ -137,7 +88,90 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
     if let (Some(head), Some(first)) = (rec.first_byte_us, rec.first_token_us) {
         rec.first_byte_us = Some(head.min(first));
     }
-    rec.error = match (outcome, stream_error, decode_error) {
+    rec.error = request_error(outcome, stream_error, decode_error, done);
+    if let Some((_, message)) = &mut rec.error {
+        scrub(message, &ctx.secrets);
+    }
+}
+
+/// Sends `req` until an attempt is not worth repeating or the retries are
+/// spent, backing off in between. Returns the last attempt's outcome, what
+/// it left behind, and how many attempts were made.
+async fn attempt_with_retries(
+    ctx: &RequestContext,
+    req: &PreparedRequest,
+    rec: &mut RequestRecord,
+    deadline: Option<tokio::time::Instant>,
+) -> (Result<(), Failure>, Attempt, u32) {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let mut attempt = Attempt {
+            account: StreamAccount::new(ctx.keep_answer, ctx.chunk_text),
+            ..Attempt::default()
+        };
+        let outcome = unless(
+            exchange(ctx, req, rec, &mut attempt),
+            interrupted(ctx, deadline),
+        )
+        .await
+        .unwrap_or_else(Err);
+        if !worth_retrying(&outcome, rec) || attempts > ctx.retries {
+            return (outcome, attempt, attempts);
+        }
+        let backoff = attempt
+            .retry_after
+            .unwrap_or(RETRY_BASE * 2u32.saturating_pow(attempts - 1))
+            .min(RETRY_AFTER_CAP);
+        if let Err(failure) = unless(tokio::time::sleep(backoff), interrupted(ctx, deadline)).await
+        {
+            return (Err(failure), attempt, attempts);
+        }
+        rec.first_byte_us = None;
+        rec.http_status = None;
+    }
+}
+
+/// What ends an attempt or a backoff early: the whole-request deadline or
+/// the run's cancellation (polled only when it fires: `interrupt`).
+async fn interrupted(ctx: &RequestContext, deadline: Option<tokio::time::Instant>) -> Failure {
+    let expired = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = expired => (
+            ErrorKind::Timeout,
+            format!(
+                "no complete response within {:.1} s",
+                ctx.timeout.unwrap_or_default().as_secs_f64()
+            ),
+        ),
+        _ = ctx.cancel.cancelled() => (ErrorKind::Cancelled, "run cancelled".to_string()),
+    }
+}
+
+/// A connection failure, a 429 or a 5xx that may pass: worth another attempt.
+fn worth_retrying(outcome: &Result<(), Failure>, rec: &RequestRecord) -> bool {
+    match outcome {
+        Err((ErrorKind::Connect, _)) => true,
+        Err((ErrorKind::Http, _)) => matches!(rec.http_status, Some(429 | 500 | 502 | 503 | 504)),
+        _ => false,
+    }
+}
+
+/// The request's error: the attempt's failure first, then an error event in
+/// the stream, a payload that would not decode, and a stream cut before its
+/// terminal event.
+fn request_error(
+    outcome: Result<(), Failure>,
+    stream_error: Option<String>,
+    decode_error: Option<String>,
+    done: bool,
+) -> Option<Failure> {
+    match (outcome, stream_error, decode_error) {
         (Err(failure), _, _) => Some(failure),
         (Ok(()), Some(msg), _) => Some((ErrorKind::StreamError, msg)),
         (Ok(()), None, Some(msg)) => Some((ErrorKind::Decode, msg)),
@@ -146,9 +180,6 @@ pub async fn execute(ctx: &RequestContext, req: &PreparedRequest, rec: &mut Requ
             "the stream ended without its terminal event ([DONE], message_stop or response.completed)".to_string(),
         )),
         (Ok(()), None, None) => None,
-    };
-    if let Some((_, message)) = &mut rec.error {
-        scrub(message, &ctx.secrets);
     }
 }
 
@@ -176,28 +207,6 @@ async fn unless_stalled<T>(
             )
         }),
     }
-}
-
-/// How many times a request is sent again after its pooled connection turned
-/// out to be closed.
-pub(crate) const STALE_RETRIES: usize = 2;
-
-/// Whether the connection closed before any byte of a response: the race of
-/// reusing a keep-alive connection the server is closing. llama.cpp's server
-/// closes the connection after every streamed response while announcing
-/// `Keep-Alive: timeout=5, max=100`, so the next request on it fails this way
-/// unless the close was seen first. No response came, so the request is sent
-/// again on a fresh connection (`sent_us` stays the first attempt's: the
-/// few microseconds lost count against the server).
-pub(crate) fn closed_before_response(e: &hyper_util::client::legacy::Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(h) = s.downcast_ref::<hyper::Error>() {
-            return h.is_incomplete_message();
-        }
-        source = s.source();
-    }
-    false
 }
 
 /// One attempt: send, read the head, then the body the head announces.

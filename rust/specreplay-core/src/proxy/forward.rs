@@ -22,7 +22,7 @@ use super::{
 };
 use crate::clock::now_us;
 use crate::decode::Dialect;
-use crate::engine::request::{closed_before_response, STALE_RETRIES};
+use crate::engine::http::{closed_before_response, STALE_RETRIES};
 use crate::error::error_chain;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1),

@@ -72,7 +72,7 @@ pub(super) async fn pool(
         Err(answered) => return answered,
     };
     let ready = arrived + served.config.frontend_delay();
-    let running = shared.metrics.running().get().max(0) as usize;
+    let running = shared.exporter.running().get().max(0) as usize;
     let compute_us = compute_us(
         &served.config,
         shared.config.capacity.as_ref(),

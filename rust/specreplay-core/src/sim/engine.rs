@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::config::{Capacity, SimConfig};
-use super::metrics::Metrics;
+use super::exporter::Exporter;
 use super::pace::Paced;
 use super::prefix::PrefixCache;
 use super::script::Script;
@@ -56,7 +56,7 @@ impl EngineHandle {
     pub fn spawn(
         config: &SimConfig,
         capacity: Capacity,
-        metrics: Arc<Metrics>,
+        exporter: Arc<Exporter>,
         shutdown: ShutdownSignal,
     ) -> EngineHandle {
         let (tx, inbox) = mpsc::unbounded_channel();
@@ -67,7 +67,7 @@ impl EngineHandle {
                 .prefix_caching
                 .then(|| PrefixCache::new(capacity.prefix_cache_tokens())),
             capacity,
-            metrics,
+            exporter,
             arriving: Vec::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -103,7 +103,7 @@ struct Engine {
     config: SimConfig,
     capacity: Capacity,
     prefix: Option<PrefixCache>,
-    metrics: Arc<Metrics>,
+    exporter: Arc<Exporter>,
     /// Submitted, still in their frontend delay.
     arriving: Vec<Job>,
     waiting: VecDeque<Job>,
@@ -185,13 +185,13 @@ impl Engine {
             }
             let job = self.waiting.pop_front().expect("the head exists");
             let prompt = job.script.prompt_tokens;
-            self.metrics.count_prompt(prompt);
+            self.exporter.count_prompt(prompt);
             let cached = match &mut self.prefix {
                 // As in vLLM, the last prompt token is always computed.
                 Some(cache) => cache.admit(&job.prefix_blocks).min(prompt - 1),
                 None => 0,
             };
-            self.metrics.count_prefix(prompt, cached);
+            self.exporter.count_prefix(prompt, cached);
             self.kv_used += kv;
             self.running.push(Running {
                 job,
@@ -232,7 +232,7 @@ impl Engine {
                 freed += r.kv;
                 return false;
             };
-            self.metrics.count_step(&step);
+            self.exporter.count_step(&step);
             r.decoding = true;
             let delivered = r.job.steps.send(Paced { step, at: end }).is_ok();
             let stays = delivered && !step.last;
@@ -245,7 +245,7 @@ impl Engine {
     }
 
     fn publish(&self) {
-        self.metrics.set_scheduler(
+        self.exporter.set_scheduler(
             self.running.len(),
             self.waiting.len(),
             self.kv_used,

@@ -9,19 +9,20 @@
 //! request), `script` (the per-request plan and its text), `render` (the
 //! JSON), `stream` (the timed SSE body), `full` (the non-streaming answer),
 //! `generate` (a generation request from bytes to answer), `routes`
-//! (routing), `server` (life cycle), `fault/` (fault injection: kinds and
-//! draw, counters, the connection kill switch, payload surgery, staged bodies).
+//! (routing), `exporter` (the Prometheus exporter behind `GET /metrics`),
+//! `server` (life cycle), `fault/` (fault injection: kinds and draw,
+//! counters, the connection kill switch, payload surgery, staged bodies).
 
 pub mod capacity;
 pub mod config;
 mod embed;
 mod engine;
+pub mod exporter;
 pub mod fault;
 mod full;
 mod generate;
 mod hash;
 mod http;
-pub mod metrics;
 mod pace;
 mod pool_lane;
 pub mod prefix;

@@ -2,8 +2,8 @@
 //! clock (no capacity model: step k is due at arrival + `due_us`, whatever
 //! else is in flight) or the engine's batch (the capacity model: each step
 //! when the iteration that ran it ends). A `Pacer` also keeps the request's
-//! place in the metrics: it counts the finish when the last step comes, or
-//! an abort if the request goes first.
+//! place in the exporter's counters: it counts the finish when the last step
+//! comes, or an abort if the request goes first.
 
 use std::future::poll_fn;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::metrics::Metrics;
+use super::exporter::Exporter;
 use super::script::{Finish, Script, Step};
 
 /// A step and the instant it is due.
@@ -31,7 +31,7 @@ enum Source {
 
 pub struct Pacer {
     source: Source,
-    metrics: Arc<Metrics>,
+    exporter: Arc<Exporter>,
     finish: Finish,
     finished: bool,
 }
@@ -39,13 +39,13 @@ pub struct Pacer {
 impl Pacer {
     /// A request on its own clock from `start`: counted as running (and its
     /// prompt as processed) from now until it ends.
-    pub fn own(start: Instant, script: &Script, metrics: Arc<Metrics>) -> Pacer {
-        metrics.count_prompt(script.prompt_tokens);
-        metrics.running().inc();
+    pub fn own(start: Instant, script: &Script, exporter: Arc<Exporter>) -> Pacer {
+        exporter.count_prompt(script.prompt_tokens);
+        exporter.running().inc();
         Pacer {
             source: Source::Own { start },
             finish: script.finish,
-            metrics,
+            exporter,
             finished: false,
         }
     }
@@ -55,12 +55,12 @@ impl Pacer {
     pub fn engine(
         steps: mpsc::UnboundedReceiver<Paced>,
         script: &Script,
-        metrics: Arc<Metrics>,
+        exporter: Arc<Exporter>,
     ) -> Pacer {
         Pacer {
             source: Source::Engine(steps),
             finish: script.finish,
-            metrics,
+            exporter,
             finished: false,
         }
     }
@@ -70,7 +70,7 @@ impl Pacer {
     pub fn poll_next(&mut self, script: &mut Script, cx: &mut Context<'_>) -> Poll<Option<Paced>> {
         let paced = match &mut self.source {
             Source::Own { start } => script.next_step().map(|step| {
-                self.metrics.count_step(&step);
+                self.exporter.count_step(&step);
                 Paced {
                     step,
                     at: *start + Duration::from_micros(step.due_us),
@@ -80,7 +80,7 @@ impl Pacer {
         };
         if paced.is_some_and(|p| p.step.last) {
             self.finished = true;
-            self.metrics.count_finish(self.finish.as_str());
+            self.exporter.count_finish(self.finish.as_str());
         }
         Poll::Ready(paced)
     }
@@ -94,10 +94,10 @@ impl Pacer {
 impl Drop for Pacer {
     fn drop(&mut self) {
         if !self.finished {
-            self.metrics.count_finish("abort");
+            self.exporter.count_finish("abort");
         }
         if let Source::Own { .. } = self.source {
-            self.metrics.running().dec();
+            self.exporter.running().dec();
         }
     }
 }

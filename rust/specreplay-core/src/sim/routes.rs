@@ -12,10 +12,10 @@ use hyper::body::Incoming;
 use hyper::{header, Method, Request, Response, StatusCode};
 
 use super::embed::{pool, Pooling};
+use super::exporter;
 use super::fault::ConnControl;
 use super::generate::generate;
 use super::http::{error, json, SimBody};
-use super::metrics;
 use super::render;
 use super::request::Endpoint;
 use super::shared::Shared;
@@ -40,10 +40,10 @@ pub(crate) async fn handle(
         ),
         (Method::GET, "/sim/stats") => json(StatusCode::OK, shared.stats.to_json()),
         (Method::GET, "/metrics") => {
-            let mut resp = Response::new(SimBody::Full(Some(shared.metrics.render().into())));
+            let mut resp = Response::new(SimBody::Full(Some(shared.exporter.render().into())));
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
-                header::HeaderValue::from_static(metrics::CONTENT_TYPE),
+                header::HeaderValue::from_static(exporter::CONTENT_TYPE),
             );
             resp
         }

@@ -125,38 +125,8 @@ pub struct Script {
 impl Script {
     /// Plans `req` under `config`; `Err` is a 400 message (budget problems).
     pub fn plan(config: &SimConfig, req: &SimRequest) -> Result<Script, String> {
-        let context_left = config.max_model_len.saturating_sub(req.prompt_tokens);
-        if context_left == 0 {
-            return Err(format!(
-                "the prompt ({} tokens) fills the model's context (max_model_len {})",
-                req.prompt_tokens, config.max_model_len
-            ));
-        }
-        let budget = match req.max_tokens {
-            Some(m) if m > context_left => {
-                return Err(format!(
-                    "max_tokens {m} plus the prompt's {} tokens exceeds max_model_len {}",
-                    req.prompt_tokens, config.max_model_len
-                ))
-            }
-            Some(m) => m,
-            None => context_left,
-        };
-        if req.min_tokens > budget {
-            return Err(format!(
-                "min_tokens {} is larger than max_tokens {budget}",
-                req.min_tokens
-            ));
-        }
-
-        let mut rng = ChaCha8Rng::seed_from_u64(
-            config.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ req.prompt_hash,
-        );
-        let [rlo, rhi] = config.reasoning_tokens;
-        let [clo, chi] = config.content_tokens;
-        let mut natural_reasoning = rng.random_range(rlo..=rhi);
-        let drawn_content = rng.random_range(clo..=chi);
-        let word_offset = rng.random_range(0..REASONING_WORDS.len() as u32);
+        let budget = output_budget(config, req)?;
+        let mut draws = Draws::new(config, req);
         // A fixed-length request (an imported trace's `ignore_eos`, or
         // `min_tokens` up to the budget) asks for a length, not an answer:
         // it is answered without a reasoning phase unless the config asks.
@@ -164,45 +134,30 @@ impl Script {
         if req.endpoint == Endpoint::Completions || (fixed_length && !config.fixed_length_reasoning)
         {
             // A raw completion has no reasoning phase: only the answer text.
-            natural_reasoning = 0;
+            draws.reasoning = 0;
         }
         let structured = structured_answer(config, req);
-        let natural_content = structured.as_ref().map_or(drawn_content, |s| s.tokens());
-        let natural = natural_reasoning + natural_content;
-        // `ignore_eos` runs to the budget; so does an answer longer than the budget.
-        let (total, finish) = if req.ignore_eos || natural.max(req.min_tokens) > budget {
-            (budget, Finish::Length)
-        } else {
-            // `min_tokens` suppresses the end of the answer until it is reached.
-            (natural.max(req.min_tokens), Finish::Stop)
-        };
+        let natural_content = structured.as_ref().map_or(draws.content, |s| s.tokens());
+        let (total, finish) = length_and_finish(req, budget, draws.reasoning + natural_content);
         let finish = match &structured {
             Some(s) if s.tool.is_some() && finish == Finish::Stop => Finish::ToolCalls,
             _ => finish,
         };
-        let reasoning_tokens = natural_reasoning.min(total);
-        let kv_budget = config.capacity.as_ref().and_then(|c| c.kv_budget());
-        let kv_tokens = u64::from(req.prompt_tokens) + u64::from(total);
-        if let Some(budget) = kv_budget.filter(|&b| kv_tokens > b) {
-            return Err(format!(
-                "the request needs {kv_tokens} KV-cache tokens (prompt {} + answer {total}), \
-                 more than the whole cache holds (capacity.kv_cache_tokens {budget})",
-                req.prompt_tokens
-            ));
-        }
+        fits_the_kv_cache(config, req, total)?;
+        let reasoning_tokens = draws.reasoning.min(total);
         Ok(Script {
             prompt_tokens: req.prompt_tokens,
             prefill_us: config.prefill_us(req.prompt_tokens),
             step_us: config.step_us(),
             reasoning_tokens,
             content_tokens: total - reasoning_tokens,
-            natural_reasoning,
+            natural_reasoning: draws.reasoning,
             finish,
             structured,
-            word_offset,
+            word_offset: draws.word_offset,
             draft_len: config.spec_draft_len,
             acceptance: config.spec_acceptance,
-            rng,
+            rng: draws.rng,
             emitted: 0,
             next_index: 0,
         })
@@ -304,6 +259,92 @@ impl Script {
 
     fn word_index(&self, i: u32) -> usize {
         (self.word_offset.wrapping_add(i.wrapping_mul(7)) % REASONING_WORDS.len() as u32) as usize
+    }
+}
+
+/// The most tokens `req` may generate: its `max_tokens`, else what the
+/// context leaves; `Err` when the context or the request's own limits
+/// forbid any answer.
+fn output_budget(config: &SimConfig, req: &SimRequest) -> Result<u32, String> {
+    let context_left = config.max_model_len.saturating_sub(req.prompt_tokens);
+    if context_left == 0 {
+        return Err(format!(
+            "the prompt ({} tokens) fills the model's context (max_model_len {})",
+            req.prompt_tokens, config.max_model_len
+        ));
+    }
+    let budget = match req.max_tokens {
+        Some(m) if m > context_left => {
+            return Err(format!(
+                "max_tokens {m} plus the prompt's {} tokens exceeds max_model_len {}",
+                req.prompt_tokens, config.max_model_len
+            ))
+        }
+        Some(m) => m,
+        None => context_left,
+    };
+    if req.min_tokens > budget {
+        return Err(format!(
+            "min_tokens {} is larger than max_tokens {budget}",
+            req.min_tokens
+        ));
+    }
+    Ok(budget)
+}
+
+/// A request's first draws, in their fixed order: its natural reasoning and
+/// content lengths and its word offset; the stream goes on to draw the
+/// speculative steps.
+struct Draws {
+    rng: ChaCha8Rng,
+    reasoning: u32,
+    content: u32,
+    word_offset: u32,
+}
+
+impl Draws {
+    fn new(config: &SimConfig, req: &SimRequest) -> Draws {
+        let mut rng = ChaCha8Rng::seed_from_u64(
+            config.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ req.prompt_hash,
+        );
+        let [rlo, rhi] = config.reasoning_tokens;
+        let [clo, chi] = config.content_tokens;
+        let reasoning = rng.random_range(rlo..=rhi);
+        let content = rng.random_range(clo..=chi);
+        let word_offset = rng.random_range(0..REASONING_WORDS.len() as u32);
+        Draws {
+            rng,
+            reasoning,
+            content,
+            word_offset,
+        }
+    }
+}
+
+/// How many tokens a generation of `natural` tokens emits within `budget`,
+/// and why it ends.
+fn length_and_finish(req: &SimRequest, budget: u32, natural: u32) -> (u32, Finish) {
+    // `ignore_eos` runs to the budget; so does an answer longer than the budget.
+    if req.ignore_eos || natural.max(req.min_tokens) > budget {
+        (budget, Finish::Length)
+    } else {
+        // `min_tokens` suppresses the end of the answer until it is reached.
+        (natural.max(req.min_tokens), Finish::Stop)
+    }
+}
+
+/// `Err` when the prompt and `total` answer tokens need more KV cache than
+/// the capacity model's whole cache holds.
+fn fits_the_kv_cache(config: &SimConfig, req: &SimRequest, total: u32) -> Result<(), String> {
+    let kv_budget = config.capacity.as_ref().and_then(|c| c.kv_budget());
+    let kv_tokens = u64::from(req.prompt_tokens) + u64::from(total);
+    match kv_budget.filter(|&b| kv_tokens > b) {
+        Some(budget) => Err(format!(
+            "the request needs {kv_tokens} KV-cache tokens (prompt {} + answer {total}), \
+             more than the whole cache holds (capacity.kv_cache_tokens {budget})",
+            req.prompt_tokens
+        )),
+        None => Ok(()),
     }
 }
 

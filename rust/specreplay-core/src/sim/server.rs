@@ -15,8 +15,8 @@ use tokio::sync::watch;
 
 use super::config::SimConfig;
 use super::engine::EngineHandle;
+use super::exporter::Exporter;
 use super::fault::{ConnControl, FaultStats, SimIo};
-use super::metrics::Metrics;
 use super::routes;
 use super::shared::Shared;
 use crate::error::CoreError;
@@ -35,14 +35,14 @@ impl SimServer {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         Ok(SimServer(Background::spawn(addr, |stop| {
-            let metrics = Arc::new(Metrics::new(&config));
+            let exporter = Arc::new(Exporter::new(&config));
             let spawn = |own: &SimConfig| {
                 let capacity = config.capacity.clone()?;
                 let shutdown = Box::pin(stopped(stop.clone()));
                 Some(EngineHandle::spawn(
                     own,
                     capacity,
-                    metrics.clone(),
+                    exporter.clone(),
                     shutdown,
                 ))
             };
@@ -54,7 +54,7 @@ impl SimServer {
                 created,
                 next_id: AtomicU64::new(0),
                 stats: FaultStats::default(),
-                metrics,
+                exporter,
                 pool_lane: Default::default(),
                 shutdown: stop.clone(),
             });

@@ -9,8 +9,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::config::SimConfig;
 use super::engine::{EngineHandle, Job};
+use super::exporter::Exporter;
 use super::fault::FaultStats;
-use super::metrics::Metrics;
 use super::pace::Pacer;
 use super::pool_lane::PoolLane;
 use super::request::MediaRule;
@@ -39,7 +39,7 @@ pub(crate) struct Shared {
     /// The per-server request sequence number (response ids, fault draws).
     pub next_id: AtomicU64,
     pub stats: FaultStats,
-    pub metrics: Arc<Metrics>,
+    pub exporter: Arc<Exporter>,
     /// The pooling endpoints' forwards, one after another.
     pub pool_lane: PoolLane,
     pub shutdown: watch::Receiver<bool>,
@@ -104,7 +104,7 @@ impl Shared {
         arrived: Instant,
     ) -> Pacer {
         let Some(engine) = &served.engine else {
-            return Pacer::own(arrived, script, self.metrics.clone());
+            return Pacer::own(arrived, script, self.exporter.clone());
         };
         let (steps, rx) = mpsc::unbounded_channel();
         engine.submit(Job {
@@ -113,7 +113,7 @@ impl Shared {
             prefix_blocks,
             steps,
         });
-        Pacer::engine(rx, script, self.metrics.clone())
+        Pacer::engine(rx, script, self.exporter.clone())
     }
 }
 

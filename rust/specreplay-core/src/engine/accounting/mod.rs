@@ -68,37 +68,22 @@ impl StreamAccount {
     /// arrived with the socket read stamped `stamp`.
     pub fn on_event(&mut self, stamp: impl Into<Stamp>, records: &[Record]) {
         let stamp = stamp.into();
-        // The channels this event carried text on, in order, with their text's length.
-        let mut channels: [(Channel, u32); 3] = [(Channel::Content, 0); 3];
-        let mut n_channels = 0;
-        let mut event_usage: Option<&Usage> = None;
-        let mut event_predicted: Option<u64> = None;
+        let event = self.read_records(records);
+        let exact_tokens = self.count_reported(&event);
+        self.keep_chunk_text(&event.channels, records);
+        self.push_event_chunks(stamp, &event.channels, exact_tokens);
+    }
+
+    /// Takes in what the records say about the request as a whole (answer
+    /// and tool-call text, finish, errors, items, timings) and returns what
+    /// the event's chunks are made from.
+    fn read_records<'r>(&mut self, records: &'r [Record]) -> EventReport<'r> {
+        let mut event = EventReport::default();
         for record in records {
             match record {
                 Record::Text { channel, text } if !text.is_empty() => {
-                    if let (Channel::Content, Some(answer)) = (channel, &mut self.answer) {
-                        answer.push_str(text);
-                    }
-                    if *channel == Channel::Tool {
-                        if self.tool_calls.is_empty() {
-                            // Arguments before any call was named: one call.
-                            self.tool_calls.push(ToolCallText::default());
-                        }
-                        let call = self.tool_calls.last_mut().expect("one call at least");
-                        call.arguments.push_str(text);
-                    }
-                    let chars = text.chars().count() as u32;
-                    match channels[..n_channels]
-                        .iter_mut()
-                        .find(|(c, _)| c == channel)
-                    {
-                        Some((_, n)) => *n = n.saturating_add(chars),
-                        None if n_channels < 3 => {
-                            channels[n_channels] = (*channel, chars);
-                            n_channels += 1;
-                        }
-                        None => {}
-                    }
+                    self.keep_answer_text(*channel, text);
+                    event.channels.add(*channel, text.chars().count() as u32);
                 }
                 Record::Text { .. } => {}
                 Record::ToolCall { id, name } => self.tool_calls.push(ToolCallText {
@@ -107,9 +92,9 @@ impl StreamAccount {
                     arguments: String::new(),
                 }),
                 Record::Items(n) => self.items = Some(*n),
-                Record::Usage(u) => event_usage = Some(u),
+                Record::Usage(u) => event.usage = Some(u),
                 Record::Timings(t) => {
-                    event_predicted = t.predicted_n;
+                    event.predicted = t.predicted_n;
                     self.timings = Some(t.clone());
                 }
                 Record::Finish { reason } => self.finish_reason = Some(reason.clone()),
@@ -122,45 +107,82 @@ impl StreamAccount {
                 Record::Done => self.done = true,
             }
         }
-        // Tokens this event carried, when the server says so: the change in
-        // its cumulative count (usage first, llama.cpp's timings otherwise)
-        // since the last text event, so tokens that made no chunk of their
-        // own (`</think>`) count in the next chunk.
+        event
+    }
+
+    /// Keeps `text` where the record asks for it: the answer's text (when
+    /// kept) and the current tool call's arguments.
+    fn keep_answer_text(&mut self, channel: Channel, text: &str) {
+        if let (Channel::Content, Some(answer)) = (channel, &mut self.answer) {
+            answer.push_str(text);
+        }
+        if channel == Channel::Tool {
+            if self.tool_calls.is_empty() {
+                // Arguments before any call was named: one call.
+                self.tool_calls.push(ToolCallText::default());
+            }
+            let call = self.tool_calls.last_mut().expect("one call at least");
+            call.arguments.push_str(text);
+        }
+    }
+
+    /// Takes in the server's counts and returns the tokens this event
+    /// carried, when the server says so: the change in its cumulative count
+    /// (usage first, llama.cpp's timings otherwise) since the last text
+    /// event, so tokens that made no chunk of their own (`</think>`) count in
+    /// the next chunk.
+    fn count_reported(&mut self, event: &EventReport) -> Option<u64> {
         let mut exact_tokens: Option<u64> = None;
-        if let Some(u) = event_usage {
+        if let Some(u) = event.usage {
             self.saw_usage = true;
             // Later reports may omit fields an earlier one gave (Anthropic's
             // message_delta has no input count): merge, don't replace.
             self.usage.merge(u);
         }
-        if let Some(c) = event_usage
+        if let Some(c) = event
+            .usage
             .and_then(|u| u.completion_tokens)
-            .or(event_predicted)
+            .or(event.predicted)
         {
-            if n_channels > 0 {
+            if !event.channels.is_empty() {
                 self.continuous = true;
                 exact_tokens = Some(c.saturating_sub(self.counted));
                 self.counted = c;
             }
             self.last_cumulative = c;
         }
-        // The chunks' text, as they are made below: channel by channel in
-        // order of first appearance.
-        if let Some(kept) = &mut self.text {
-            for &(channel, _) in &channels[..n_channels] {
-                for record in records {
-                    if let Record::Text { channel: c, text } = record {
-                        if *c == channel {
-                            kept.push_str(text);
-                        }
+        exact_tokens
+    }
+
+    /// Keeps the chunks' text (when asked), as the chunks are made: channel
+    /// by channel in order of first appearance.
+    fn keep_chunk_text(&mut self, channels: &EventChannels, records: &[Record]) {
+        let Some(kept) = &mut self.text else {
+            return;
+        };
+        for &(channel, _) in channels.as_slice() {
+            for record in records {
+                if let Record::Text { channel: c, text } = record {
+                    if *c == channel {
+                        kept.push_str(text);
                     }
                 }
             }
         }
-        // One event rarely holds two channels (the reasoning→content
-        // boundary); each later channel takes one token, the first the rest.
-        let later = exact_tokens.map(|t| t.min(n_channels as u64 - 1));
-        for (i, &(channel, chars)) in channels[..n_channels].iter().enumerate() {
+    }
+
+    /// One chunk per channel the event carried text on. One event rarely
+    /// holds two channels (the reasoning→content boundary); with an exact
+    /// count each later channel takes one token, the first the rest.
+    fn push_event_chunks(
+        &mut self,
+        stamp: Stamp,
+        channels: &EventChannels,
+        exact_tokens: Option<u64>,
+    ) {
+        let channels = channels.as_slice();
+        let later = exact_tokens.map(|t| t.min(channels.len() as u64 - 1));
+        for (i, &(channel, chars)) in channels.iter().enumerate() {
             let tokens = match (exact_tokens, later) {
                 (Some(t), Some(l)) if i == 0 => t - l,
                 (Some(_), Some(l)) => u64::from(i as u64 <= l),
@@ -357,6 +379,58 @@ impl StreamAccount {
             tool += (output - carried).max(0);
         }
         tool.clamp(0, (output - reasoning).max(0))
+    }
+}
+
+/// What one event's records give its chunks: the channels it carried text
+/// on and the server's counts.
+#[derive(Default)]
+struct EventReport<'r> {
+    channels: EventChannels,
+    usage: Option<&'r Usage>,
+    /// llama.cpp's cumulative `timings.predicted_n`.
+    predicted: Option<u64>,
+}
+
+/// The channels one event carried text on, in order of first appearance,
+/// with their text's length in characters (on the stack: this runs per
+/// event).
+#[derive(Clone, Copy)]
+struct EventChannels {
+    list: [(Channel, u32); 3],
+    len: usize,
+}
+
+impl Default for EventChannels {
+    fn default() -> Self {
+        EventChannels {
+            list: [(Channel::Content, 0); 3],
+            len: 0,
+        }
+    }
+}
+
+impl EventChannels {
+    fn add(&mut self, channel: Channel, chars: u32) {
+        match self.list[..self.len]
+            .iter_mut()
+            .find(|(c, _)| *c == channel)
+        {
+            Some((_, n)) => *n = n.saturating_add(chars),
+            None if self.len < 3 => {
+                self.list[self.len] = (channel, chars);
+                self.len += 1;
+            }
+            None => {}
+        }
+    }
+
+    fn as_slice(&self) -> &[(Channel, u32)] {
+        &self.list[..self.len]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 

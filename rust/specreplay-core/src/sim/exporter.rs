@@ -1,6 +1,6 @@
-//! `GET /metrics`: what the simulator did, in vLLM's names, types and labels
-//! (`model_name`, `engine="0"`), so that a scraper written for vLLM reads the
-//! simulator unchanged. See "Metrics" in docs/simulator.md.
+//! The simulator's Prometheus exporter, `GET /metrics`: what the simulator
+//! did, in vLLM's names, types and labels (`model_name`, `engine="0"`), so
+//! that a scraper written for vLLM reads the simulator unchanged. See "Metrics" in docs/simulator.md.
 //!
 //! The exposition comes from the `prometheus` crate rather than
 //! `prometheus-client`: its text encoder writes the classic text format
@@ -36,8 +36,38 @@ struct SpecCounters {
     positions: Vec<IntCounter>,
 }
 
-/// The server's counters and gauges.
-pub struct Metrics {
+impl SpecCounters {
+    fn new(family: &Family, draft_len: u32) -> SpecCounters {
+        let accepted_per_pos = family.counter_vec(
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+            "Accepted tokens per draft position.",
+            "position",
+        );
+        let positions = (0..draft_len)
+            .map(|pos| accepted_per_pos.with_label_values(&[&pos.to_string()]))
+            .collect();
+        SpecCounters {
+            drafts: family.counter(
+                "vllm:spec_decode_num_drafts_total",
+                "Number of spec decoding drafts.",
+            ),
+            draft_tokens: family.counter(
+                "vllm:spec_decode_num_draft_tokens_total",
+                "Number of draft tokens.",
+            ),
+            accepted: family.counter(
+                "vllm:spec_decode_num_accepted_tokens_total",
+                "Number of accepted tokens.",
+            ),
+            accepted_per_pos,
+            positions,
+        }
+    }
+}
+
+/// The simulator's Prometheus exporter: its counters and gauges, and the
+/// page they make.
+pub struct Exporter {
     registry: Registry,
     prompt_tokens: IntCounter,
     generation_tokens: IntCounter,
@@ -51,99 +81,41 @@ pub struct Metrics {
     spec: Option<SpecCounters>,
 }
 
-impl Metrics {
-    pub fn new(config: &SimConfig) -> Metrics {
-        let registry = Registry::new();
-        let opts = |name: &str, help: &str| {
-            Opts::new(name, help)
-                .const_label("model_name", config.model.as_str())
-                .const_label("engine", "0")
+impl Exporter {
+    pub fn new(config: &SimConfig) -> Exporter {
+        let family = Family {
+            model: config.model.as_str(),
         };
-        let spec = (config.spec_draft_len > 0).then(|| SpecCounters {
-            drafts: counter(&opts(
-                "vllm:spec_decode_num_drafts_total",
-                "Number of spec decoding drafts.",
-            )),
-            draft_tokens: counter(&opts(
-                "vllm:spec_decode_num_draft_tokens_total",
-                "Number of draft tokens.",
-            )),
-            accepted: counter(&opts(
-                "vllm:spec_decode_num_accepted_tokens_total",
-                "Number of accepted tokens.",
-            )),
-            accepted_per_pos: IntCounterVec::new(
-                opts(
-                    "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-                    "Accepted tokens per draft position.",
-                ),
-                &["position"],
-            )
-            .expect("a valid metric definition"),
-            positions: Vec::new(),
-        });
-        let success = IntCounterVec::new(
-            opts(
-                "vllm:request_success_total",
-                "Count of successfully processed requests.",
-            ),
-            &["finished_reason"],
-        )
-        .expect("a valid metric definition");
-        for reason in FINISH_REASONS {
-            success.with_label_values(&[reason]);
-        }
-        let spec = spec.map(|mut spec| {
-            spec.positions = (0..config.spec_draft_len)
-                .map(|pos| spec.accepted_per_pos.with_label_values(&[&pos.to_string()]))
-                .collect();
-            spec
-        });
-        let metrics = Metrics {
-            prompt_tokens: counter(&opts(
+        let caches_prefixes = config.capacity.as_ref().is_some_and(|c| c.prefix_caching);
+        let exporter = Exporter {
+            prompt_tokens: family.counter(
                 "vllm:prompt_tokens_total",
                 "Number of prefill tokens processed.",
-            )),
-            generation_tokens: counter(&opts(
+            ),
+            generation_tokens: family.counter(
                 "vllm:generation_tokens_total",
                 "Number of generation tokens processed.",
-            )),
-            success,
-            running: IntGauge::with_opts(opts(
+            ),
+            success: success_counter(&family),
+            running: family.int_gauge(
                 "vllm:num_requests_running",
                 "Number of requests in model execution batches.",
-            ))
-            .expect("a valid metric definition"),
-            waiting: IntGauge::with_opts(opts(
+            ),
+            waiting: family.int_gauge(
                 "vllm:num_requests_waiting",
                 "Number of requests waiting to be processed.",
-            ))
-            .expect("a valid metric definition"),
-            kv_usage: Gauge::with_opts(opts(
+            ),
+            kv_usage: family.gauge(
                 "vllm:kv_cache_usage_perc",
                 "KV-cache usage. 1 means 100 percent usage.",
-            ))
-            .expect("a valid metric definition"),
-            prefix: config
-                .capacity
-                .as_ref()
-                .filter(|c| c.prefix_caching)
-                .map(|_| {
-                    let queries = counter(&opts(
-                        "vllm:prefix_cache_queries_total",
-                        "Prefix cache queries, in terms of number of queried tokens.",
-                    ));
-                    let hits = counter(&opts(
-                        "vllm:prefix_cache_hits_total",
-                        "Prefix cache hits, in terms of number of cached tokens.",
-                    ));
-                    (queries, hits)
-                }),
-            spec,
-            registry,
+            ),
+            prefix: caches_prefixes.then(|| prefix_counters(&family)),
+            spec: (config.spec_draft_len > 0)
+                .then(|| SpecCounters::new(&family, config.spec_draft_len)),
+            registry: Registry::new(),
         };
-        metrics.register_all();
-        metrics
+        exporter.register_all();
+        exporter
     }
 
     fn register_all(&self) {
@@ -229,15 +201,67 @@ impl Metrics {
     }
 }
 
-fn counter(opts: &Opts) -> IntCounter {
-    IntCounter::with_opts(opts.clone()).expect("a valid metric definition")
+/// `vllm:request_success_total`, every finish reason present from the start.
+fn success_counter(family: &Family) -> IntCounterVec {
+    let success = family.counter_vec(
+        "vllm:request_success_total",
+        "Count of successfully processed requests.",
+        "finished_reason",
+    );
+    for reason in FINISH_REASONS {
+        success.with_label_values(&[reason]);
+    }
+    success
+}
+
+/// The prefix cache's queried and hit tokens.
+fn prefix_counters(family: &Family) -> (IntCounter, IntCounter) {
+    let queries = family.counter(
+        "vllm:prefix_cache_queries_total",
+        "Prefix cache queries, in terms of number of queried tokens.",
+    );
+    let hits = family.counter(
+        "vllm:prefix_cache_hits_total",
+        "Prefix cache hits, in terms of number of cached tokens.",
+    );
+    (queries, hits)
+}
+
+/// Makes the metrics of one served model, with vLLM's constant labels
+/// (`model_name`, `engine="0"`).
+struct Family<'a> {
+    model: &'a str,
+}
+
+impl Family<'_> {
+    fn opts(&self, name: &str, help: &str) -> Opts {
+        Opts::new(name, help)
+            .const_label("model_name", self.model)
+            .const_label("engine", "0")
+    }
+
+    fn counter(&self, name: &str, help: &str) -> IntCounter {
+        IntCounter::with_opts(self.opts(name, help)).expect("a valid metric definition")
+    }
+
+    fn counter_vec(&self, name: &str, help: &str, label: &str) -> IntCounterVec {
+        IntCounterVec::new(self.opts(name, help), &[label]).expect("a valid metric definition")
+    }
+
+    fn int_gauge(&self, name: &str, help: &str) -> IntGauge {
+        IntGauge::with_opts(self.opts(name, help)).expect("a valid metric definition")
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> Gauge {
+        Gauge::with_opts(self.opts(name, help)).expect("a valid metric definition")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn page(m: &Metrics) -> String {
+    fn page(m: &Exporter) -> String {
         String::from_utf8(m.render()).unwrap()
     }
 
@@ -255,7 +279,7 @@ mod tests {
 
     #[test]
     fn names_types_and_labels_are_vllms() {
-        let m = Metrics::new(&SimConfig {
+        let m = Exporter::new(&SimConfig {
             model: "m".into(),
             spec_draft_len: 2,
             ..SimConfig::default()
@@ -291,7 +315,7 @@ mod tests {
 
     #[test]
     fn no_speculation_no_spec_counters() {
-        let m = Metrics::new(&SimConfig::default());
+        let m = Exporter::new(&SimConfig::default());
         m.count_step(&step(1, 1, 0, 0));
         let text = page(&m);
         assert!(!text.contains("spec_decode"), "{text}");
