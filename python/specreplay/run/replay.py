@@ -299,30 +299,7 @@ def run_replay(
     run_id = uuid.uuid4().hex[:12]
     output = Path(configs[0].output or f"specreplay-{run_id}.arrow")
     try:
-        for run in runs:
-            run.target = _resolve_target(run.config, run.trace, run.headers)
-        for run in runs:
-            assert run.target is not None
-            desc = (
-                f"PREDICTED, not measured: every point is computed from the server model {run.config.predict} (nothing is sent)"
-                if run.predictor is not None
-                else f"no --url given: replaying against the embedded simulated server at {run.target.url}"
-                if run.target.embedded is not None
-                else f"target {redact_url(run.target.url)}" + (f", model {run.target.model}" if run.target.model else "")
-            )
-            hooks.target(run.target, (f"{run.config.label}: " if len(runs) > 1 else "") + desc)
-            if run.config.server_tokenize:
-                run.tokenizer = ServerTokenizer(run.target.url, run.headers)
-            if run.config.url is not None and run.config.continuous_usage:
-                _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
-            note = _session_note(run)
-            if note is not None:
-                hooks.note(note)
-            if run.config.ray is not None:
-                from specreplay.run.distributed.driver import Cluster
-
-                run.cluster = Cluster(run.config.ray, run.config.workers)
-                hooks.note(f"{run.config.workers} Ray worker(s): " + ", ".join(w["worker"] for w in run.cluster.identities))
+        _reach_targets(runs, hooks)
         metadata = _file_metadata(runs, run_id)
         writer = ResultsWriter(output, metadata)
         samples = metrics_store.SampleLog(output)
@@ -347,19 +324,8 @@ def run_replay(
             for run in runs:
                 if run.scraper is not None:
                     run.scraper.stop()
-            extra = {INTERRUPTED_KEY: json.dumps(result.interrupted), **_runs_metadata(runs)}
-            if result.capacity:
-                extra[CAPACITY_KEY] = json.dumps({label: found.to_dict() for label, found in result.capacity.items()})
-            clusters = [r.cluster.metadata() for r in runs if r.cluster is not None]
-            if clusters:
-                extra[WORKERS_KEY] = json.dumps(clusters[0] if len(clusters) == 1 else clusters)
-            predictors = [r.predictor.metadata() for r in runs if r.predictor is not None]
-            if predictors:
-                extra[PREDICTED_KEY] = json.dumps(predictors)
-            if len(samples):
-                extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
             result.points = [p for r in runs for p in r.points]
-            writer.close(extra, finalize)
+            writer.close(_closing_metadata(runs, result, samples), finalize)
             # Only once they are in the results file.
             samples.remove()
         return result
@@ -369,6 +335,54 @@ def run_replay(
                 run.cluster.close()
             if run.target is not None:
                 run.target.close()
+
+
+def _reach_targets(runs: list[_Run], hooks: Hooks) -> None:
+    """Each run's target reached (started, for the embedded simulator), said,
+    and what the run needs of it set up: the server tokenizer, the usage
+    probe, the Ray workers."""
+    for run in runs:
+        run.target = _resolve_target(run.config, run.trace, run.headers)
+    for run in runs:
+        assert run.target is not None
+        desc = (
+            f"PREDICTED, not measured: every point is computed from the server model {run.config.predict} (nothing is sent)"
+            if run.predictor is not None
+            else f"no --url given: replaying against the embedded simulated server at {run.target.url}"
+            if run.target.embedded is not None
+            else f"target {redact_url(run.target.url)}" + (f", model {run.target.model}" if run.target.model else "")
+        )
+        hooks.target(run.target, (f"{run.config.label}: " if len(runs) > 1 else "") + desc)
+        if run.config.server_tokenize:
+            run.tokenizer = ServerTokenizer(run.target.url, run.headers)
+        if run.config.url is not None and run.config.continuous_usage:
+            _probe_continuous_usage(run.config, run.trace, run.target, run.headers, hooks)
+        note = _session_note(run)
+        if note is not None:
+            hooks.note(note)
+        if run.config.ray is not None:
+            from specreplay.run.distributed.driver import Cluster
+
+            run.cluster = Cluster(run.config.ray, run.config.workers)
+            hooks.note(f"{run.config.workers} Ray worker(s): " + ", ".join(w["worker"] for w in run.cluster.identities))
+
+
+def _closing_metadata(runs: list[_Run], result: RunResult, samples: metrics_store.SampleLog) -> dict[str, str]:
+    """What the file learns only at the end: whether it was interrupted, each
+    run's config, the searches' answers, the workers, the predictions' models
+    and the server samples."""
+    extra = {INTERRUPTED_KEY: json.dumps(result.interrupted), **_runs_metadata(runs)}
+    if result.capacity:
+        extra[CAPACITY_KEY] = json.dumps({label: found.to_dict() for label, found in result.capacity.items()})
+    clusters = [r.cluster.metadata() for r in runs if r.cluster is not None]
+    if clusters:
+        extra[WORKERS_KEY] = json.dumps(clusters[0] if len(clusters) == 1 else clusters)
+    predictors = [r.predictor.metadata() for r in runs if r.predictor is not None]
+    if predictors:
+        extra[PREDICTED_KEY] = json.dumps(predictors)
+    if len(samples):
+        extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
+    return extra
 
 
 def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: int | None, hooks: Hooks, result: RunResult) -> int:

@@ -37,107 +37,72 @@ pub fn to_record_batch_with(
     records: &[RequestRecord],
     extras: Extras,
 ) -> Result<RecordBatch, ArrowError> {
-    let n = records.len();
-    let i64_col = |f: &dyn Fn(&RequestRecord) -> Option<i64>| -> ArrayRef {
-        let mut b = Int64Builder::with_capacity(n);
-        for r in records {
-            b.append_option(f(r));
-        }
-        Arc::new(b.finish())
-    };
-    let str_col = |f: &dyn Fn(&RequestRecord) -> Option<&str>| -> ArrayRef {
-        let mut b = StringBuilder::with_capacity(n, n * 8);
-        for r in records {
-            b.append_option(f(r));
-        }
-        Arc::new(b.finish())
-    };
-    let i32_col = |f: &dyn Fn(&RequestRecord) -> Option<i32>| -> ArrayRef {
-        let mut b = Int32Builder::with_capacity(n);
-        for r in records {
-            b.append_option(f(r));
-        }
-        Arc::new(b.finish())
-    };
-    let f64_col = |f: &dyn Fn(&RequestRecord) -> Option<f64>| -> ArrayRef {
-        let mut b = Float64Builder::with_capacity(n);
-        for r in records {
-            b.append_option(f(r));
-        }
-        Arc::new(b.finish())
-    };
-    let bool_col = |f: &dyn Fn(&RequestRecord) -> Option<bool>| -> ArrayRef {
-        let mut b = BooleanBuilder::with_capacity(n);
-        for r in records {
-            b.append_option(f(r));
-        }
-        Arc::new(b.finish())
-    };
+    let col = ColumnOf(records);
     let chunk_total: usize = records.iter().map(|r| r.chunks.len()).sum();
     let [chunk_ts, chunk_tokens, chunk_channel, chunk_delay] = chunk_columns(records, chunk_total);
     let mut columns: Vec<(&str, ArrayRef)> = vec![
-        ("request_index", i64_col(&|r| Some(r.request_index))),
-        ("trace_id", str_col(&|r| Some(r.trace_id.as_str()))),
-        ("api", str_col(&|r| Some(r.api))),
-        ("warmup", bool_col(&|r| Some(r.warmup))),
-        ("scheduled_us", i64_col(&|r| Some(r.scheduled_us))),
-        ("sent_us", i64_col(&|r| r.sent_us)),
-        ("first_byte_us", i64_col(&|r| r.first_byte_us)),
-        ("first_token_us", i64_col(&|r| r.first_token_us)),
-        ("first_reasoning_us", i64_col(&|r| r.first_reasoning_us)),
-        ("first_content_us", i64_col(&|r| r.first_content_us)),
-        ("last_token_us", i64_col(&|r| r.last_token_us)),
-        ("end_us", i64_col(&|r| r.end_us)),
-        ("http_status", i32_col(&|r| r.http_status)),
+        ("request_index", col.i64(&|r| Some(r.request_index))),
+        ("trace_id", col.str(&|r| Some(r.trace_id.as_str()))),
+        ("api", col.str(&|r| Some(r.api))),
+        ("warmup", col.bool(&|r| Some(r.warmup))),
+        ("scheduled_us", col.i64(&|r| Some(r.scheduled_us))),
+        ("sent_us", col.i64(&|r| r.sent_us)),
+        ("first_byte_us", col.i64(&|r| r.first_byte_us)),
+        ("first_token_us", col.i64(&|r| r.first_token_us)),
+        ("first_reasoning_us", col.i64(&|r| r.first_reasoning_us)),
+        ("first_content_us", col.i64(&|r| r.first_content_us)),
+        ("last_token_us", col.i64(&|r| r.last_token_us)),
+        ("end_us", col.i64(&|r| r.end_us)),
+        ("http_status", col.i32(&|r| r.http_status)),
         (
             "error_kind",
-            str_col(&|r| r.error.as_ref().map(|(k, _)| k.as_str())),
+            col.str(&|r| r.error.as_ref().map(|(k, _)| k.as_str())),
         ),
         (
             "error_message",
-            str_col(&|r| r.error.as_ref().map(|(_, m)| m.as_str())),
+            col.str(&|r| r.error.as_ref().map(|(_, m)| m.as_str())),
         ),
-        ("finish_reason", str_col(&|r| r.finish_reason.as_deref())),
-        ("prompt_tokens", i64_col(&|r| r.prompt_tokens)),
-        ("cached_tokens", i64_col(&|r| r.cached_tokens)),
-        ("reasoning_tokens", i64_col(&|r| r.reasoning_tokens)),
-        ("content_tokens", i64_col(&|r| r.content_tokens)),
-        ("output_tokens", i64_col(&|r| r.output_tokens)),
+        ("finish_reason", col.str(&|r| r.finish_reason.as_deref())),
+        ("prompt_tokens", col.i64(&|r| r.prompt_tokens)),
+        ("cached_tokens", col.i64(&|r| r.cached_tokens)),
+        ("reasoning_tokens", col.i64(&|r| r.reasoning_tokens)),
+        ("content_tokens", col.i64(&|r| r.content_tokens)),
+        ("output_tokens", col.i64(&|r| r.output_tokens)),
         (
             "token_source",
-            str_col(&|r| r.token_source.map(|s| s.as_str())),
+            col.str(&|r| r.token_source.map(|s| s.as_str())),
         ),
-        ("chunk_count", i32_col(&|r| Some(r.chunks.len() as i32))),
+        ("chunk_count", col.i32(&|r| Some(r.chunks.len() as i32))),
         ("chunk_ts_us", chunk_ts),
         ("chunk_tokens", chunk_tokens),
         ("chunk_channel", chunk_channel),
-        ("server_predicted_n", i64_col(&|r| r.server_predicted_n)),
-        ("server_predicted_ms", f64_col(&|r| r.server_predicted_ms)),
-        ("attempts", i32_col(&|r| Some(r.attempts))),
+        ("server_predicted_n", col.i64(&|r| r.server_predicted_n)),
+        ("server_predicted_ms", col.f64(&|r| r.server_predicted_ms)),
+        ("attempts", col.i32(&|r| Some(r.attempts))),
         ("chunk_delay_us", chunk_delay),
         (
             "stamp_source",
-            str_col(&|r| StampSource::of(&r.chunks).map(StampSource::as_str)),
+            col.str(&|r| StampSource::of(&r.chunks).map(StampSource::as_str)),
         ),
-        ("connect_us", i64_col(&|r| r.connect_us)),
-        ("session_id", str_col(&|r| r.session_id.as_deref())),
-        ("turn_index", i32_col(&|r| r.turn_index)),
-        ("session_turns", i32_col(&|r| r.session_turns)),
-        ("predecessor_end_us", i64_col(&|r| r.predecessor_end_us)),
-        ("think_time_us", i64_col(&|r| r.think_time_us)),
+        ("connect_us", col.i64(&|r| r.connect_us)),
+        ("session_id", col.str(&|r| r.session_id.as_deref())),
+        ("turn_index", col.i32(&|r| r.turn_index)),
+        ("session_turns", col.i32(&|r| r.session_turns)),
+        ("predecessor_end_us", col.i64(&|r| r.predecessor_end_us)),
+        ("think_time_us", col.i64(&|r| r.think_time_us)),
         (
             "chunk_token_source",
-            str_col(&|r| r.chunk_token_source.map(|s| s.as_str())),
+            col.str(&|r| r.chunk_token_source.map(|s| s.as_str())),
         ),
-        ("tool_call_tokens", i64_col(&|r| r.tool_call_tokens)),
-        ("tool_calls", i32_col(&|r| r.tool_calls)),
-        ("tool_args_valid", bool_col(&|r| r.tool_args_valid)),
-        ("items", i64_col(&|r| r.items)),
-        ("model", str_col(&|r| r.model.as_deref())),
-        ("media_count", i32_col(&|r| r.media.map(|m| m.count))),
-        ("media_bytes", i64_col(&|r| r.media.map(|m| m.bytes))),
-        ("media_pixels", i64_col(&|r| r.media.map(|m| m.pixels))),
-        ("media_seconds", f64_col(&|r| r.media.map(|m| m.seconds))),
+        ("tool_call_tokens", col.i64(&|r| r.tool_call_tokens)),
+        ("tool_calls", col.i32(&|r| r.tool_calls)),
+        ("tool_args_valid", col.bool(&|r| r.tool_args_valid)),
+        ("items", col.i64(&|r| r.items)),
+        ("model", col.str(&|r| r.model.as_deref())),
+        ("media_count", col.i32(&|r| r.media.map(|m| m.count))),
+        ("media_bytes", col.i64(&|r| r.media.map(|m| m.bytes))),
+        ("media_pixels", col.i64(&|r| r.media.map(|m| m.pixels))),
+        ("media_seconds", col.f64(&|r| r.media.map(|m| m.seconds))),
     ];
     if extras.server_stamps {
         columns.push((
@@ -155,6 +120,46 @@ pub fn to_record_batch_with(
     RecordBatch::try_from_iter_with_nullable(
         columns.into_iter().map(|(name, array)| (name, array, true)),
     )
+}
+
+/// One column of a batch, one value per record: the table in
+/// `to_record_batch_with` names each column and how a record gives it.
+struct ColumnOf<'a>(&'a [RequestRecord]);
+
+impl ColumnOf<'_> {
+    fn i64(&self, f: &dyn Fn(&RequestRecord) -> Option<i64>) -> ArrayRef {
+        let mut b = Int64Builder::with_capacity(self.0.len());
+        self.0.iter().for_each(|r| b.append_option(f(r)));
+        Arc::new(b.finish())
+    }
+
+    fn i32(&self, f: &dyn Fn(&RequestRecord) -> Option<i32>) -> ArrayRef {
+        let mut b = Int32Builder::with_capacity(self.0.len());
+        self.0.iter().for_each(|r| b.append_option(f(r)));
+        Arc::new(b.finish())
+    }
+
+    fn f64(&self, f: &dyn Fn(&RequestRecord) -> Option<f64>) -> ArrayRef {
+        let mut b = Float64Builder::with_capacity(self.0.len());
+        self.0.iter().for_each(|r| b.append_option(f(r)));
+        Arc::new(b.finish())
+    }
+
+    fn bool(&self, f: &dyn Fn(&RequestRecord) -> Option<bool>) -> ArrayRef {
+        let mut b = BooleanBuilder::with_capacity(self.0.len());
+        self.0.iter().for_each(|r| b.append_option(f(r)));
+        Arc::new(b.finish())
+    }
+
+    fn str<'r>(&self, f: &dyn Fn(&'r RequestRecord) -> Option<&'r str>) -> ArrayRef
+    where
+        Self: 'r,
+    {
+        let n = self.0.len();
+        let mut b = StringBuilder::with_capacity(n, n * 8);
+        self.0.iter().for_each(|r| b.append_option(f(r)));
+        Arc::new(b.finish())
+    }
 }
 
 /// The per-chunk list columns: `chunk_ts_us`, `chunk_tokens`,
