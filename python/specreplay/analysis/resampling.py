@@ -66,7 +66,7 @@ import numpy as np
 import pandas as pd
 
 from specreplay.results import derived
-from specreplay.results.latencies import LATENCIES
+from specreplay.settings.latencies import LATENCIES
 from specreplay.analysis.point import PointRows
 from specreplay.analysis.quantiles import QUANTILES, UnitQuantiles, weighted_quantiles
 from specreplay.trace.records import RETRIEVAL_APIS

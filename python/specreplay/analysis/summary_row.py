@@ -19,7 +19,7 @@ from specreplay.analysis.quantiles import describe
 from specreplay.analysis.session_figures import summary_of
 from specreplay.analysis.slo import goodput_intervals
 from specreplay.results import derived
-from specreplay.results import latencies
+from specreplay.settings import latencies
 from specreplay.servermetrics import figures as server_figures
 from specreplay.trace.records import RETRIEVAL_APIS
 

@@ -19,7 +19,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from specreplay.results.latencies import LATENCIES
+from specreplay.settings.latencies import LATENCIES
 from specreplay.analysis.verdicts import FAILED, HELD, UNCERTAIN
 from specreplay.analysis.finding import Finding
 from specreplay.settings.objectives import Slo

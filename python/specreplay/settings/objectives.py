@@ -12,15 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specreplay.errors import ConfigError
+from specreplay.settings.latencies import LATENCIES
 
 #: Latencies an SLO may name -> what they are, for messages and docs.
-LATENCY_METRICS: dict[str, str] = {
-    "ttft": "time to first token (see ttft_token)",
-    "ttfc": "time to first answer token",
-    "tpot": "time per output token",
-    "itl": "inter-token latency (per token)",
-    "e2e": "end-to-end latency",
-}
+LATENCY_METRICS: dict[str, str] = {lat.slo_name: lat.slo_meaning or "" for lat in LATENCIES if lat.slo_name is not None}
+#: An SLO's latency name -> the summary's (`itl` is the per-token ITL).
+_SUMMARY_NAME: dict[str, str] = {lat.slo_name: lat.name for lat in LATENCIES if lat.slo_name is not None}
+#: An SLO's latency name -> how a comparison and a report name it.
+_REPORTED_AS: dict[str, str] = {lat.slo_name: lat.compared_as or lat.label for lat in LATENCIES if lat.slo_name is not None}
 #: Shares a target may name.
 SHARE_METRICS: dict[str, str] = {
     "success": "share of requests that succeeded",
@@ -180,13 +179,13 @@ class Slo:
         SLO reads: `ttft` is TTFC unless `ttft_token = "any"`; `itl` is per token."""
         if metric == "ttft":
             return "ttft" if self.ttft_token == "any" else "ttfc"
-        return {"itl": "itl_token"}.get(metric, metric)
+        return _SUMMARY_NAME.get(metric, metric)
 
     def label(self, metric: str) -> str:
         """How a report names the metric: `TTFT (first answer token)`."""
         if metric == "ttft":
             return "TTFT (first token)" if self.ttft_token == "any" else "TTFT (first answer token)"
-        return {"ttfc": "TTFC", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "success": "success", "attainment": "attainment"}[metric]
+        return _REPORTED_AS.get(metric, metric)  # a share (success, attainment) by its own name
 
 
 def _unique(targets: Iterable[SloTarget]) -> tuple[SloTarget, ...]:
