@@ -126,7 +126,7 @@ pub fn to_record_batch_with(
 /// `to_record_batch_with` names each column and how a record gives it.
 struct ColumnOf<'a>(&'a [RequestRecord]);
 
-impl ColumnOf<'_> {
+impl<'a> ColumnOf<'a> {
     fn i64(&self, f: &dyn Fn(&RequestRecord) -> Option<i64>) -> ArrayRef {
         let mut b = Int64Builder::with_capacity(self.0.len());
         self.0.iter().for_each(|r| b.append_option(f(r)));
@@ -151,10 +151,7 @@ impl ColumnOf<'_> {
         Arc::new(b.finish())
     }
 
-    fn str<'r>(&self, f: &dyn Fn(&'r RequestRecord) -> Option<&'r str>) -> ArrayRef
-    where
-        Self: 'r,
-    {
+    fn str(&self, f: &dyn Fn(&'a RequestRecord) -> Option<&'a str>) -> ArrayRef {
         let n = self.0.len();
         let mut b = StringBuilder::with_capacity(n, n * 8);
         self.0.iter().for_each(|r| b.append_option(f(r)));
