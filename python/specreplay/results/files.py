@@ -214,16 +214,28 @@ PREDICTED_KEY = "specreplay.predicted"
 CAPACITY_KEY = "specreplay.capacity"
 
 
-def to_frame(table: pa.Table) -> pd.DataFrame:
+def to_frame(table: pa.Table, *, list_arrays: bool = True) -> pd.DataFrame:
     """The table as a DataFrame with the file's schema metadata
     (`specreplay.version`, `specreplay.config`, …) as strings in `df.attrs`,
     where the analysis functions find the run's sweep points and max_tokens.
 
-    pandas' default conversion applies: an integer column with nulls becomes
-    float64 with NaN, list columns hold numpy arrays."""
-    df: pd.DataFrame = table.to_pandas()
+    pandas' default conversion applies to the flat columns: an integer
+    column with nulls becomes float64 with NaN. The per-chunk list columns
+    stay in their Arrow buffers (`pd.ArrowDtype` columns: a row of one is a
+    Python list only when read alone), what the analysis reads (a replay
+    analyses each point this way: no Python object per request or chunk);
+    with `list_arrays=False` they hold a numpy array per row, as `load`
+    gives them."""
+    mapper = _arrow_lists if list_arrays else None
+    df: pd.DataFrame = table.to_pandas(types_mapper=mapper)
     df.attrs = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     return df
+
+
+def _arrow_lists(arrow_type: pa.DataType) -> Any:
+    import pandas as pd  # loaded already: `to_pandas` calls this
+
+    return pd.ArrowDtype(arrow_type) if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) else None
 
 
 def load(path: str | os.PathLike[str], chunks: bool = False, metrics: bool = False) -> pd.DataFrame:
@@ -245,7 +257,7 @@ def load(path: str | os.PathLike[str], chunks: bool = False, metrics: bool = Fal
     if metrics:
         samples: pd.DataFrame = read_server_metrics(path).to_pandas()
         return samples
-    df = to_frame(read_table(path))
+    df = to_frame(read_table(path), list_arrays=chunks)  # the chunk frame is made from the Arrow lists
     if not chunks:
         return df
     from specreplay.results import derived  # pandas: a replay writes files before it needs it (docs/benchmarks.md, "Start-up")

@@ -1,0 +1,73 @@
+"""A replay analyses each point from a frame whose chunk lists stay in their
+Arrow buffers (`results.files.to_frame`), not one numpy array per row (what
+`specreplay.load` gives users): every derived figure must be the same from
+either, to the bit."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+from conftest import config_metadata, results_table
+
+from specreplay.analysis.analyse import analyse
+from specreplay.results import derived
+from specreplay.results.files import to_frame
+
+POINTS = [{"point": "concurrency=1", "mode": "concurrency", "value": 1}, {"point": "concurrency=2", "mode": "concurrency", "value": 2}]
+LIST_COLUMNS = ("chunk_ts_us", "chunk_tokens", "chunk_channel", "chunk_delay_us")
+
+
+def _table() -> pa.Table:
+    reasoning_then_answer = [(50_000 + 7_000 * i, 1 + i % 3, "reasoning" if i < 4 else "content") for i in range(12)]
+    burst = [(80_000 + 5 * i, 1, "content") for i in range(8)]  # 5 µs a token: a burst
+    rows = [
+        {"point": "concurrency=1", "warmup": True},
+        {"point": "concurrency=1"},
+        {"point": "concurrency=1", "chunks": reasoning_then_answer},
+        {"point": "concurrency=1", "chunks": burst},
+        {"point": "concurrency=1", "error_kind": "http_status", "error_message": "500", "chunks": reasoning_then_answer[:3]},
+        {"point": "concurrency=2", "chunks": None, "error_kind": "connect", "error_message": "refused"},
+        {"point": "concurrency=2", "chunks": [(40_000, 1, "content")]},
+        {"point": "concurrency=2", "chunks": reasoning_then_answer, "chunk_tokens": None},  # no per-chunk counts
+        {"point": "concurrency=2", "chunks": reasoning_then_answer, "point_index": 1},
+    ]
+    for row in rows:
+        row.setdefault("point_index", 0 if row["point"] == "concurrency=1" else 1)
+    return results_table(rows, config_metadata(POINTS, max_tokens=64))
+
+
+def test_the_chunk_lists_stay_arrow_and_load_keeps_numpy_arrays() -> None:
+    table = _table()
+    arrow, numpy = to_frame(table), to_frame(table, list_arrays=False)
+    for column in LIST_COLUMNS:
+        assert isinstance(arrow[column].dtype, pd.ArrowDtype), column
+        assert numpy[column].dtype == object, column
+    assert arrow.attrs == numpy.attrs
+    flat = [c for c in table.column_names if c not in LIST_COLUMNS]
+    pd.testing.assert_frame_equal(arrow[flat], numpy[flat])
+
+
+def test_the_chunk_frame_is_the_same_from_either() -> None:
+    table = _table()
+    arrow = derived.chunks(to_frame(table))
+    numpy = derived.chunks(to_frame(table, list_arrays=False))
+    assert len(arrow) > 40  # every chunk of the fixture's rows
+    pd.testing.assert_frame_equal(arrow, numpy)
+
+
+def test_every_figure_of_the_analysis_is_the_same_from_either() -> None:
+    table = _table()
+    (arrow,) = analyse(to_frame(table))
+    (numpy,) = analyse(to_frame(table, list_arrays=False))
+    pd.testing.assert_frame_equal(arrow.summary, numpy.summary)
+    assert arrow.findings == numpy.findings
+    for a, n in zip(arrow.points, numpy.points, strict=True):
+        pd.testing.assert_frame_equal(a.chunks, n.chunks)
+        assert a.itl_chunk_us.tobytes() == n.itl_chunk_us.tobytes()
+        assert a.itl_token_us.tobytes() == n.itl_token_us.tobytes()
+        assert a.slo_met.tolist() == n.slo_met.tolist()
+        flat = [c for c in a.rows.columns if c not in LIST_COLUMNS]
+        pd.testing.assert_frame_equal(a.rows[flat], n.rows[flat])
+    # The fixture reaches the figures that read the chunks.
+    assert arrow.points[0].rows["burst"].any()
+    assert arrow.summary["chunks"].sum() > 0
