@@ -18,6 +18,13 @@ also with the feed streamed from the Python thread while the point runs
 to 0). `--fixed` adds each client's fixed cost first: one request at
 concurrency 1, so that the per-request cost can be told from the start-up.
 
+`--also NAME=DIR` runs specreplay a second time as NAME with DIR first on
+PYTHONPATH (a `specreplay` package there, its `_core` extension copied in:
+another commit's Python against the same build, in the same sitting).
+`--phases` runs each specreplay client through `bench/cost_phases.py` and
+records where its CPU and memory went, phase by phase (start-up, the point,
+the analysis, the printing, the file, the exit).
+
 Measured with `/usr/bin/time -f`: user + system CPU seconds and maximum RSS
 of each client process (children included for specreplay's CLI: none).
 Writes bench/results/vllm-bench-cost-<time>.json; asserts nothing.
@@ -48,11 +55,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def timed(cmd: list[str], timeout_s: float) -> dict[str, Any]:
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as out:
-        proc = subprocess.run(["/usr/bin/time", "-o", out.name, "-f", "%U %S %M %e", *cmd], capture_output=True, text=True, timeout=timeout_s)
+def timed(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as out, tempfile.NamedTemporaryFile("r", suffix=".json") as phases:
+        env = {**os.environ, **(env or {}), "SPECREPLAY_PHASES": phases.name}
+        proc = subprocess.run(["/usr/bin/time", "-o", out.name, "-f", "%U %S %M %e", *cmd], capture_output=True, text=True, timeout=timeout_s, env=env)
         user, system, rss_kib, wall = Path(out.name).read_text().split()[-4:]
-    return {
+        phase_text = Path(phases.name).read_text()
+    row: dict[str, Any] = {
         "cpu_s": float(user) + float(system),
         "user_s": float(user),
         "sys_s": float(system),
@@ -61,6 +70,15 @@ def timed(cmd: list[str], timeout_s: float) -> dict[str, Any]:
         "returncode": proc.returncode,
         "tail": (proc.stdout + proc.stderr)[-600:],
     }
+    if phase_text:
+        row["phases"] = json.loads(phase_text)
+        # What the process cost after the last phase: its exit.
+        row["phases"].append({"phase": "exit", "cpu_s": round(row["cpu_s"] - sum(p["cpu_s"] for p in row["phases"]), 4)})
+    return row
+
+
+def phase_line(row: dict[str, Any]) -> str:
+    return "  ".join(f"{p['phase']} {p['cpu_s']:.2f} s" + (f"/{p['peak_mib']:.0f} MiB" if "peak_mib" in p else "") for p in row.get("phases", []))
 
 
 def main() -> None:
@@ -71,7 +89,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--feeds", nargs="+", choices=["whole", "streamed"], default=["whole"], help="specreplay's feed (see above)")
     parser.add_argument("--fixed", action="store_true", help="measure each client's fixed cost first (1 request, concurrency 1)")
+    parser.add_argument("--also", nargs="*", default=[], metavar="NAME=DIR", help="specreplay again with DIR first on PYTHONPATH (see above)")
+    parser.add_argument("--phases", action="store_true", help="record each specreplay run's phases (bench/cost_phases.py)")
     args = parser.parse_args()
+    also = dict(a.split("=", 1) for a in args.also)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     serve = subprocess.Popen(
@@ -96,18 +117,24 @@ def main() -> None:
                 for rep in range(args.repeats):
                     replay = ["replay", str(trace), "--url", f"{url}/v1", "--model", "specreplay-sim", "--concurrency", str(conc),
                               "--no-metrics", "-o", str(Path(tmp) / "out.arrow")]
+                    run = [sys.executable, str(HERE / "cost_phases.py")] if args.phases else SPECREPLAY
+                    streamed = STREAMED  # the feed forced before the CLI is imported: no phases
                     clients = {
-                        **{("specreplay" if feed == "whole" else "specreplay-streamed"): [*(SPECREPLAY if feed == "whole" else STREAMED), *replay] for feed in args.feeds},
+                        **{("specreplay" if feed == "whole" else "specreplay-streamed"): [*(run if feed == "whole" else streamed), *replay] for feed in args.feeds},
+                        **{name: [*run, *replay] for name in also},
                         "vllm-bench": [args.vllm_bench, "--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions",
                                        "--model", "specreplay-sim", "--tokenizer", "r50k_base", "--dataset-name", "random",
                                        "--random-input-len", "20", "--random-output-len", "64", "--ignore-eos", "--num-prompts", str(n),
                                        "--max-concurrency", str(conc), "--disable-tqdm", "--num-warmups", "0"],
                     }  # fmt: skip
+                    envs = {name: {"PYTHONPATH": os.pathsep.join([d, *filter(None, [os.environ.get("PYTHONPATH")])])} for name, d in also.items()}
                     for name, cmd in clients.items():
-                        row = {"client": name, "concurrency": conc, "requests": n, "repeat": rep, **timed(cmd, 600)}
+                        row = {"client": name, "concurrency": conc, "requests": n, "repeat": rep, **timed(cmd, 600, envs.get(name))}
                         row["loadavg_after"] = Path("/proc/loadavg").read_text().strip()
                         rows.append(row)
                         print(f"{name:<19} c={conc:<5} n={n:<5} cpu {row['cpu_s']:6.2f} s  rss {row['rss_mib']:6.1f} MiB  wall {row['wall_s']:6.2f} s  rc {row['returncode']}  load {row['loadavg_after']}", flush=True)
+                        if row.get("phases"):
+                            print(f"{'':<19} {phase_line(row)}", flush=True)
                         if row["returncode"] != 0:
                             print(row["tail"])
     finally:
