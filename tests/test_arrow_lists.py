@@ -53,6 +53,10 @@ def test_the_chunk_frame_is_the_same_from_either() -> None:
     numpy = derived.chunks(to_frame(table, list_arrays=False))
     assert len(arrow) > 40  # every chunk of the fixture's rows
     pd.testing.assert_frame_equal(arrow, numpy)
+    # The channel names decoded by pyarrow are the strings a Python list of them gives.
+    names = pd.DataFrame({"channel": numpy["channel"].astype(object).to_numpy()})["channel"]
+    pd.testing.assert_series_equal(arrow["channel"], names)
+    assert set(arrow["channel"]) == {"reasoning", "content"}
 
 
 def test_every_figure_of_the_analysis_is_the_same_from_either() -> None:

@@ -105,7 +105,9 @@ def summary_of(rows: pd.DataFrame, sessions: pd.DataFrame) -> dict[str, Any]:
     """The point's session figures (`SUMMARY_KEYS`) from its rows and
     their `per_session` frame."""
     durations = describe(sessions["duration_s"])
-    dependent = rows[derived.as_float(rows, "predecessor_end_us").notna()] if "predecessor_end_us" in rows.columns else rows.iloc[:0]
+    # Only the two columns read: a filter of every column copies the chunk lists too.
+    times = rows[["sent_us", "scheduled_us"]]
+    dependent = times[derived.as_float(rows, "predecessor_end_us").notna()] if "predecessor_end_us" in rows.columns else times.iloc[:0]
     lag = describe(derived.as_float(dependent, "sent_us") - derived.as_float(dependent, "scheduled_us"), scale=1000.0)
     return {
         "sessions": len(sessions),

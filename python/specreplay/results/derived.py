@@ -160,16 +160,19 @@ def chunks(df: pd.DataFrame) -> pd.DataFrame:
     if n_chunks > 1:
         gap[1:] = np.where(chunk_index[1:] > 0, np.diff(ts), np.nan)
 
-    channel_names = np.array(CHANNELS + ("unknown",), dtype=object)
-    codes = np.where(np.isnan(channel_codes), len(CHANNELS), channel_codes).astype(int)
-    codes = np.where((codes < 0) | (codes > len(CHANNELS)), len(CHANNELS), codes)
+    # The channel names are decoded by pyarrow from one byte a chunk (no
+    # Python string per chunk); codes out of range read "unknown".
+    codes = np.where(np.isnan(channel_codes), len(CHANNELS), channel_codes)
+    codes = np.where((codes < 0) | (codes > len(CHANNELS)), len(CHANNELS), codes).astype("int8")
+    channel = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(CHANNELS + ("unknown",))).cast(pa.string())
     rows = df.reset_index(drop=True)
     label = rows["label"].array.take(parent) if "label" in rows.columns else np.full(n_chunks, None, dtype=object)
     warmup = rows["warmup"].astype("boolean").fillna(False).to_numpy(dtype=bool)
     ok = rows["error_kind"].isna().to_numpy(dtype=bool)
     # The string columns are taken as they are stored (pyarrow strings, for a
     # loaded file): turning them into Python objects and back would cost
-    # more than the rest of the frame.
+    # more than the rest of the frame. The arrays made here are the frame's
+    # own (copy=False): a copy would double the frame while it is built.
     frame: pd.DataFrame = pd.DataFrame(
         {
             "label": label,
@@ -181,11 +184,12 @@ def chunks(df: pd.DataFrame) -> pd.DataFrame:
             "chunk_index": chunk_index.astype("int64"),
             "ts_us": ts,
             "tokens": tokens,
-            "channel": channel_names[codes],
+            "channel": pd.array(channel, dtype="str"),
             "itl_us": gap,
             "delay_us": delays,
         },
         columns=list(CHUNK_COLUMNS),
+        copy=False,
     )
     return frame
 

@@ -155,7 +155,7 @@ def decode_tokens_per_chunk(chunks: pd.DataFrame) -> float:
     makes this its acceptance length."""
     if chunks.empty:
         return math.nan
-    decode = chunks[chunks["chunk_index"] > 0]["tokens"].dropna()
+    decode = chunks["tokens"][chunks["chunk_index"] > 0].dropna()
     return float(decode.mean()) if len(decode) else math.nan
 
 
