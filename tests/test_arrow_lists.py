@@ -5,6 +5,7 @@ either, to the bit."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from conftest import config_metadata, results_table
@@ -75,3 +76,13 @@ def test_every_figure_of_the_analysis_is_the_same_from_either() -> None:
     # The fixture reaches the figures that read the chunks.
     assert arrow.points[0].rows["burst"].any()
     assert arrow.summary["chunks"].sum() > 0
+
+
+def test_a_batchs_live_figures_are_request_figures_to_the_bit() -> None:
+    table = _table()
+    frame = derived.request_figures(to_frame(table), 50.0)
+    arrays = derived.batch_figures(table, 50.0)
+    for name in ("ttft_us", "tpot_us", "send_lag_us", "end_us"):
+        expected = derived.as_float(frame, name).to_numpy()
+        assert arrays[name].tobytes() == expected.tobytes(), name
+    assert np.isnan(arrays["tpot_us"]).sum() >= 2  # a burst's and a one-token answer's

@@ -49,7 +49,7 @@ class Rolling:
     """Figures of the requests that finished in the last `window_s` seconds,
     and the output tokens/s over that window from the engine's counter.
     TTFT, TPOT and send lag are derived as the summary derives them
-    (`derived.request_figures`: a burst's TPOT left out under
+    (`derived.batch_figures`, `request_figures`' own: a burst's TPOT left out under
     `burst_us_per_token`, the run's threshold), over successful requests."""
 
     def __init__(self, window_s: float = WINDOW_S, burst_us_per_token: float = ValidityThresholds().burst_us_per_token) -> None:
@@ -64,20 +64,15 @@ class Rolling:
         columns), vectorised: no Python object per request."""
         if batch.num_rows == 0:
             return
-        # Imported where used: the derivation is pandas's, which `replay
+        # Imported where used: the results modules load pandas, which `replay
         # --help` does not need (a run has it loaded before its first point).
-        from specreplay.results.derived import REQUEST_FIGURE_INPUTS, request_figures
+        from specreplay.results.derived import batch_figures
 
-        rows = batch.select(list(REQUEST_FIGURE_INPUTS)).to_pandas()
-        figures = request_figures(rows, self.burst_us_per_token)
+        figures = batch_figures(batch, self.burst_us_per_token)
         ok = np.asarray(pc.is_null(batch.column("error_kind")).to_numpy(zero_copy_only=False), dtype=bool)
-
-        def column(name: str) -> np.ndarray:
-            return figures[name].to_numpy(dtype="float64", na_value=np.nan)
-
-        ttft = np.where(ok, column("ttft_us"), np.nan)
-        tpot = np.where(ok, column("tpot_us"), np.nan)
-        self._batches.append((column("end_us"), ttft, tpot, column("send_lag_us")))
+        ttft = np.where(ok, figures["ttft_us"], np.nan)
+        tpot = np.where(ok, figures["tpot_us"], np.nan)
+        self._batches.append((figures["end_us"], ttft, tpot, figures["send_lag_us"]))
 
     def tick(self, progress: Progress) -> None:
         self._tokens.append((progress.elapsed_s, progress.output_tokens))
