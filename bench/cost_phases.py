@@ -20,7 +20,8 @@ writes them there as JSON). The phases, in process order:
 
 Each phase's `peak_mib` is the process' peak RSS within the phase (VmHWM,
 reset at the phase's start through /proc/self/clear_refs), `rss_mib` its
-RSS at the phase's end. The phases are found without touching the import
+RSS at the phase's end. The reset also resets what `/usr/bin/time` reports
+as the process' peak: the largest phase peak is the process' peak here. The phases are found without touching the import
 order: each module is patched just after it is first imported.
 """
 

@@ -74,6 +74,8 @@ def timed(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None) -
         row["phases"] = json.loads(phase_text)
         # What the process cost after the last phase: its exit.
         row["phases"].append({"phase": "exit", "cpu_s": round(row["cpu_s"] - sum(p["cpu_s"] for p in row["phases"]), 4)})
+        # cost_phases resets the peak at each phase: the process' is the largest.
+        row["rss_mib"] = max(p.get("peak_mib", 0.0) for p in row["phases"])
     return row
 
 
