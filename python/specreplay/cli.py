@@ -84,9 +84,9 @@ def main(**kwargs: Any) -> None:
     finally:
         # The interpreter's last collection would walk every object pandas,
         # pyarrow and the analysis made, to free memory the exit frees
-        # anyway: 0.1 s of CPU a process (docs/benchmarks.md, "Cost next to
-        # vllm-bench"). Frozen, they are left to the exit; atexit handlers
-        # and open files are closed as before.
+        # anyway: 0.1 s of CPU a process (docs/benchmarks.md, "Whole-process
+        # CPU and memory next to vllm-bench"). Frozen, they are left to the
+        # exit; atexit handlers run and open files are closed as before.
         import gc
 
         gc.freeze()
