@@ -5,6 +5,8 @@ either, to the bit."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -34,7 +36,10 @@ def _table() -> pa.Table:
     ]
     for row in rows:
         row.setdefault("point_index", 0 if row["point"] == "concurrency=1" else 1)
-    return results_table(rows, config_metadata(POINTS, max_tokens=64))
+    metadata = config_metadata(POINTS, max_tokens=64)
+    # Per-request thresholds, ITL's from the chunks: some requests meet them, some not.
+    config = {**json.loads(metadata["specreplay.config"]), "slo": {"itl": 5, "ttft": 90, "targets": ["p90 ttft < 100"]}}
+    return results_table(rows, {**metadata, "specreplay.config": json.dumps(config)})
 
 
 def test_the_chunk_lists_stay_arrow_and_load_keeps_numpy_arrays() -> None:
@@ -71,11 +76,15 @@ def test_every_figure_of_the_analysis_is_the_same_from_either() -> None:
         assert a.itl_chunk_us.tobytes() == n.itl_chunk_us.tobytes()
         assert a.itl_token_us.tobytes() == n.itl_token_us.tobytes()
         assert a.slo_met.tolist() == n.slo_met.tolist()
+        assert repr(a.slo_verdicts) == repr(n.slo_verdicts)  # repr: NaN equals NaN
         flat = [c for c in a.rows.columns if c not in LIST_COLUMNS]
         pd.testing.assert_frame_equal(a.rows[flat], n.rows[flat])
     # The fixture reaches the figures that read the chunks.
     assert arrow.points[0].rows["burst"].any()
     assert arrow.summary["chunks"].sum() > 0
+    met = np.concatenate([p.slo_met for p in arrow.points])
+    assert met.any() and not met[np.concatenate([p.ok for p in arrow.points])].all()
+    assert all(p.slo_verdicts for p in arrow.points)
 
 
 def test_a_batchs_live_figures_are_request_figures_to_the_bit() -> None:
