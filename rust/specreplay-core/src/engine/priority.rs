@@ -41,7 +41,7 @@ pub fn wanted() -> bool {
 
 /// Only an explicit `0` opts out.
 fn wanted_by(setting: Option<&str>) -> bool {
-    setting.map_or(true, |v| v.trim() != "0")
+    setting.is_none_or(|v| v.trim() != "0")
 }
 
 /// `try_fifo(priority)` unless [`wanted`] says no.
