@@ -12,11 +12,15 @@ fits, `run/feed.py`) or streamed from the Python thread while it runs
 (`streamed`: what every point did before issue 27's change, forced by
 setting `feed.WHOLE_MAX_BYTES` to 0), and with each `--envs` variant (an
 experiment's switches in the environment of a build that has them), all in
-one run, interleaved, so the machine's load falls on every variant alike.
+one run, interleaved, so the machine's load falls on every variant alike
+(`--envs "" SPECREPLAY_REALTIME=0`: the engine's threads real-time, where
+permitted, against normal). Also records the pacing thread's own account
+(its scheduling policy, each sleep's wake-up overshoot, time spun:
+SPECREPLAY_PACER_STATS) and the `specreplay serve` process's CPU per request.
 Records /proc/loadavg before and after: on a shared machine the figures are
 only comparable within one run.
 
-    .venv/bin/python bench/send_lag_profile.py --rates 1000 2000 3000 4000 5000 --seconds 3 --feeds whole streamed
+    .venv/bin/python bench/send_lag_profile.py --rates 1000 2000 3000 4000 5000 --seconds 3 --envs "" SPECREPLAY_REALTIME=0
 
 Writes bench/results/send-lag-profile-<time>.json and prints a table.
 Asserts nothing.
@@ -98,14 +102,42 @@ STREAMED = [sys.executable, "-c", "import runpy, specreplay.run.feed as f; f.WHO
 PANDAS_FIRST = [sys.executable, "-c", "import pandas, runpy; runpy.run_module('specreplay', run_name='__main__', alter_sys=True)"]
 
 
-def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: str, extra: str, out: Path) -> dict[str, Any]:
-    env = {**os.environ, "TOKIO_WORKER_THREADS": str(threads)}
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of a whole process (every thread, living or gone)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def pacer_stats(output: str) -> dict[str, Any]:
+    """The pacing thread's own account (SPECREPLAY_PACER_STATS): its
+    scheduling policy, sleeps, wake-up overshoot (log2 µs buckets: bucket k
+    holds overshoots in [2^(k-1), 2^k) µs) and time spent spinning."""
+    for line in output.splitlines():
+        if line.startswith("pacer-stats "):
+            head, buckets = line.split(" late_log2us=")
+            kv = dict(item.split("=", 1) for item in head.split()[1:])
+            counts = json.loads(buckets)
+            total = sum(counts) or 1
+            cum, p99_bucket = 0, 0
+            for k, c in enumerate(counts):
+                cum += c
+                if cum >= 0.99 * total:
+                    p99_bucket = k
+                    break
+            return {"policy": kv["policy"], "sleeps": int(kv["sleeps"]), "late_max_us": int(kv["late_max_us"]),
+                    "spun_s": int(kv["spun_ms"]) / 1e3, "late_log2us": counts, "late_p99_under_us": 2**p99_bucket}  # fmt: skip
+    return {}
+
+
+def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: str, extra: str, out: Path, serve_pid: int) -> dict[str, Any]:
+    env = {**os.environ, "TOKIO_WORKER_THREADS": str(threads), "SPECREPLAY_PACER_STATS": "1"}
     for kv in filter(None, extra.split(",")):
         name, value = kv.split("=", 1)
         env[name] = value
     launcher = {"streamed": STREAMED, "pandas-first": PANDAS_FIRST}.get(feed, SPECREPLAY)
     cmd = [*launcher, "replay", str(trace), "--url", url, "--model", "specreplay-sim", "--rate", f"{rate:g}",
            "--arrival", "constant", "--num-requests", str(n), "--no-metrics", "-o", str(out)]  # fmt: skip
+    serve_cpu0 = process_cpu_s(serve_pid)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     first: dict[int, tuple[str, float, float, int, int]] = {}
     last: dict[int, tuple[str, float, float, int, int]] = {}
@@ -120,6 +152,7 @@ def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: 
                 last.update(sample)
         time.sleep(0.05)
     output = proc.stdout.read().decode() if proc.stdout else ""
+    serve_cpu = process_cpu_s(serve_pid) - serve_cpu0
     import pyarrow.feather as feather
 
     table = feather.read_table(out, columns=["scheduled_us", "sent_us", "error_kind"])
@@ -141,6 +174,9 @@ def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: 
         "lag_max_us": float(lag.max()),
         "client_saturated": "client_saturated" in output,
         "threads_profile": by_name(first, last) if first else {},
+        "pacer": pacer_stats(output),
+        "serve_cpu_s": serve_cpu,
+        "serve_cpu_us_per_request": 1e6 * serve_cpu / max(int(table.num_rows), 1),
         "returncode": proc.returncode,
     }
 
@@ -175,7 +211,7 @@ def main() -> None:
                 for rep in range(args.repeats):
                     for threads in args.threads:
                         for feed, extra in [(feed, extra) for feed in args.feeds for extra in args.envs]:
-                            row = replay_once(trace, url, rate, n, threads, feed, extra, Path(tmp) / "out.arrow")
+                            row = replay_once(trace, url, rate, n, threads, feed, extra, Path(tmp) / "out.arrow", serve.pid)
                             row["repeat"] = rep
                             row["loadavg_after"] = loadavg()
                             results.append(row)
@@ -185,6 +221,10 @@ def main() -> None:
                                 f"errors {row['errors']}  {extra}  {'SATURATED' if row['client_saturated'] else ''}  load {row['loadavg_after']}",
                                 flush=True,
                             )
+                            pacer = row["pacer"]
+                            if pacer:
+                                print(f"      pacer {pacer['policy']}: wake-up overshoot p99 < {pacer['late_p99_under_us']} µs, max {pacer['late_max_us']} µs, spun {pacer['spun_s']:.2f} s; "
+                                      f"serve CPU {row['serve_cpu_s']:.2f} s ({row['serve_cpu_us_per_request']:.0f} µs/request)")  # fmt: skip
                             for name, t in list(row["threads_profile"].items())[:6]:
                                 print(f"      {name:<18} x{t['threads']:<2.0f} nice {t['nice']:>3.0f}  cpu {t['cpu_s']:6.2f} s  runqueue wait {t['wait_s']:6.3f} s  ({t['wait_us_per_slice']:6.1f} µs/slice)")
     finally:

@@ -14,6 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::LazyLock;
 
 use pyo3::PyResult;
+use specreplay_core::engine::priority;
 use tokio::runtime::{Builder, Runtime};
 
 use crate::errors::engine_error;
@@ -57,6 +58,11 @@ fn build(mut builder: Builder) -> Result<Runtime, String> {
 pub static RUNTIME: LazyRuntime = LazyRuntime::new("the engine", || {
     let mut builder = Builder::new_multi_thread();
     builder.thread_name("specreplay");
+    // Real-time where permitted: the task a send starts in runs as soon as
+    // the pacing thread hands it over (engine/priority.rs).
+    builder.on_thread_start(|| {
+        priority::raise(priority::WORKERS);
+    });
     build(builder)
 });
 

@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 
 use super::feed::{Feed, Popped, Unit};
 use super::pacing::{self, Doorbell, Waited};
+use super::priority;
 use super::session::run_unit;
 use super::Shared;
 use crate::clock::instant_to_us;
@@ -116,6 +117,8 @@ impl Releases {
 /// over and nothing is pending, or when the run is cancelled.
 pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime: Handle) {
     pacing::tighten_timer_slack();
+    let policy = priority::raise(priority::PACER);
+    let mut waits = pacing::WakeStats::default();
     let feed: &Feed = &shared.feed;
     let releases = &shared.releases;
     let cancel = shared.ctx.cancel.clone();
@@ -137,7 +140,7 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        match pacing::wait_until(deadline, &feed.bell, || cancel.is_cancelled()) {
+        match waits.wait_until(deadline, &feed.bell, || cancel.is_cancelled()) {
             Waited::Stopped => break,
             Waited::Rung => continue,
             Waited::Due => {}
@@ -157,6 +160,17 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
     }
     feed.stop();
     releases.clear();
+    // A benchmarking aid (bench/send_lag_profile.py): how the waits went.
+    if std::env::var_os("SPECREPLAY_PACER_STATS").is_some() {
+        let st = &waits;
+        eprintln!(
+            "pacer-stats policy={policy:?} sleeps={} late_max_us={} spun_ms={} late_log2us={:?}",
+            st.sleeps,
+            st.late_max_us,
+            st.spun.as_millis(),
+            st.late_buckets
+        );
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod media;
 pub(crate) mod net;
 pub mod pacing;
 mod panics;
+pub mod priority;
 pub mod record;
 pub(crate) mod request;
 pub mod request_columns;

@@ -4,15 +4,40 @@
 //! millisecond of lag on every send. The pacing thread therefore is an OS
 //! thread of its own: it sleeps (with the kernel's timer slack lowered to
 //! 1 µs) until shortly before the deadline and spins the rest of the way. It
-//! can be woken early (`Doorbell`) when an earlier deadline comes up.
+//! can be woken early (`Doorbell`) when an earlier deadline comes up. (std's
+//! `Condvar::wait_timeout` is a futex wait to an absolute CLOCK_MONOTONIC
+//! time in ns: no rounding; what overshoots is the wake-up.)
 
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long before a deadline to stop sleeping and start spinning. Covers the
-/// usual nanosleep overshoot on a loaded machine; measured in bench/ (40 µs
-/// was no better at 2,000 or 5,000/s, docs/benchmarks.md).
-const SPIN_WINDOW: Duration = Duration::from_micros(150);
+/// How long before a deadline to stop sleeping and start spinning. Under
+/// `SCHED_FIFO` (`priority`) 99 % of wake-ups here came within 64–128 µs of
+/// the sleep's end; a longer window only burns CPU the workers and the server
+/// need (150 µs: 0.5–2 s of a core per 3 s point at 2,000–5,000/s), and one
+/// that follows the overshoots seen grew to a millisecond on a loaded box and
+/// spun most of a core (docs/benchmarks.md, issue 27).
+const SPIN_WINDOW: Duration = Duration::from_micros(50);
+
+/// What the waits of one thread cost: wake-up overshoots (log2 µs buckets)
+/// and time spent spinning. Read by bench/send_lag_profile.py.
+#[derive(Debug, Clone, Default)]
+pub struct WakeStats {
+    pub sleeps: u64,
+    pub late_buckets: [u64; 16],
+    pub late_max_us: u64,
+    pub spun: Duration,
+}
+
+impl WakeStats {
+    fn add(&mut self, late: Duration) {
+        let us = late.as_micros() as u64;
+        self.sleeps += 1;
+        self.late_max_us = self.late_max_us.max(us);
+        let bucket = (64 - us.leading_zeros() as usize).min(15);
+        self.late_buckets[bucket] += 1;
+    }
+}
 
 /// Lowers this thread's timer slack so `nanosleep` wakes within microseconds
 /// instead of the default 50 µs. Best effort: ignored where unsupported.
@@ -68,25 +93,40 @@ pub enum Waited {
 /// stopped), returning early when `bell` rings or `stop()` becomes true
 /// (checked at least every 50 ms).
 pub fn wait_until(deadline: Option<Instant>, bell: &Doorbell, stop: impl Fn() -> bool) -> Waited {
-    loop {
-        if stop() {
-            return Waited::Stopped;
-        }
-        let now = Instant::now();
-        let left = match deadline {
-            Some(d) if now >= d => return Waited::Due,
-            Some(d) => d - now,
-            None => STOP_POLL + SPIN_WINDOW,
-        };
-        if left > SPIN_WINDOW {
-            if bell.wait((left - SPIN_WINDOW).min(STOP_POLL)) {
-                return Waited::Rung;
+    WakeStats::default().wait_until(deadline, bell, stop)
+}
+
+impl WakeStats {
+    /// [`wait_until`], counting each sleep's overshoot and each spin.
+    pub fn wait_until(
+        &mut self,
+        deadline: Option<Instant>,
+        bell: &Doorbell,
+        stop: impl Fn() -> bool,
+    ) -> Waited {
+        loop {
+            if stop() {
+                return Waited::Stopped;
             }
-        } else if let Some(d) = deadline {
-            while Instant::now() < d {
-                std::hint::spin_loop();
+            let now = Instant::now();
+            let left = match deadline {
+                Some(d) if now >= d => return Waited::Due,
+                Some(d) => d - now,
+                None => STOP_POLL + SPIN_WINDOW,
+            };
+            if left > SPIN_WINDOW {
+                let nap = (left - SPIN_WINDOW).min(STOP_POLL);
+                if bell.wait(nap) {
+                    return Waited::Rung;
+                }
+                self.add(Instant::now().saturating_duration_since(now + nap));
+            } else if let Some(d) = deadline {
+                while Instant::now() < d {
+                    std::hint::spin_loop();
+                }
+                self.spun += Instant::now() - now;
+                return Waited::Due;
             }
-            return Waited::Due;
         }
     }
 }
@@ -104,6 +144,37 @@ mod tests {
             assert_eq!(wait_until(Some(deadline), &bell, || false), Waited::Due);
             assert!(Instant::now() >= deadline);
         }
+    }
+
+    #[test]
+    fn overshoots_fall_in_log2_buckets() {
+        let mut st = WakeStats::default();
+        for us in [0, 1, 3, 64, 127, 900, 1 << 20] {
+            st.add(Duration::from_micros(us));
+        }
+        // [0], [1], [2, 4), [64, 128) twice, [512, 1024), the last bucket.
+        let mut want = [0u64; 16];
+        want[0] = 1;
+        want[1] = 1;
+        want[2] = 1;
+        want[7] = 2;
+        want[10] = 1;
+        want[15] = 1;
+        assert_eq!(st.late_buckets, want);
+        assert_eq!((st.sleeps, st.late_max_us), (7, 1 << 20));
+    }
+
+    #[test]
+    fn a_counted_wait_never_returns_before_the_deadline() {
+        tighten_timer_slack();
+        let bell = Doorbell::default();
+        let mut st = WakeStats::default();
+        for _ in 0..20 {
+            let deadline = Instant::now() + Duration::from_micros(700);
+            assert_eq!(st.wait_until(Some(deadline), &bell, || false), Waited::Due);
+            assert!(Instant::now() >= deadline);
+        }
+        assert!(st.sleeps >= 20);
     }
 
     #[test]

@@ -1,0 +1,121 @@
+//! Real-time scheduling for the threads that must act at a moment.
+//!
+//! On a loaded machine a thread woken at its deadline waits in the run queue
+//! behind whatever holds the core (the server, other tenants) for tens to
+//! hundreds of µs, and that wait is the send lag's tail (docs/benchmarks.md,
+//! issue 27). A `SCHED_FIFO` thread preempts every normal thread the moment
+//! it wakes. Only allowed for root or with `CAP_SYS_NICE` (or an
+//! `RLIMIT_RTPRIO`): elsewhere the thread stays as it was, and the caller
+//! learns which it got. `SPECREPLAY_REALTIME=0` keeps the engine's threads
+//! normal where it would be allowed (a shared box whose other tenants must
+//! not wait behind the client).
+//!
+//! The pacing thread runs one step above the engine's workers, so a busy
+//! worker never delays a send's start; the workers, above the server and
+//! everything else, so the task the pacer started runs at once. A real-time
+//! thread that never sleeps would starve the rest of the core: the pacer
+//! spins at most `pacing`'s window per send, and the kernel keeps a share of
+//! every second for normal threads (`sched_rt_runtime_us`, the fair server).
+
+/// The scheduling a thread ended up with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// `SCHED_FIFO` at this priority.
+    Fifo(i32),
+    /// The normal policy (not permitted, or not Linux).
+    Normal,
+}
+
+/// The lowest real-time priority: above every normal thread, below the
+/// kernel's own real-time threads and anything a user raised on purpose.
+pub const LOW_FIFO: i32 = 1;
+
+/// The engine's workers' priority; the pacing thread's is one above.
+pub const WORKERS: i32 = LOW_FIFO;
+pub const PACER: i32 = LOW_FIFO + 1;
+
+/// Whether the engine's threads should ask for real-time scheduling.
+pub fn wanted() -> bool {
+    wanted_by(std::env::var("SPECREPLAY_REALTIME").ok().as_deref())
+}
+
+/// Only an explicit `0` opts out.
+fn wanted_by(setting: Option<&str>) -> bool {
+    setting.is_none_or(|v| v.trim() != "0")
+}
+
+/// `try_fifo(priority)` unless [`wanted`] says no.
+pub fn raise(priority: i32) -> Policy {
+    if wanted() {
+        try_fifo(priority)
+    } else {
+        current()
+    }
+}
+
+/// Puts the calling thread under `SCHED_FIFO` at `priority` if permitted.
+pub fn try_fifo(priority: i32) -> Policy {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param {
+            sched_priority: priority,
+        };
+        // SAFETY: pid 0 is the calling thread; `param` outlives the call.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0 {
+            return Policy::Fifo(priority);
+        }
+    }
+    let _ = priority;
+    Policy::Normal
+}
+
+/// The calling thread's policy now.
+pub fn current() -> Policy {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: plain queries of the calling thread.
+        let policy = unsafe { libc::sched_getscheduler(0) };
+        if policy == libc::SCHED_FIFO {
+            let mut param = libc::sched_param { sched_priority: 0 };
+            unsafe { libc::sched_getparam(0, &mut param) };
+            return Policy::Fifo(param.sched_priority);
+        }
+    }
+    Policy::Normal
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_thread_reports_what_it_got() {
+        // On its own thread: the test harness's threads stay as they were.
+        std::thread::spawn(|| {
+            let got = try_fifo(LOW_FIFO);
+            assert_eq!(current(), got);
+            assert!(matches!(got, Policy::Fifo(LOW_FIFO) | Policy::Normal));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn only_zero_opts_out() {
+        assert!(wanted_by(None));
+        assert!(wanted_by(Some("1")));
+        assert!(wanted_by(Some("")));
+        assert!(!wanted_by(Some("0")));
+        assert!(!wanted_by(Some(" 0 ")));
+    }
+
+    #[test]
+    fn an_impossible_priority_leaves_the_thread_normal() {
+        std::thread::spawn(|| {
+            assert_eq!(try_fifo(1000), Policy::Normal);
+            assert_eq!(current(), Policy::Normal);
+        })
+        .join()
+        .unwrap();
+    }
+}
