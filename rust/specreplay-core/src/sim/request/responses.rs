@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::fields::{str_of, Fields};
-use super::{value_text, Prompt, SimRequest, Tool, ToolChoice};
+use super::{Prompt, SimRequest, Tool, ToolChoice};
 
 pub(super) fn read(
     f: &Fields<'_>,
@@ -14,8 +14,7 @@ pub(super) fn read(
 ) -> Result<(), String> {
     req.max_tokens = f.count("max_output_tokens")?;
     let input = f.get("input").ok_or("'input' is required")?;
-    prompt.hasher.write(b"responses");
-    prompt.hasher.write(value_text(input).as_bytes());
+    prompt.hash_prompt(b"responses", input);
     if let Some(instructions) = f.string("instructions")? {
         prompt.hasher.write(instructions.as_bytes());
         prompt.push_message_start("system");
@@ -79,15 +78,7 @@ fn push_item(item: &Value, prompt: &mut Prompt<'_>) -> Result<(), String> {
         }
         _ => {
             prompt.push_message_start(str_of(item, "role"));
-            match item.get("content") {
-                Some(Value::String(text)) => prompt.tokens.push_words(text),
-                Some(Value::Array(parts)) => {
-                    for (i, part) in parts.iter().enumerate() {
-                        push_part(part, prompt).map_err(|e| format!("content[{i}]: {e}"))?;
-                    }
-                }
-                _ => {}
-            }
+            return prompt.push_content(item.get("content"), push_part);
         }
     }
     Ok(())
