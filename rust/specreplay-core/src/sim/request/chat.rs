@@ -107,14 +107,7 @@ fn push_part(part: &Value, prompt: &mut Prompt<'_>) -> Result<(), String> {
             let url = image.as_str().unwrap_or_else(|| str_of(image, "url"));
             prompt.push_image_url(url)
         }
-        "input_audio" => {
-            let audio = &part["input_audio"];
-            let (tokens, name) = prompt
-                .media
-                .audio(str_of(audio, "data"), str_of(audio, "format"))?;
-            prompt.push_media(tokens, name);
-            Ok(())
-        }
+        "input_audio" => prompt.push_input_audio(&part["input_audio"]),
         "video_url" => {
             let (tokens, name) = prompt.media.video(str_of(&part["video_url"], "url"));
             prompt.push_media(tokens, name);

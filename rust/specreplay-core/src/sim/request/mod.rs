@@ -162,6 +162,17 @@ impl Prompt<'_> {
         Ok(())
     }
 
+    /// OpenAI's `input_audio` part (chat and Responses alike): base64
+    /// `data` in a `format`; `Err` is the 400 message.
+    pub fn push_input_audio(&mut self, audio: &Value) -> Result<(), String> {
+        let (tokens, name) = self.media.audio(
+            fields::str_of(audio, "data"),
+            fields::str_of(audio, "format"),
+        )?;
+        self.push_media(tokens, name);
+        Ok(())
+    }
+
     /// Media worth `tokens` tokens, named by `name` (a hash of its bytes), so
     /// the same image twice shares prefix-cache blocks.
     pub fn push_media(&mut self, tokens: u32, name: u64) {

@@ -89,14 +89,7 @@ fn push_item(item: &Value, prompt: &mut Prompt<'_>) -> Result<(), String> {
 fn push_part(part: &Value, prompt: &mut Prompt<'_>) -> Result<(), String> {
     match str_of(part, "type") {
         "input_image" => prompt.push_image_url(str_of(part, "image_url")),
-        "input_audio" => {
-            let audio = &part["input_audio"];
-            let (tokens, name) = prompt
-                .media
-                .audio(str_of(audio, "data"), str_of(audio, "format"))?;
-            prompt.push_media(tokens, name);
-            Ok(())
-        }
+        "input_audio" => prompt.push_input_audio(&part["input_audio"]),
         _ => {
             prompt.tokens.push_words(str_of(part, "text"));
             Ok(())
