@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from specreplay.analysis.finding import Finding, from_json
 from specreplay.results.schema import CHANNELS, COLUMNS, results_schema
 
 T0 = 1_750_000_000_000_000  # µs since epoch: a realistic magnitude
@@ -100,6 +101,22 @@ def config_metadata(points: list[dict[str, Any]], max_tokens: int | None = None)
     if max_tokens is not None:
         config["max_tokens"] = max_tokens
     return {"specreplay.version": "0.1.0", "specreplay.config": json.dumps(config)}
+
+
+#: Findings about the machine rather than the run: the client's own delay
+#: (engine_delay), and the embedded simulator's steps sent together after a
+#: stall of its thread (burst_streams: its steps are due on a fixed schedule
+#: from the request's arrival, so the late ones go at once). A loaded shared
+#: machine raises them on a correct run: a test whose subject is another
+#: finding allows these and no other.
+MACHINE_FINDINGS = frozenset({"engine_delay", "burst_streams"})
+
+
+def stored_findings(path: Path) -> list[Finding]:
+    """The validity findings a results file stores, in the order the run's verdict printed them."""
+    import specreplay
+
+    return from_json(specreplay.load(path).attrs["specreplay.validity"])
 
 
 MakeResults = Callable[..., pd.DataFrame]

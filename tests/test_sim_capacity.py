@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 import specreplay
+from conftest import MACHINE_FINDINGS, stored_findings
 from specreplay.cli import cli
 from specreplay.commands.serve import build_config
 
@@ -54,9 +55,12 @@ def test_an_imported_fixed_length_trace_replays_as_a_valid_measurement(tmp_path:
     fixed = [{"messages": prompt(i), "max_tokens": 64, "min_tokens": 64, "ignore_eos": True} for i in range(8)]
     trace = write_trace(tmp_path / "fixed.jsonl", fixed)
     out = tmp_path / "fixed.arrow"
-    code, text = invoke("replay", trace, "--concurrency", "4", "--strict", "--sim-config", fast_reasoner, "-o", str(out))
+    code, text = invoke("replay", trace, "--concurrency", "4", "--sim-config", fast_reasoner, "-o", str(out))
     assert code == 0, text
-    assert "reasoning_ate_budget" not in text
+    # No finding on the requests. Not --strict: at 0.2 ms a step, a stall of
+    # a loaded machine sends a whole 64-token answer at once (burst_streams),
+    # a finding about the machine (MACHINE_FINDINGS), not the trace.
+    assert {f.code for f in stored_findings(out) if f.level != "note"} <= MACHINE_FINDINGS, text
     df = specreplay.load(out)
     assert (df["output_tokens"] == 64).all() and (df["content_tokens"] == 64).all()
     assert (df["reasoning_tokens"] == 0).all()
@@ -79,10 +83,14 @@ def test_a_sim_config_with_capacity_makes_requests_queue(tmp_path: Path) -> None
     assert code == 0, text
     df = specreplay.load(out)
     ttft = (df["first_token_us"] - df["sent_us"]).groupby(df["point"]).median()
-    # One at a time: ~10 ms. Eight in flight, two slots: each waits for about
-    # three answers of 32 steps (2 ms each) ahead of it.
-    assert ttft["concurrency=1"] < 40_000, ttft
-    assert ttft["concurrency=8"] > 3 * ttft["concurrency=1"], ttft
+    at8 = df[df["point"] == "concurrency=8"]
+    answer = (at8["last_token_us"] - at8["first_token_us"]).median()
+    # Eight in flight, two slots: each waits for about three answers of 32
+    # steps (2 ms each) ahead of it, on top of what one at a time takes. In
+    # answers, not milliseconds: a loaded machine delays the first tokens of
+    # both points alike (by 30 ms, seen here), while the steps of an answer
+    # keep their schedule.
+    assert ttft["concurrency=8"] - ttft["concurrency=1"] > 2 * answer, (ttft, answer)
 
 
 def test_capacity_flags_merge_over_the_file() -> None:

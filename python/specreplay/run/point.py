@@ -10,7 +10,10 @@ at most, so nothing here is on the measurement path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -129,8 +132,46 @@ def _drain(
 ) -> _Drained:
     """Writes the point's batches as they finish until the engine has
     returned every row; `where` names the rows (`ResultsWriter.write`)."""
+    with _interrupt_flag() as interrupted:
+        return _drain_until_done(run, feeder, writer, hooks, progress, deadline_us, where, keep_texts, interrupted)
+
+
+@contextmanager
+def _interrupt_flag() -> Iterator[Callable[[], bool]]:
+    """While a point drains, Ctrl-C (SIGINT) sets a flag that the drain loop
+    reads between batches, instead of raising KeyboardInterrupt wherever
+    Python is when the signal comes: raised while a batch was being written
+    or shown, it escaped the loop, and the run ended in click's "Aborted!"
+    (exit 1) instead of keeping what finished (seen on a loaded machine,
+    where that work takes longer). Off the main thread no handler can be
+    set: there the interrupt raises as before."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    seen = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.set())
+    try:
+        yield seen.is_set
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+
+
+def _drain_until_done(
+    run: Any,
+    feeder: Feeder,
+    writer: ResultsWriter,
+    hooks: PointHooks,
+    progress: Callable[[], Progress],
+    deadline_us: float | None,
+    where: dict[str, Any],
+    keep_texts: bool,
+    interrupted: Callable[[], bool],
+) -> _Drained:
     out = _Drained()
     while True:
+        if interrupted() and not out.interrupted:
+            out.interrupted = True
+            run.cancel()
         wait_s = POLL_S
         if deadline_us is not None and not out.cut:
             # A wait returns only when it ends: end it at the deadline, so that
@@ -144,7 +185,7 @@ def _drain(
             out.failure = e
             run.cancel()
             continue
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # off the main thread (`_interrupt_flag`)
             # Stop scheduling, cancel in-flight requests (they still report a
             # row), and keep draining so nothing that finished is lost.
             out.interrupted = True

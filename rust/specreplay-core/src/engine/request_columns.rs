@@ -197,12 +197,15 @@ impl<'a> BlockColumns<'a> {
     }
 }
 
+/// A configuration error in request `trace_id`'s `field`.
+fn invalid(trace_id: &str, field: &str, message: impl Into<String>) -> CoreError {
+    CoreError::config(format!("request {trace_id}: {field}"), message)
+}
+
 /// `e` about request `trace_id` (its field path prefixed).
 fn about(trace_id: &str, e: CoreError) -> CoreError {
     match e {
-        CoreError::Config { field, message } => {
-            CoreError::config(format!("request {trace_id}: {field}"), message)
-        }
+        CoreError::Config { field, message } => invalid(trace_id, &field, message),
         other => other,
     }
 }
@@ -311,9 +314,6 @@ impl<'a> Columns<'a> {
     /// offsets move by what they add: the bytes added, returned), then its
     /// prompt blocks' text at `prompt_at`.
     fn body(&self, i: usize, trace_id: &str) -> Result<(Vec<u8>, media::Added), CoreError> {
-        let fail = |field: &str, message: &str| {
-            CoreError::config(format!("request {trace_id}: {field}"), message)
-        };
         let mut at = offset(value(self.prompt_at, i, Int64Array::value), "prompt_at")?;
         let slots = match self.media_at {
             Some(list) => media_slots(list, i)?,
@@ -332,8 +332,20 @@ impl<'a> Columns<'a> {
                 columns.body(i, &raw, at).map_err(|e| about(trace_id, e))?
             }
             (None, None) => raw.into_owned(),
-            (Some(_), None) => return Err(fail("prompt_at", "missing: prompt_blocks need it")),
-            (None, Some(_)) => return Err(fail("prompt_at", "given without prompt_blocks")),
+            (Some(_), None) => {
+                return Err(invalid(
+                    trace_id,
+                    "prompt_at",
+                    "missing: prompt_blocks need it",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    trace_id,
+                    "prompt_at",
+                    "given without prompt_blocks",
+                ))
+            }
         };
         Ok((body, added))
     }
@@ -367,22 +379,24 @@ impl<'a> Columns<'a> {
         trace_id: &str,
         history: Vec<Option<usize>>,
     ) -> Result<Option<Turn>, CoreError> {
-        let fail = |field: &str, message: &str| {
-            CoreError::config(format!("request {trace_id}: {field}"), message)
-        };
         let Some(session) = value(self.sessions, i, StringArray::value) else {
             if !history.is_empty() {
-                return Err(fail("history_at", "given for a request without a session"));
+                return Err(invalid(
+                    trace_id,
+                    "history_at",
+                    "given for a request without a session",
+                ));
             }
             return Ok(None);
         };
         let index = value(self.turns, i, Int32Array::value)
-            .ok_or_else(|| fail("turn_index", "missing: a session's turn needs it"))?;
+            .ok_or_else(|| invalid(trace_id, "turn_index", "missing: a session's turn needs it"))?;
         if index < 0 {
-            return Err(fail("turn_index", "must not be negative"));
+            return Err(invalid(trace_id, "turn_index", "must not be negative"));
         }
         if history.len() > index as usize {
-            return Err(fail(
+            return Err(invalid(
+                trace_id,
                 "history_at",
                 "names a turn that is not before this one",
             ));

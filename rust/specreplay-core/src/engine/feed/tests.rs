@@ -32,6 +32,12 @@ pub(crate) fn drain(feed: &Feed) -> Vec<(Vec<String>, u64, u64, i64)> {
     out
 }
 
+/// A closed-loop point of sessionless requests `ids`, sent once through.
+fn once_through(ids: &[&str]) -> Feed {
+    let requests = ids.iter().map(|id| request(id, None)).collect();
+    Feed::whole(requests, SessionMode::Dependent, None, None, None, None).unwrap()
+}
+
 #[test]
 fn a_whole_point_loops_up_to_its_limit_and_cuts_the_last_session() {
     let requests = vec![
@@ -55,15 +61,7 @@ fn a_whole_point_loops_up_to_its_limit_and_cuts_the_last_session() {
     );
     assert!(feed.is_over());
     // Without a limit: once through.
-    let feed = Feed::whole(
-        vec![request("x", None), request("y", None)],
-        SessionMode::Dependent,
-        None,
-        None,
-        None,
-        None,
-    )
-    .unwrap();
+    let feed = once_through(&["x", "y"]);
     assert_eq!(drain(&feed).len(), 2);
 }
 
@@ -138,15 +136,7 @@ fn the_duration_ends_an_open_loop_feed() {
 
 #[test]
 fn a_live_unit_keeps_the_feed_from_being_over() {
-    let feed = Feed::whole(
-        vec![request("x", None)],
-        SessionMode::Dependent,
-        None,
-        None,
-        None,
-        None,
-    )
-    .unwrap();
+    let feed = once_through(&["x"]);
     let Popped::Unit(_unit) = feed.pop() else {
         panic!()
     };
@@ -158,15 +148,7 @@ fn a_live_unit_keeps_the_feed_from_being_over() {
 #[test]
 fn the_pacing_thread_hears_only_of_the_last_live_unit_finishing() {
     use crate::engine::pacing::{wait_until, Waited};
-    let feed = Feed::whole(
-        vec![request("x", None), request("y", None)],
-        SessionMode::Dependent,
-        None,
-        None,
-        None,
-        None,
-    )
-    .unwrap();
+    let feed = once_through(&["x", "y"]);
     let (Popped::Unit(_x), Popped::Unit(_y)) = (feed.pop(), feed.pop()) else {
         panic!()
     };

@@ -7,8 +7,16 @@
 use bytes::BytesMut;
 use serde_json::{json, Value};
 
+use super::blocks::BlockEvents;
 use super::{write_event, Block, Renderer, Usage};
 use crate::sim::script::{Finish, Texts};
+
+/// Content blocks: `content_block_start`, `content_block_delta`s, `content_block_stop`.
+pub(super) const BLOCK_EVENTS: BlockEvents = BlockEvents {
+    start: Renderer::anthropic_block_start,
+    delta: Renderer::anthropic_block_delta,
+    stop: Renderer::anthropic_block_stop,
+};
 
 /// Anthropic's word for `finish`.
 pub(super) fn stop_reason(finish: Finish) -> &'static str {
@@ -35,58 +43,43 @@ impl Renderer {
         self.anthropic_event(buf, "message_start", json!({"message": message}));
     }
 
-    fn anthropic_close_block(&mut self, buf: &mut BytesMut) {
-        if self.state.open == Block::None {
-            return;
-        }
+    fn anthropic_block_start(&mut self, buf: &mut BytesMut, block: Block) {
+        let start = match block {
+            Block::Reasoning => json!({"type": "thinking", "thinking": ""}),
+            Block::Tool => {
+                let (id, name) = self
+                    .tool
+                    .as_ref()
+                    .map_or(("", ""), |c| (c.id.as_str(), c.name.as_str()));
+                json!({"type": "tool_use", "id": id, "name": name, "input": {}})
+            }
+            _ => json!({"type": "text", "text": ""}),
+        };
         let index = self.state.blocks;
-        self.anthropic_event(buf, "content_block_stop", json!({"index": index}));
-        self.state.open = Block::None;
-        self.state.blocks += 1;
+        self.anthropic_event(
+            buf,
+            "content_block_start",
+            json!({"index": index, "content_block": start}),
+        );
     }
 
-    pub(super) fn anthropic_step(&mut self, buf: &mut BytesMut, text: &Texts) {
-        for (block, delta) in [
-            (Block::Reasoning, &text.reasoning),
-            (Block::Text, &text.content),
-            (Block::Tool, &text.args),
-        ] {
-            if delta.is_empty() {
-                continue;
-            }
-            if self.state.open != block {
-                self.anthropic_close_block(buf);
-                self.state.open = block;
-                let start = match block {
-                    Block::Reasoning => json!({"type": "thinking", "thinking": ""}),
-                    Block::Tool => {
-                        let (id, name) = self
-                            .tool
-                            .as_ref()
-                            .map_or(("", ""), |c| (c.id.as_str(), c.name.as_str()));
-                        json!({"type": "tool_use", "id": id, "name": name, "input": {}})
-                    }
-                    _ => json!({"type": "text", "text": ""}),
-                };
-                let index = self.state.blocks;
-                self.anthropic_event(
-                    buf,
-                    "content_block_start",
-                    json!({"index": index, "content_block": start}),
-                );
-            }
-            let delta = match block {
-                Block::Reasoning => json!({"type": "thinking_delta", "thinking": delta}),
-                Block::Tool => json!({"type": "input_json_delta", "partial_json": delta}),
-                _ => json!({"type": "text_delta", "text": delta}),
-            };
-            let index = self.state.blocks;
-            self.anthropic_event(
-                buf,
-                "content_block_delta",
-                json!({"index": index, "delta": delta}),
-            );
-        }
+    fn anthropic_block_delta(&mut self, buf: &mut BytesMut, block: Block, delta: &str) {
+        let delta = match block {
+            Block::Reasoning => json!({"type": "thinking_delta", "thinking": delta}),
+            Block::Tool => json!({"type": "input_json_delta", "partial_json": delta}),
+            _ => json!({"type": "text_delta", "text": delta}),
+        };
+        let index = self.state.blocks;
+        self.anthropic_event(
+            buf,
+            "content_block_delta",
+            json!({"index": index, "delta": delta}),
+        );
+    }
+
+    fn anthropic_block_stop(&mut self, buf: &mut BytesMut) {
+        let index = self.state.blocks;
+        self.anthropic_event(buf, "content_block_stop", json!({"index": index}));
     }
 
     pub(super) fn anthropic_close(
@@ -96,7 +89,7 @@ impl Renderer {
         usage: Usage,
         terminal: bool,
     ) {
-        self.anthropic_close_block(buf);
+        self.close_block(buf, &BLOCK_EVENTS);
         let delta = json!({"delta": {"stop_reason": stop, "stop_sequence": null},
             "usage": {"output_tokens": usage.completion_tokens}});
         self.anthropic_event(buf, "message_delta", delta);

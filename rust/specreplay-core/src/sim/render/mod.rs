@@ -6,6 +6,7 @@
 //! Anthropic content blocks) keeps where it is in a small `StreamState`.
 
 mod anthropic;
+mod blocks;
 mod openai;
 mod responses;
 
@@ -131,8 +132,8 @@ impl Renderer {
                 let finish = finish.map(Finish::as_str);
                 self.text_chunk(buf, text, finish, usage);
             }
-            Endpoint::Responses => self.responses_step(buf, text),
-            Endpoint::Messages => self.anthropic_step(buf, text),
+            Endpoint::Responses => self.block_step(buf, text, &responses::BLOCK_EVENTS),
+            Endpoint::Messages => self.block_step(buf, text, &anthropic::BLOCK_EVENTS),
         }
     }
 

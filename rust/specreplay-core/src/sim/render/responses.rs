@@ -9,8 +9,17 @@
 use bytes::BytesMut;
 use serde_json::{json, Value};
 
+use super::blocks::BlockEvents;
 use super::{finish_status, write_event, Block, Renderer, Usage};
 use crate::sim::script::{Finish, Texts};
+
+/// Output items: `response.output_item.added` (and a message's
+/// `response.content_part.added`), the item's deltas, `response.output_item.done`.
+pub(super) const BLOCK_EVENTS: BlockEvents = BlockEvents {
+    start: Renderer::responses_item_start,
+    delta: Renderer::responses_item_delta,
+    stop: Renderer::responses_item_stop,
+};
 
 impl Renderer {
     fn responses_event(&mut self, buf: &mut BytesMut, kind: &str, mut ev: Value) {
@@ -58,10 +67,42 @@ impl Renderer {
         }
     }
 
-    fn responses_close_item(&mut self, buf: &mut BytesMut) {
-        if self.state.open == Block::None {
-            return;
+    fn responses_item_start(&mut self, buf: &mut BytesMut, block: Block) {
+        let (index, item) = (self.state.blocks, self.item(block));
+        let item_id = item["id"].clone();
+        self.responses_event(
+            buf,
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+        );
+        if block == Block::Text {
+            self.responses_event(
+                buf,
+                "response.content_part.added",
+                json!({"item_id": item_id,
+                "output_index": index, "content_index": 0,
+                "part": {"type": "output_text", "text": "", "annotations": []}}),
+            );
         }
+    }
+
+    fn responses_item_delta(&mut self, buf: &mut BytesMut, block: Block, delta: &str) {
+        let kind = match block {
+            Block::Reasoning => "response.reasoning_text.delta",
+            Block::Tool => "response.function_call_arguments.delta",
+            _ => "response.output_text.delta",
+        };
+        let item_id = self.item(block)["id"].clone();
+        let index = self.state.blocks;
+        self.responses_event(
+            buf,
+            kind,
+            json!({"item_id": item_id, "output_index": index,
+            "content_index": 0, "delta": delta}),
+        );
+    }
+
+    fn responses_item_stop(&mut self, buf: &mut BytesMut) {
         let mut item = self.item(self.state.open);
         item["status"] = "completed".into();
         let index = self.state.blocks;
@@ -70,53 +111,6 @@ impl Renderer {
             "response.output_item.done",
             json!({"output_index": index, "item": item}),
         );
-        self.state.open = Block::None;
-        self.state.blocks += 1;
-    }
-
-    pub(super) fn responses_step(&mut self, buf: &mut BytesMut, text: &Texts) {
-        for (block, delta) in [
-            (Block::Reasoning, &text.reasoning),
-            (Block::Text, &text.content),
-            (Block::Tool, &text.args),
-        ] {
-            if delta.is_empty() {
-                continue;
-            }
-            if self.state.open != block {
-                self.responses_close_item(buf);
-                self.state.open = block;
-                let (index, item) = (self.state.blocks, self.item(block));
-                let item_id = item["id"].clone();
-                self.responses_event(
-                    buf,
-                    "response.output_item.added",
-                    json!({"output_index": index, "item": item}),
-                );
-                if block == Block::Text {
-                    self.responses_event(
-                        buf,
-                        "response.content_part.added",
-                        json!({"item_id": item_id,
-                        "output_index": index, "content_index": 0,
-                        "part": {"type": "output_text", "text": "", "annotations": []}}),
-                    );
-                }
-            }
-            let kind = match block {
-                Block::Reasoning => "response.reasoning_text.delta",
-                Block::Tool => "response.function_call_arguments.delta",
-                _ => "response.output_text.delta",
-            };
-            let item_id = self.item(block)["id"].clone();
-            let index = self.state.blocks;
-            self.responses_event(
-                buf,
-                kind,
-                json!({"item_id": item_id, "output_index": index,
-                "content_index": 0, "delta": delta}),
-            );
-        }
     }
 
     pub(super) fn responses_close(
@@ -126,7 +120,7 @@ impl Renderer {
         usage: Usage,
         terminal: bool,
     ) {
-        self.responses_close_item(buf);
+        self.close_block(buf, &BLOCK_EVENTS);
         if terminal {
             let kind = if status == "completed" {
                 "response.completed"

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::fields::{str_of, Fields};
-use super::{value_text, Prompt, SimRequest, Tool, ToolChoice};
+use super::{read_messages, value_text, Prompt, SimRequest, Tool, ToolChoice};
 
 pub(super) fn read(
     f: &Fields<'_>,
@@ -13,25 +13,17 @@ pub(super) fn read(
     prompt: &mut Prompt<'_>,
 ) -> Result<(), String> {
     req.max_tokens = f.count("max_tokens")?;
-    let messages = f
-        .get("messages")
-        .and_then(Value::as_array)
-        .ok_or("'messages' must be a list")?;
-    if messages.is_empty() {
-        return Err("'messages' must not be empty".to_string());
-    }
-    prompt.hasher.write(b"messages");
-    prompt.hasher.write(value_text(&f.0["messages"]).as_bytes());
+    let messages = read_messages(f, b"messages", prompt)?;
     if let Some(system) = f.get("system") {
         prompt.hasher.write(value_text(system).as_bytes());
         prompt.push_message_start("system");
-        push_content(system, prompt)?;
+        prompt.push_content(Some(system), push_block)?;
     }
     for (i, message) in messages.iter().enumerate() {
         prompt.push_message_start(str_of(message, "role"));
-        if let Some(content) = message.get("content") {
-            push_content(content, prompt).map_err(|e| format!("messages[{i}]: {e}"))?;
-        }
+        prompt
+            .push_content(message.get("content"), push_block)
+            .map_err(|e| format!("messages[{i}]: {e}"))?;
     }
     req.tools = f
         .list("tools")?
@@ -54,40 +46,30 @@ pub(super) fn read(
     Ok(())
 }
 
-/// A string, or a list of blocks.
-fn push_content(content: &Value, prompt: &mut Prompt<'_>) -> Result<(), String> {
-    let blocks = match content {
-        Value::String(text) => {
-            prompt.tokens.push_words(text);
-            return Ok(());
+/// One content block: `image` (base64 or URL), `tool_use` (its input),
+/// `tool_result` (its own content), text.
+fn push_block(block: &Value, prompt: &mut Prompt<'_>) -> Result<(), String> {
+    match str_of(block, "type") {
+        "image" => {
+            let source = &block["source"];
+            let url = match str_of(source, "type") {
+                "base64" => format!(
+                    "data:{};base64,{}",
+                    str_of(source, "media_type"),
+                    str_of(source, "data")
+                ),
+                _ => str_of(source, "url").to_owned(),
+            };
+            prompt.push_image_url(&url)
         }
-        Value::Array(blocks) => blocks,
-        _ => return Ok(()),
-    };
-    for (i, block) in blocks.iter().enumerate() {
-        match str_of(block, "type") {
-            "image" => {
-                let source = &block["source"];
-                let url = match str_of(source, "type") {
-                    "base64" => format!(
-                        "data:{};base64,{}",
-                        str_of(source, "media_type"),
-                        str_of(source, "data")
-                    ),
-                    _ => str_of(source, "url").to_owned(),
-                };
-                prompt
-                    .push_image_url(&url)
-                    .map_err(|e| format!("content[{i}]: {e}"))?;
-            }
-            "tool_use" => prompt.tokens.push_words(&value_text(&block["input"])),
-            "tool_result" => {
-                if let Some(inner) = block.get("content") {
-                    push_content(inner, prompt)?;
-                }
-            }
-            _ => prompt.tokens.push_words(str_of(block, "text")),
+        "tool_use" => {
+            prompt.tokens.push_words(&value_text(&block["input"]));
+            Ok(())
+        }
+        "tool_result" => prompt.push_content(block.get("content"), push_block),
+        _ => {
+            prompt.tokens.push_words(str_of(block, "text"));
+            Ok(())
         }
     }
-    Ok(())
 }

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::fields::{str_of, Fields};
-use super::{value_text, Prompt, SimRequest, Tool, ToolChoice};
+use super::{read_messages, Prompt, SimRequest, Tool, ToolChoice};
 
 /// Budget and usage options both OpenAI dialects share.
 fn read_options(f: &Fields<'_>, req: &mut SimRequest) -> Result<(), String> {
@@ -32,15 +32,7 @@ pub(super) fn read_chat(
     prompt: &mut Prompt<'_>,
 ) -> Result<(), String> {
     read_options(f, req)?;
-    let messages = f
-        .get("messages")
-        .and_then(Value::as_array)
-        .ok_or("'messages' must be a list")?;
-    if messages.is_empty() {
-        return Err("'messages' must not be empty".to_string());
-    }
-    prompt.hasher.write(b"chat");
-    prompt.hasher.write(value_text(&f.0["messages"]).as_bytes());
+    let messages = read_messages(f, b"chat", prompt)?;
     for (i, message) in messages.iter().enumerate() {
         push_message(message, prompt).map_err(|e| format!("messages[{i}]: {e}"))?;
     }
@@ -92,15 +84,7 @@ fn read_tools(f: &Fields<'_>) -> Result<Vec<Tool>, String> {
 /// a list of parts) and the arguments of any `tool_calls` it carries.
 fn push_message(message: &Value, prompt: &mut Prompt<'_>) -> Result<(), String> {
     prompt.push_message_start(str_of(message, "role"));
-    match message.get("content") {
-        Some(Value::String(s)) => prompt.tokens.push_words(s),
-        Some(Value::Array(parts)) => {
-            for (i, part) in parts.iter().enumerate() {
-                push_part(part, prompt).map_err(|e| format!("content[{i}]: {e}"))?;
-            }
-        }
-        _ => {}
-    }
+    prompt.push_content(message.get("content"), push_part)?;
     for call in message
         .get("tool_calls")
         .and_then(Value::as_array)
@@ -123,14 +107,7 @@ fn push_part(part: &Value, prompt: &mut Prompt<'_>) -> Result<(), String> {
             let url = image.as_str().unwrap_or_else(|| str_of(image, "url"));
             prompt.push_image_url(url)
         }
-        "input_audio" => {
-            let audio = &part["input_audio"];
-            let (tokens, name) = prompt
-                .media
-                .audio(str_of(audio, "data"), str_of(audio, "format"))?;
-            prompt.push_media(tokens, name);
-            Ok(())
-        }
+        "input_audio" => prompt.push_input_audio(&part["input_audio"]),
         "video_url" => {
             let (tokens, name) = prompt.media.video(str_of(&part["video_url"], "url"));
             prompt.push_media(tokens, name);
@@ -152,8 +129,7 @@ pub(super) fn read_completion(
 ) -> Result<(), String> {
     read_options(f, req)?;
     let text = f.get("prompt").ok_or("'prompt' is required")?;
-    prompt.hasher.write(b"completions");
-    prompt.hasher.write(value_text(text).as_bytes());
+    prompt.hash_prompt(b"completions", text);
     push_prompt(text, prompt)
 }
 

@@ -90,6 +90,26 @@ pub struct SimRequest {
     pub json_schema: Option<Value>,
 }
 
+/// A dialect's reading of one content part (`Prompt::push_content`).
+type PartReader = fn(&Value, &mut Prompt<'_>) -> Result<(), String>;
+
+/// The `messages` list of chat and Anthropic requests: present, not empty,
+/// and hashed under `dialect`.
+fn read_messages<'a>(
+    f: &Fields<'a>,
+    dialect: &[u8],
+    prompt: &mut Prompt<'_>,
+) -> Result<&'a [Value], String> {
+    let Some(value @ Value::Array(messages)) = f.get("messages") else {
+        return Err("'messages' must be a list".to_string());
+    };
+    if messages.is_empty() {
+        return Err("'messages' must not be empty".to_string());
+    }
+    prompt.hash_prompt(dialect, value);
+    Ok(messages)
+}
+
 /// The prompt as it is read: its hash, its tokens, the media rule.
 pub(super) struct Prompt<'a> {
     pub hasher: Fnv1a,
@@ -99,6 +119,33 @@ pub(super) struct Prompt<'a> {
 }
 
 impl Prompt<'_> {
+    /// The hash starts with the dialect's name, then the prompt's text
+    /// (`value_text`): the same words asked of two dialects are two questions.
+    pub fn hash_prompt(&mut self, dialect: &[u8], text: &Value) {
+        self.hasher.write(dialect);
+        self.hasher.write(value_text(text).as_bytes());
+    }
+
+    /// A message's `content`: a string's words, or each part of a list read
+    /// by the dialect's `part` (its error prefixed with the part's place);
+    /// anything else adds nothing.
+    pub fn push_content(
+        &mut self,
+        content: Option<&Value>,
+        part: PartReader,
+    ) -> Result<(), String> {
+        match content {
+            Some(Value::String(text)) => self.tokens.push_words(text),
+            Some(Value::Array(parts)) => {
+                for (i, item) in parts.iter().enumerate() {
+                    part(item, self).map_err(|e| format!("content[{i}]: {e}"))?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// `TOKENS_PER_MESSAGE` template tokens, named by the role.
     pub fn push_message_start(&mut self, role: &str) {
         let mut name = Fnv1a::new();
@@ -111,6 +158,17 @@ impl Prompt<'_> {
     /// An image by URL (a data URI or http(s)); `Err` is the 400 message.
     pub fn push_image_url(&mut self, url: &str) -> Result<(), String> {
         let (tokens, name) = self.media.image_url(url)?;
+        self.push_media(tokens, name);
+        Ok(())
+    }
+
+    /// OpenAI's `input_audio` part (chat and Responses alike): base64
+    /// `data` in a `format`; `Err` is the 400 message.
+    pub fn push_input_audio(&mut self, audio: &Value) -> Result<(), String> {
+        let (tokens, name) = self.media.audio(
+            fields::str_of(audio, "data"),
+            fields::str_of(audio, "format"),
+        )?;
         self.push_media(tokens, name);
         Ok(())
     }

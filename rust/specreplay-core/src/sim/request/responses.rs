@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::fields::{str_of, Fields};
-use super::{value_text, Prompt, SimRequest, Tool, ToolChoice};
+use super::{Prompt, SimRequest, Tool, ToolChoice};
 
 pub(super) fn read(
     f: &Fields<'_>,
@@ -14,8 +14,7 @@ pub(super) fn read(
 ) -> Result<(), String> {
     req.max_tokens = f.count("max_output_tokens")?;
     let input = f.get("input").ok_or("'input' is required")?;
-    prompt.hasher.write(b"responses");
-    prompt.hasher.write(value_text(input).as_bytes());
+    prompt.hash_prompt(b"responses", input);
     if let Some(instructions) = f.string("instructions")? {
         prompt.hasher.write(instructions.as_bytes());
         prompt.push_message_start("system");
@@ -79,15 +78,7 @@ fn push_item(item: &Value, prompt: &mut Prompt<'_>) -> Result<(), String> {
         }
         _ => {
             prompt.push_message_start(str_of(item, "role"));
-            match item.get("content") {
-                Some(Value::String(text)) => prompt.tokens.push_words(text),
-                Some(Value::Array(parts)) => {
-                    for (i, part) in parts.iter().enumerate() {
-                        push_part(part, prompt).map_err(|e| format!("content[{i}]: {e}"))?;
-                    }
-                }
-                _ => {}
-            }
+            return prompt.push_content(item.get("content"), push_part);
         }
     }
     Ok(())
@@ -98,14 +89,7 @@ fn push_item(item: &Value, prompt: &mut Prompt<'_>) -> Result<(), String> {
 fn push_part(part: &Value, prompt: &mut Prompt<'_>) -> Result<(), String> {
     match str_of(part, "type") {
         "input_image" => prompt.push_image_url(str_of(part, "image_url")),
-        "input_audio" => {
-            let audio = &part["input_audio"];
-            let (tokens, name) = prompt
-                .media
-                .audio(str_of(audio, "data"), str_of(audio, "format"))?;
-            prompt.push_media(tokens, name);
-            Ok(())
-        }
+        "input_audio" => prompt.push_input_audio(&part["input_audio"]),
         _ => {
             prompt.tokens.push_words(str_of(part, "text"));
             Ok(())
