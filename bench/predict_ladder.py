@@ -4,7 +4,7 @@ rung on its own prompts and arrivals (the bench before) and every rung on
 the same ones (common random numbers, the bench now), with the model's
 speed spread and without it, and counts the rungs whose p90 falls below
 the one before (docs/predict.md, "Checked against llama.cpp"). Predictions
-only: no server, about a minute.
+only: no server, about 20 s of CPU.
 
     .venv/bin/python bench/predict_ladder.py SERVER.toml BEST_RPS [--requests 12]
 
