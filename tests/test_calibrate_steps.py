@@ -66,6 +66,16 @@ def test_sizes_not_seen_are_interpolated_and_said_so() -> None:
     assert "2, 3 not seen" in got.how and "interpolated" in got.how
 
 
+def test_a_larger_batch_measured_faster_is_pooled_with_the_smaller() -> None:
+    from specreplay.run.calibrate.decode import _table, never_shrinking
+
+    assert never_shrinking(np.array([1.0, 3.0, 2.0, 4.0]), np.array([1, 1, 1, 1])).tolist() == [1.0, 2.5, 2.5, 4.0]
+    assert never_shrinking(np.array([1.0, 3.0, 2.0]), np.array([1, 1, 3])).tolist() == [1.0, 2.25, 2.25]
+    # A loaded sitting: size 2 measured below size 1 (other runs, a faster moment).
+    got = _table(np.array([1.0, 2.0, 3.0]), np.array([10_000.0, 8_000.0, 30_000.0]), np.array([30, 10, 20]), 10_000.0, 0.0, 0.0)
+    assert got.value == [0.95, 0.95, 3.0] and "sizes 1, 2 pooled" in got.how, got
+
+
 def test_the_fits_formula_is_the_predictions() -> None:
     # The same cases as Capacity's a_step_table_is_interpolated_and_extended_by_the_linear_cost.
     cost, table = Param("batch_step_cost", "fitted", 0.25), Param("batch_step_factors", "fitted", [1.0, 2.2, 3.0])

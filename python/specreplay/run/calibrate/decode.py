@@ -87,13 +87,31 @@ def _gaps(rows: pd.DataFrame, tokens_per_step: float) -> tuple[list[np.ndarray],
     return gaps, batch, chunk_tokens, clean, per_request, peak
 
 
+def never_shrinking(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The closest non-decreasing sequence to `values` in weighted least
+    squares (pool adjacent violators): a step with one more sequence in the
+    batch never takes less time, so a size measured below a smaller one is
+    the machine's speed moving between the runs that showed them (sizes 1
+    and 4 come from different runs), and the two are pooled."""
+    blocks: list[list[float]] = []  # [weighted mean, weight, length]
+    for v, w in zip(values.astype(float), weights.astype(float)):
+        blocks.append([v, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (v2, w2, n2), (v1, w1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return np.concatenate([np.full(int(n), v) for v, _, n in blocks])
+
+
 def _table(levels: np.ndarray, medians: np.ndarray, counts: np.ndarray, step: float, a: float, b: float) -> Param:
     """batch_step_factors from the per-size medians of the sizes seen
-    `MIN_SIZE_GAPS` times or more, up to the largest; sizes between them
-    interpolated, sizes below the smallest from the line."""
-    seen = levels[counts >= MIN_SIZE_GAPS].astype(int)
+    `MIN_SIZE_GAPS` times or more, up to the largest, made non-decreasing;
+    sizes between them interpolated, sizes below the smallest from the line."""
+    well = counts >= MIN_SIZE_GAPS
+    seen = levels[well].astype(int)
     top = int(seen.max())
-    at = {int(k): float(m) for k, m, c in zip(levels, medians, counts) if c >= MIN_SIZE_GAPS}
+    pooled = never_shrinking(medians[well], counts[well])
+    at = {int(k): float(m) for k, m in zip(seen, pooled)}
+    raw = {int(k): float(m) for k, m in zip(seen, medians[well])}
     sizes = np.arange(1, top + 1)
     table = np.interp(sizes, seen, [at[k] for k in seen])
     below = sizes < seen.min()
@@ -103,9 +121,13 @@ def _table(levels: np.ndarray, medians: np.ndarray, counts: np.ndarray, step: fl
            f"({', '.join(f'{int(k)}: {int(c)}' for k, c in zip(levels, counts) if c >= MIN_SIZE_GAPS)} gaps)")
     if missing:
         how += f"; {', '.join(map(str, missing))} not seen {MIN_SIZE_GAPS} times: interpolated (a run where they decode would measure them)"
+    shrank = [k for k in seen if abs(at[k] - raw[k]) > 1e-9 * max(raw[k], 1.0)]
+    if shrank:
+        how += (f"; sizes {', '.join(map(str, shrank))} pooled (a larger batch measured faster than a smaller one: "
+                "the machine's speed moved between the runs; the step never shrinks with the batch)")
     how += f"; beyond {top}: batch_step_cost per sequence"
     factors = [round(float(t) / step, 4) for t in table]
-    spread = float(np.sqrt(np.mean([((at[k] - table[k - 1]) / step) ** 2 for k in seen])))
+    spread = float(np.sqrt(np.mean([((raw[k] - table[k - 1]) / step) ** 2 for k in seen])))
     return Param("batch_step_factors", "fitted", factors, None, spread * step, int(counts[counts >= MIN_SIZE_GAPS].sum()), how)
 
 
