@@ -70,8 +70,12 @@ def _gaps(rows: pd.DataFrame, tokens_per_step: float) -> tuple[list[np.ndarray],
                 continue
             t0, t1 = ts[:-1], ts[1:]
             keep = t1 > t0  # chunks of one step (two channels) share a stamp
-            # Another request's first token inside the gap: its prefill ran in it.
-            prefill_in = np.searchsorted(firsts, t1, side="right") - np.searchsorted(firsts, t0, side="right")
+            # Another request's first token inside the gap: its prefill ran in it. Chunks of one iteration are
+            # read a few ms apart, so the window is shifted by half a step: a first token read just after t1
+            # ended this gap's iteration (a newcomer's prefill, the usual case at a closed loop's turnover),
+            # one read just after t0 ended the iteration before.
+            slack = int(np.median(t1 - t0) // 2)
+            prefill_in = np.searchsorted(firsts, t1 + slack, side="right") - np.searchsorted(firsts, t0 + slack, side="right")
             decoding = in_server(g, (t0 + t1) // 2, "first_token_us", "last_token_us")
             chunk_tokens.append(tok[1:][keep])
             keep &= prefill_in == 0
