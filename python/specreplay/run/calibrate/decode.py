@@ -61,8 +61,6 @@ def _gaps(rows: pd.DataFrame, tokens_per_step: float) -> tuple[list[np.ndarray],
         if not len(g):
             continue
         firsts = np.sort(g["first_token_us"].to_numpy(dtype=np.int64))
-        sent_all = g["sent_us"].to_numpy(dtype=np.int64)
-        first_all = g["first_token_us"].to_numpy(dtype=np.int64)
         for ts, tok in zip(g["chunk_ts_us"], g["chunk_tokens"]):
             ts = np.asarray(ts, dtype=np.int64)
             tok = np.asarray(tok, dtype=float)
@@ -84,8 +82,7 @@ def _gaps(rows: pd.DataFrame, tokens_per_step: float) -> tuple[list[np.ndarray],
             batch.append(decoding[keep])
             # No other request between its send and its first token (queued, or prefilling in chunks
             # that would stretch the gap without a first token in it).
-            waiting = ((sent_all[None, :] < t0[keep][:, None]) & (first_all[None, :] > t1[keep][:, None])).sum(axis=1)
-            clean.append(waiting == 0)
+            clean.append(in_server(g, t0[keep], "sent_us", "first_token_us") == 0)
             per_request.append((gaps[-1], batch[-1], int(ts[-1] - ts[0])))
             peak = max(peak, int(decoding.max(initial=0)))
     return gaps, batch, chunk_tokens, clean, per_request, peak
