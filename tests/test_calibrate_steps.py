@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from specreplay.errors import ConfigError
 from specreplay.run.calibrate.decode import step_factor
 from specreplay.run.calibrate.fit import calibrate
 from specreplay.run.calibrate.model import Param
@@ -55,6 +56,9 @@ def test_calibration_recovers_a_non_linear_step_table(tmp_path: Path) -> None:
     assert model.core_mapping(0)["batch_step_factors"] == table.value
     # A what-if on the line alone means the line everywhere.
     assert model.with_overrides({"batch_step_cost": 0.5}).core_mapping(0)["batch_step_factors"] == []
+    assert model.with_overrides({"batch_step_factors": [1, 3]}).core_mapping(0)["batch_step_factors"] == [1.0, 3.0]
+    with pytest.raises(ConfigError, match="batch_step_factors: expected a list of numbers"):
+        model.with_overrides({"batch_step_factors": 2}).core_mapping(0)
 
 
 def test_sizes_not_seen_are_interpolated_and_said_so() -> None:

@@ -228,6 +228,9 @@ class ServerModel:
         table, cost = self.params["batch_step_factors"], self.params["batch_step_cost"]
         if table.status == "unknown" or (cost.status == "what-if" and table.status != "what-if"):
             return []
+        if not isinstance(table.value, list) or not all(isinstance(f, (int, float)) and not isinstance(f, bool) for f in table.value):
+            raise ConfigError(f"{self.source or 'what-if'}: batch_step_factors: expected a list of numbers (the step of 1, 2, … "
+                              f"sequences over step_us), got {table.value!r}")
         return [float(f) for f in table.value]
 
     def assumptions(self, concurrent: bool) -> list[str]:
