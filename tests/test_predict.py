@@ -164,6 +164,8 @@ def test_beyond_the_calibrated_range_a_prediction_says_so(calibrated: tuple[Path
     found = {f.code: f for f in validity.check(specreplay.load(out))}
     assert found["outside_calibration"].level == "warning"
     assert "16 requests running at once" in found["outside_calibration"].message
+    # The step table measured batches of 1 to 4 (the c=8 run on 4 slots): beyond, extrapolated, and said.
+    assert "the decode step was measured for up to 4 decoding" in found["outside_calibration"].message
     assert "what-if" in found["outside_calibration"].message
 
 

@@ -139,6 +139,7 @@ class SimCapacity(TypedDict, total=False):
     max_num_seqs: int
     kv_cache_tokens: int
     batch_step_cost: float
+    batch_step_factors: list[float]
     prefix_caching: bool
     max_num_batched_tokens: int
 
@@ -307,6 +308,7 @@ class ServerModel(TypedDict, total=False):
     prefill_us_per_cached_token: float
     step_us: float
     batch_step_cost: float
+    batch_step_factors: list[float]
     max_num_seqs: int | None
     max_num_batched_tokens: int | None
     kv_cache_tokens: int | None

@@ -33,7 +33,7 @@ class LoopResult:
     described: list[str] = field(default_factory=list)
 
 
-def trace(workdir: Path, name: str, n: int, input_len: str, output_len: int, seed: int) -> str:
+def trace(workdir: Path, name: str, n: int, input_len: str, output_len: int | str, seed: int) -> str:
     path = workdir / f"{name}.jsonl"
     write_synth(SynthConfig(num_requests=n, input_len=input_len, output_len=str(output_len), seed=seed), path)
     return str(path)
@@ -54,6 +54,7 @@ def loop(
     url: str, workdir: Path, *, n: int, input_len: str, output_len: int,
     calibrate_at: tuple[dict[str, Any], ...] = ({"concurrency": [1]}, {"concurrency": [4]}),
     held_out_concurrency: int = 2, held_out_rate_share: float | None = 0.6, seed: int = 1, rounds: int = 1,
+    calibrate_output_len: str | None = None,
 ) -> LoopResult:
     """Calibrates from runs at `calibrate_at`, then predicts and measures a
     held-out concurrency and a rate at `held_out_rate_share` of the highest
@@ -64,7 +65,14 @@ def loop(
     round), so a shared machine's slow spells fall on calibration and
     held-out runs alike; a held-out point's parts (measured and predicted,
     each part on its own trace) are joined end to end (`join_parts`). The
-    rate is set from the first round's calibration runs."""
+    rate is set from the first round's calibration runs.
+
+    `calibrate_output_len`: the calibration traces' output lengths (default
+    `output_len`). Varied lengths make the requests of a closed loop end
+    apart, so that every batch size up to the concurrency decodes for a
+    while and the step table is measured at each (with fixed lengths a
+    llama.cpp batch runs in lockstep: all start and end together, and only
+    sizes 1 and 4 show)."""
     runs: dict[str, Path] = {}
     calibration: list[Path] = []
     held_out: list[dict[str, Any]] = [{"concurrency": [held_out_concurrency]}]
@@ -74,7 +82,7 @@ def loop(
         tail = f"-part{r}" if rounds > 1 else ""
         for k, load in enumerate(calibrate_at):
             name = "calibrate-" + "-".join(f"{key}{v[0]}" for key, v in load.items()) + tail
-            t = trace(workdir, name, per_part, input_len, output_len, seed * 100 + k + 1000 * r)
+            t = trace(workdir, name, per_part, input_len, calibrate_output_len or output_len, seed * 100 + k + 1000 * r)
             runs[name] = measure(url, t, workdir / f"{name}.arrow", label=name, **load)
             calibration.append(runs[name])
         if r == 0 and held_out_rate_share is not None:

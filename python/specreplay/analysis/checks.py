@@ -295,6 +295,10 @@ def _outside_calibration(point: SummarisedPoint) -> Finding | None:
     seen = cal.get("max_in_flight")
     if isinstance(seen, int) and p.get("peak_running", 0) > seen:
         beyond.append(f"{p['peak_running']} requests running at once, the calibration runs saw at most {seen} in flight")
+    sizes = cal.get("step_table_sizes")
+    if isinstance(sizes, int) and sizes > 0 and p.get("peak_running", 0) > sizes:
+        beyond.append(f"{p['peak_running']} requests in the batch, the decode step was measured for up to {sizes} decoding "
+                      "(beyond: extrapolated by batch_step_cost)")
     if p.get("peak_waiting", 0) and isinstance(seen, int) and p["peak_running"] + p["peak_waiting"] > seen:
         beyond.append(f"{p['peak_waiting']} waiting at the peak")
     if not beyond and not p.get("assumptions"):

@@ -34,5 +34,6 @@ def calibrate(runs: tuple[str, ...], output: str, seed: int) -> None:
         out.print(f"  {param.describe()}", style=style, highlight=False, markup=False)
     for api, cls in model.output.items():
         out.print(f"  output lengths ({api}): {cls['samples']} answers ({cls['cut_at_budget']} cut at the budget)", highlight=False)
-    out.print(f"range seen: up to {cal['max_in_flight']} requests in flight, {cal['max_decoding']} decoding at once", highlight=False)
+    table = f", the decode step measured for batches of 1 to {cal['step_table_sizes']}" if cal.get("step_table_sizes") else ""
+    out.print(f"range seen: up to {cal['max_in_flight']} requests in flight, {cal['max_decoding']} decoding at once{table}", highlight=False)
     out.print(f"wrote {output}", highlight=False)

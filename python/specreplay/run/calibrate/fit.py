@@ -5,10 +5,8 @@ Each parameter comes from what the runs show directly:
 - prefill (frontend, per prompt token, per cached token): TTFT against the
   prompt of requests that had the server to themselves until their first
   token, least squares;
-- the decode step against the batch: every gap between two chunks of a
-  request, per step, against how many requests were decoding then (from the
-  rows: first token to last token), leaving out gaps in which another
-  request got its first token (its prefill ran in that iteration);
+- the decode step against the batch, per batch size and as a line
+  (`decode.py`);
 - the batch limit: the most requests running while the server's metrics
   said some waited; the KV budget: from `vllm:kv_cache_usage_perc` at
   preemption; both unknown when no run got there;
@@ -34,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from specreplay.results.files import CONFIG_KEY
+from specreplay.run.calibrate.decode import fit_decode, in_server as _in_server, step_factor
 from specreplay.run.calibrate.model import PARAMS, Param, ServerModel
 from specreplay.run.calibrate.outputs import fit_outputs
 from specreplay.run.calibrate.regress import robust_lstsq
@@ -68,14 +67,6 @@ def _runs(paths: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[s
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     metrics = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame()
     return rows, metrics, configs
-
-
-def _in_server(rows: pd.DataFrame, at: np.ndarray, start: str, end: str) -> np.ndarray:
-    """Per instant of `at`, how many rows of the same group had `start` ≤ t < `end`."""
-    starts = np.sort(rows[start].to_numpy(dtype=np.int64))
-    ends = np.sort(rows[end].to_numpy(dtype=np.int64))
-    out: np.ndarray = np.searchsorted(starts, at, side="right") - np.searchsorted(ends, at, side="right")
-    return out
 
 
 def fit_jitter(frontend: Param, prefill: Param) -> Param:
@@ -150,79 +141,7 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
             no_cache)
 
 
-PerRequest = list[tuple[np.ndarray, np.ndarray, int]]
-
-
-def fit_decode(rows: pd.DataFrame, tokens_per_step: float) -> tuple[Param, Param, Param, int, PerRequest]:
-    """step_us and batch_step_cost from chunk gaps against the decoding
-    count; steps_per_chunk from tokens per chunk. Also returns the most
-    requests seen decoding at once, and per request its kept gaps (per
-    step), the decoding counts in them and its decode span (for the speed
-    spread)."""
-    gaps, batch, chunk_tokens = [], [], []
-    per_request: PerRequest = []
-    peak = 0
-    for _, g in rows.groupby("group"):
-        g = g[g["chunk_count"] >= 2]
-        if not len(g):
-            continue
-        firsts = np.sort(g["first_token_us"].to_numpy(dtype=np.int64))
-        for ts, tok in zip(g["chunk_ts_us"], g["chunk_tokens"]):
-            ts = np.asarray(ts, dtype=np.int64)
-            tok = np.asarray(tok, dtype=float)
-            if len(ts) < 2:
-                continue
-            t0, t1 = ts[:-1], ts[1:]
-            keep = t1 > t0  # chunks of one step (two channels) share a stamp
-            # Another request's first token inside the gap: its prefill ran in it.
-            prefill_in = np.searchsorted(firsts, t1, side="right") - np.searchsorted(firsts, t0, side="right")
-            mid = (t0 + t1) // 2
-            decoding = _in_server(g, mid, "first_token_us", "last_token_us")
-            chunk_tokens.append(tok[1:][keep])
-            keep &= prefill_in == 0
-            steps = np.maximum(tok[1:] / tokens_per_step, 1.0)
-            gaps.append(((t1 - t0) / steps)[keep])
-            batch.append(decoding[keep])
-            per_request.append((gaps[-1], batch[-1], int(ts[-1] - ts[0])))
-            peak = max(peak, int(decoding.max(initial=0)))
-    if not gaps or not sum(len(x) for x in gaps):
-        unknown = "needs streamed answers of two chunks or more"
-        return (Param("step_us", "unknown", needs=unknown), Param("batch_step_cost", "unknown", needs=unknown),
-                Param("steps_per_chunk", "unknown", needs=unknown), peak, per_request)
-    gap = np.concatenate(gaps).astype(float)
-    d = np.maximum(np.concatenate(batch), 1).astype(float)
-    per_chunk = np.concatenate(chunk_tokens)
-    steps_per_chunk = Param("steps_per_chunk", "fitted", max(float(per_chunk.mean()) / tokens_per_step, 1.0), None,
-                            float(per_chunk.std()), int(len(per_chunk)), "mean tokens per chunk after the first, per decode step")
-    levels = np.unique(d)
-    # Per batch size, the median gap: robust to the odd late read.
-    medians = np.array([np.median(gap[d == k]) for k in levels])
-    counts = np.array([(d == k).sum() for k in levels])
-    how = f"{len(gap)} chunk gaps (per step) against the requests decoding at the time, {len(levels)} batch size(s)"
-    well = levels[counts >= 5]
-    if len(well) < 2:
-        step = float(np.median(gap))
-        rms = float(np.sqrt(np.mean((gap - step) ** 2)))
-        return (Param("step_us", "fitted", step, None, rms, len(gap), how + ": the median"),
-                Param("batch_step_cost", "unknown",
-                      needs=f"a run with several requests decoding at once (seen: {int(levels.max())}): e.g. --concurrency 4"),
-                steps_per_chunk, peak, per_request)
-    sel = np.isin(levels, well)
-    w = np.sqrt(counts[sel])
-    b, a = np.polyfit(levels[sel] - 1, medians[sel], 1, w=w)
-    pred = a + b * (d - 1)
-    ss_res = float(((gap - pred) ** 2).sum())
-    ss_tot = float(((gap - gap.mean()) ** 2).sum())
-    r2 = 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
-    rms = float(np.sqrt(ss_res / len(gap)))
-    a = max(float(a), 1.0)
-    fit = how + ": step = step_us × (1 + batch_step_cost × (decoding − 1)), median per batch size, weighted"
-    return (Param("step_us", "fitted", a, r2, rms, len(gap), fit),
-            Param("batch_step_cost", "fitted", max(float(b) / a, 0.0), r2, rms, len(gap), fit),
-            steps_per_chunk, peak, per_request)
-
-
-def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: Param, batch_cost: Param) -> Param:
+def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: Param, batch_cost: Param, factors: Param) -> Param:
     """max_num_batched_tokens (chunked prefill) from the stalls newcomers'
     prefills put in the chunk gaps of the requests already decoding. A gap
     in which another request got its first token holds the end of that
@@ -237,7 +156,6 @@ def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: 
     if prefill.status != "fitted" or step.status != "fitted" or not float(prefill.value) > 0:
         return Param(name, "unknown", needs="prefill_us_per_token and step_us first (runs at low load and at concurrency >= 2)")
     per_token = float(prefill.value)
-    cost = float(batch_cost.value) if batch_cost.status == "fitted" else 0.0
     ahead = float(frontend.value) if frontend.status == "fitted" else 0.0
     ratios: list[float] = []
     budgets: list[float] = []
@@ -264,7 +182,7 @@ def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: 
             lo = np.searchsorted(sorted_firsts, t0 + same_iteration, side="right")
             hi = np.searchsorted(sorted_firsts, t1, side="right")
             decoding = np.maximum(_in_server(g, (t0 + t1) // 2, "first_token_us", "last_token_us"), 1)
-            excess = (t1 - t0) - float(step.value) * (1 + cost * (decoding - 1))
+            excess = (t1 - t0) - float(step.value) * step_factor(decoding, batch_cost, factors)
             for k in range(len(t0)):
                 if hi[k] - lo[k] == 1 and sorted_computed[lo[k]] > 0:
                     ratios.append(float(excess[k]) / (per_token * sorted_computed[lo[k]]))
@@ -410,10 +328,10 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
     frontend, prefill, cached = fit_prefill(rows)
     base_rows = rows[rows["file"].isin(plain)] if plain else rows[rows["file"].isin(drafting)]
     base_tps = 1.0 if plain else specs[drafting[0]][1] if drafting else 1.0
-    step, batch_cost, delivery, peak_decoding, per_request = fit_decode(base_rows if len(base_rows) else rows, base_tps)
-    speed, window = fit_speed(per_request, step, batch_cost)
+    step, batch_cost, factors, delivery, peak_decoding, per_request = fit_decode(base_rows if len(base_rows) else rows, base_tps)
+    speed, window = fit_speed(per_request, step, batch_cost, factors)
     max_seqs, kv = fit_limits(metrics)
-    budget = fit_token_budget(base_rows if len(base_rows) else rows, frontend, prefill, step, batch_cost)
+    budget = fit_token_budget(base_rows if len(base_rows) else rows, frontend, prefill, step, batch_cost, factors)
     ratio = fit_prompt_ratio(rows, configs, paths)
     spec_cost = Param("spec_step_cost", "unknown",
                       needs="a run with speculation and one without on the same server (the step's growth per draft)")
@@ -439,7 +357,7 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
     if len(plain) and len(drafting):
         spec.how += f"; from {paths[drafting[0]]} (the runs without drafts give step_us)"
     jitter = fit_jitter(frontend, prefill)
-    params = {p.name: p for p in (frontend, jitter, prefill, cached, step, batch_cost, max_seqs, budget, kv, ratio, delivery, spec, spec_cost,
+    params = {p.name: p for p in (frontend, jitter, prefill, cached, step, batch_cost, factors, max_seqs, budget, kv, ratio, delivery, spec, spec_cost,
                                   speed, window)}
     in_flight = 0
     for _, g in rows.groupby("group"):
@@ -452,6 +370,8 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
         "points": points,
         "max_in_flight": in_flight,
         "max_decoding": peak_decoding,
+        # The decode step is measured for batches up to this size (beyond: batch_step_cost, with a finding).
+        "step_table_sizes": len(factors.value) if factors.status == "fitted" else 0,
         "prompt_tokens": [int(rows["prompt_tokens"].min()), int(rows["prompt_tokens"].max())] if rows["prompt_tokens"].notna().any() else [],
     }
     assert set(params) == set(PARAMS)

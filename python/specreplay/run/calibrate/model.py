@@ -31,6 +31,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "prefill_us_per_cached_token": ("µs/token", "prefill cost per prompt token served from the prefix cache"),
     "step_us": ("µs", "decode step with one sequence in the batch"),
     "batch_step_cost": ("fraction", "extra step time per further decoding sequence, as a fraction of step_us"),
+    "batch_step_factors": ("fraction", "decode step per batch size 1, 2, …, as a multiple of step_us (interpolated between sizes; beyond the last, batch_step_cost per sequence)"),
     "max_num_seqs": ("requests", "batch limit: the most requests running at once"),
     "max_num_batched_tokens": ("tokens", "token budget of one iteration (chunked prefill): decode tokens first, then prompt chunks"),
     "kv_cache_tokens": ("tokens", "KV-cache budget"),
@@ -46,6 +47,7 @@ PARAMS: dict[str, tuple[str, str]] = {
 RESIDUAL_OF: dict[str, str] = {
     "frontend_us": "µs of TTFT", "frontend_jitter_us": "µs of TTFT", "prefill_us_per_token": "µs of TTFT",
     "prefill_us_per_cached_token": "µs of TTFT", "step_us": "µs per step", "batch_step_cost": "µs per step",
+    "batch_step_factors": "µs per step (a seen size's median against the table)",
     "max_num_seqs": "requests", "max_num_batched_tokens": "tokens per iteration", "prompt_tokens_per_word": "prompt tokens", "steps_per_chunk": "tokens per chunk", "spec_step_cost": "µs per step",
 }
 
@@ -203,6 +205,7 @@ class ServerModel:
             "prefill_us_per_cached_token": float(value("prefill_us_per_cached_token", prefill)),
             "step_us": float(value("step_us", 0.0)),
             "batch_step_cost": float(value("batch_step_cost", 0.0)),
+            "batch_step_factors": self._step_factors(),
             "max_num_seqs": None if self.params["max_num_seqs"].status == "unknown" else int(self.params["max_num_seqs"].value),
             "max_num_batched_tokens": None if self.params["max_num_batched_tokens"].status == "unknown" else int(self.params["max_num_batched_tokens"].value),
             "kv_cache_tokens": None if self.params["kv_cache_tokens"].status == "unknown" else int(self.params["kv_cache_tokens"].value),
@@ -218,6 +221,17 @@ class ServerModel:
             "seed": seed,
         }
         return cast("_core.ServerModel", mapping)
+
+    def _step_factors(self) -> list[float]:
+        """The measured step table, unless a what-if set batch_step_cost alone:
+        then the line is the step at every batch size, as the what-if says."""
+        table, cost = self.params["batch_step_factors"], self.params["batch_step_cost"]
+        if table.status == "unknown" or (cost.status == "what-if" and table.status != "what-if"):
+            return []
+        if not isinstance(table.value, list) or not all(isinstance(f, (int, float)) and not isinstance(f, bool) for f in table.value):
+            raise ConfigError(f"{self.source or 'what-if'}: batch_step_factors: expected a list of numbers (the step of 1, 2, … "
+                              f"sequences over step_us), got {table.value!r}")
+        return [float(f) for f in table.value]
 
     def assumptions(self, concurrent: bool) -> list[str]:
         """What a prediction assumes for unknown parameters, said loudly.
@@ -235,6 +249,8 @@ class ServerModel:
         if concurrent:
             if p["batch_step_cost"].status == "unknown":
                 out.append(f"batch_step_cost unknown: the decode step taken as not growing with the batch ({p['batch_step_cost'].needs})")
+            if p["batch_step_factors"].status == "unknown" and p["batch_step_cost"].status != "unknown":
+                out.append(f"batch_step_factors unknown: the decode step taken as linear in the batch ({p['batch_step_factors'].needs})")
             if p["max_num_seqs"].status == "unknown":
                 out.append(f"max_num_seqs unknown: no batch limit modelled ({p['max_num_seqs'].needs})")
             if p["max_num_batched_tokens"].status == "unknown":

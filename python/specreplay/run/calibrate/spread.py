@@ -15,25 +15,27 @@ from __future__ import annotations
 
 import numpy as np
 
+from specreplay.run.calibrate.decode import step_factor
 from specreplay.run.calibrate.model import Param
 
 #: Decode gaps a request needs for its speed ratio to count.
 MIN_GAPS = 4
 
 
-def fit_speed(per_request: list[tuple[np.ndarray, np.ndarray, int]], step: Param, batch_cost: Param) -> tuple[Param, Param]:
+def fit_speed(per_request: list[tuple[np.ndarray, np.ndarray, int]], step: Param, batch_cost: Param,
+              factors: Param | None = None) -> tuple[Param, Param]:
     """`per_request`: per request, its decode gaps per step (µs), the
     requests decoding during each, and its decode span (µs)."""
     needs = "step_us first: a run with streamed answers"
     if step.status != "fitted":
         return Param("speed_spread", "unknown", needs=needs), Param("speed_window_us", "unknown", needs=needs)
     base = float(step.value)
-    cost = float(batch_cost.value) if batch_cost.status == "fitted" else 0.0
+    table = factors or Param("batch_step_factors", "unknown")
     ratios, spans = [], []
     for gaps, decoding, span in per_request:
         if len(gaps) < MIN_GAPS or base <= 0:
             continue
-        model = base * (1 + cost * (np.maximum(decoding, 1) - 1))
+        model = base * step_factor(decoding, batch_cost, table)
         ratios.append(float(np.median(gaps / model)))
         spans.append(span)
     if len(ratios) < 5:

@@ -46,6 +46,10 @@ pub struct ServerModel {
     /// Extra step time per decoding sequence beyond the first, as a fraction
     /// of the one-sequence step (`Capacity::batch_step_cost`).
     pub batch_step_cost: f64,
+    /// The step per batch size, 1, 2, …, as a multiple of `step_us`
+    /// (`Capacity::batch_step_factors`); empty: the linear formula.
+    #[serde(default)]
+    pub batch_step_factors: Vec<f64>,
     /// Batch limit; `None`: unknown, predicted without one.
     #[serde(default)]
     pub max_num_seqs: Option<u32>,
@@ -155,6 +159,12 @@ impl ServerModel {
                 "must be >= 1 (leave it out for no budget)",
             ));
         }
+        self.capacity().validate().map_err(|e| match e {
+            CoreError::Config { field, message } => {
+                CoreError::config(field.replace("capacity.", "model."), message)
+            }
+            other => other,
+        })?;
         if self.spec_acceptance.len() > 64 {
             return Err(CoreError::config(
                 "model.spec_acceptance",
@@ -187,6 +197,7 @@ impl ServerModel {
             max_num_seqs: self.max_num_seqs.unwrap_or(MAX_NUM_SEQS),
             kv_cache_tokens: self.kv_cache_tokens.unwrap_or(0),
             batch_step_cost: self.batch_step_cost,
+            batch_step_factors: self.batch_step_factors.clone(),
             prefix_caching: self.prefix_caching,
             max_num_batched_tokens: self.max_num_batched_tokens.unwrap_or(0),
         }

@@ -66,6 +66,25 @@ fn decoding_together_costs_the_batch_step_and_the_limit_queues() {
 }
 
 #[test]
+fn a_step_table_sets_the_step_of_each_batch_size() {
+    // Two decoding: the table's 2.4 × 100 µs, not the line's 150.
+    let mut m = model(None);
+    m.batch_step_factors = vec![1.0, 2.4];
+    let (rows, _) = predict_point(&m, &closed_loop(2), &requests(2, 10, 3), 0).unwrap();
+    for r in &rows {
+        let stamps: Vec<i64> = r.chunks.iter().map(|c| c.ts_us).collect();
+        assert_eq!(stamps, vec![1280, 1520, 1760]);
+    }
+    // Three: beyond the table, its last size plus batch_step_cost: 2.4 + 0.5.
+    let (rows, _) = predict_point(&m, &closed_loop(3), &requests(3, 10, 2), 0).unwrap();
+    let stamps: Vec<i64> = rows[0].chunks.iter().map(|c| c.ts_us).collect();
+    assert_eq!(stamps, vec![1420, 1420 + 290]);
+    m.batch_step_factors = vec![1.0, f64::INFINITY];
+    let err = m.validate().unwrap_err().to_string();
+    assert!(err.contains("model.batch_step_factors[1]"), "{err}");
+}
+
+#[test]
 fn a_token_budget_prefills_in_chunks_between_decode_steps() {
     // 14-token prompts, a 10-token budget. The first runs alone: chunks of
     // 10 and 4 (100 + 40 µs), first token at 1000 + 140. A second sent

@@ -18,8 +18,16 @@ pub struct Capacity {
     /// its whole answer. 0: no budget.
     pub kv_cache_tokens: u64,
     /// Extra decode-step time per running sequence beyond the first, as a
-    /// fraction of the one-sequence step.
+    /// fraction of the one-sequence step. With `batch_step_factors` it is
+    /// only the growth beyond the table's last size.
     pub batch_step_cost: f64,
+    /// The decode step of a batch of 1, 2, … sequences as a multiple of the
+    /// one-sequence step, measured per batch size (a real server's step is
+    /// not linear in the batch: llama.cpp on one CPU thread takes 2.1× the
+    /// one-sequence step for two and 3× for four). Between two sizes the
+    /// step is interpolated; beyond the last it grows by `batch_step_cost`
+    /// per sequence. Empty: the linear formula alone.
+    pub batch_step_factors: Vec<f64>,
     /// Reuse the prompt blocks of earlier requests (vLLM's automatic prefix
     /// caching, on by default there too): a cached prefix costs no prefill.
     pub prefix_caching: bool,
@@ -37,6 +45,7 @@ impl Default for Capacity {
             max_num_seqs: 256,
             kv_cache_tokens: 0,
             batch_step_cost: 0.01,
+            batch_step_factors: Vec::new(),
             prefix_caching: true,
             max_num_batched_tokens: 0,
         }
@@ -45,13 +54,32 @@ impl Default for Capacity {
 
 impl Capacity {
     /// Duration of a decode step with `decoding` sequences in the batch, µs:
-    /// `step_us × (1 + batch_step_cost × (decoding − 1))`; 0 with none.
+    /// `step_us × step_factor(decoding)`; 0 with none.
     pub fn decode_step_us(&self, step_us: u64, decoding: usize) -> u64 {
         if decoding == 0 {
             return 0;
         }
-        let extra = self.batch_step_cost * (decoding - 1) as f64;
-        (step_us as f64 * (1.0 + extra)).round() as u64
+        (step_us as f64 * self.step_factor(decoding as f64)).round() as u64
+    }
+
+    /// The decode step of `decoding` (≥ 1, may be fractional: an average
+    /// batch) sequences as a multiple of the one-sequence step: the table
+    /// `batch_step_factors` interpolated linearly, extended beyond its last
+    /// size by `batch_step_cost` per sequence; without a table
+    /// `1 + batch_step_cost × (decoding − 1)`.
+    pub fn step_factor(&self, decoding: f64) -> f64 {
+        let d = decoding.max(1.0);
+        let table = &self.batch_step_factors;
+        let Some(&last) = table.last() else {
+            return 1.0 + self.batch_step_cost * (d - 1.0);
+        };
+        let top = table.len() as f64;
+        if d >= top {
+            return last + self.batch_step_cost * (d - top);
+        }
+        let i = d.floor() as usize; // sizes i and i + 1 are table[i - 1] and table[i]
+        let frac = d - i as f64;
+        table[i - 1] + frac * (table[i] - table[i - 1])
     }
 
     /// The prompt tokens each prefilling request computes this iteration,
@@ -95,7 +123,7 @@ impl Capacity {
         self.kv_budget().unwrap_or(16 << 20)
     }
 
-    pub(super) fn validate(&self) -> Result<(), CoreError> {
+    pub(crate) fn validate(&self) -> Result<(), CoreError> {
         if !(1..=MAX_NUM_SEQS).contains(&self.max_num_seqs) {
             return Err(CoreError::config(
                 "capacity.max_num_seqs",
@@ -109,9 +137,29 @@ impl Capacity {
                 format!("must be a number in [0, 100], got {c}"),
             ));
         }
+        if self.batch_step_factors.len() > MAX_STEP_FACTORS {
+            return Err(CoreError::config(
+                "capacity.batch_step_factors",
+                format!("at most {MAX_STEP_FACTORS} batch sizes"),
+            ));
+        }
+        for (i, f) in self.batch_step_factors.iter().enumerate() {
+            if !f.is_finite() || !(0.0..=10_000.0).contains(f) || *f == 0.0 {
+                return Err(CoreError::config(
+                    format!("capacity.batch_step_factors[{i}]"),
+                    format!(
+                        "must be a number in (0, 10000] (batch size {}), got {f}",
+                        i + 1
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 }
+
+/// Most batch sizes `capacity.batch_step_factors` lists.
+pub const MAX_STEP_FACTORS: usize = 4096;
 
 /// Largest accepted `capacity.max_num_seqs`.
 pub const MAX_NUM_SEQS: u32 = 1_000_000;
@@ -133,5 +181,33 @@ mod tests {
         assert_eq!(cap.prefill_chunks(0, &[100, 700, 50]), vec![100, 412, 0]);
         // A batch that fills the budget still advances the head by one token.
         assert_eq!(cap.prefill_chunks(600, &[10, 10]), vec![1, 0]);
+    }
+
+    #[test]
+    fn a_step_table_is_interpolated_and_extended_by_the_linear_cost() {
+        let cap = Capacity {
+            batch_step_cost: 0.25,
+            batch_step_factors: vec![1.0, 2.2, 3.0],
+            ..Capacity::default()
+        };
+        assert_eq!(cap.decode_step_us(10_000, 0), 0);
+        assert_eq!(cap.decode_step_us(10_000, 1), 10_000);
+        assert_eq!(cap.decode_step_us(10_000, 2), 22_000);
+        assert_eq!(cap.decode_step_us(10_000, 3), 30_000);
+        // Beyond the table: its last size plus batch_step_cost per sequence.
+        assert_eq!(cap.decode_step_us(10_000, 5), 35_000);
+        assert!((cap.step_factor(1.5) - 1.6).abs() < 1e-12);
+        assert!((cap.step_factor(0.5) - 1.0).abs() < 1e-12);
+        let linear = Capacity {
+            batch_step_cost: 0.25,
+            ..Capacity::default()
+        };
+        assert!((linear.step_factor(3.0) - 1.5).abs() < 1e-12);
+        let bad = Capacity {
+            batch_step_factors: vec![1.0, f64::NAN],
+            ..Capacity::default()
+        };
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(err.contains("capacity.batch_step_factors[1]"), "{err}");
     }
 }

@@ -469,8 +469,7 @@ impl SimConfig {
         let steps = f64::from(output_tokens.saturating_sub(1)) / tokens_per_step;
         let admitted = slots / (1.0 + steps);
         let decoding = slots - admitted;
-        let step_us =
-            self.step_us() as f64 * (1.0 + capacity.batch_step_cost * (decoding - 1.0).max(0.0));
+        let step_us = self.step_us() as f64 * capacity.step_factor(decoding);
         let iteration_us = step_us + self.prefill_compute_us(prompt_tokens) as f64 * admitted;
         admitted / (iteration_us / 1e6)
     }

@@ -206,6 +206,7 @@ fn knee_of_a_fixed_mix() {
         max_num_seqs: 4,
         kv_cache_tokens: 0,
         batch_step_cost: 0.05,
+        batch_step_factors: Vec::new(),
         prefix_caching: true,
         max_num_batched_tokens: 0,
     };
