@@ -237,3 +237,30 @@ def test_a_prediction_reruns_as_a_prediction_with_the_same_rows(calibrated: tupl
     for df in (a, b):
         df["ttft"] = df["first_token_us"] - df["sent_us"]
     assert a.set_index("trace_id")["ttft"].sort_index().tolist() == b.set_index("trace_id")["ttft"].sort_index().tolist()
+
+
+def test_acceptance_of_the_first_position_is_per_decode_step_when_some_steps_drafted_none() -> None:
+    """vLLM counts a draft only in a step that proposed one: an n-gram
+    proposer drafts nothing until the output repeats. The model drafts in
+    every step, so the first position's acceptance is per decode step
+    (generated − accepted − finished requests), which keeps the tokens per
+    step the server made: here 20 decode steps, 10 of which drafted and
+    accepted 36 tokens, 1 + 36 / 20 = 2.8 tokens a step (the vLLM job's
+    n-gram prediction put TPOT 12x low taking 1 + 36 / 10)."""
+    import pandas as pd
+
+    from specreplay.run.calibrate.fit import fit_spec
+
+    def counter(name: str, end: float, labels: str = "{}") -> list[dict[str, Any]]:
+        return [{"group": "0/x/0", "name": name, "labels": labels, "ts_us": t, "value": v} for t, v in ((0, 0.0), (1, end))]
+
+    samples = counter("vllm:spec_decode_num_drafts_total", 10) + counter("vllm:generation_tokens_total", 4 + 20 + 36)
+    samples += counter("vllm:request_success_total", 4, '{"finished_reason": "stop"}')
+    for pos, n in enumerate([10, 10, 8, 8]):
+        samples += counter("vllm:spec_decode_num_accepted_tokens_per_pos_total", n, json.dumps({"position": str(pos)}))
+    acceptance, per_drafting_step = fit_spec(pd.DataFrame(samples), pd.DataFrame())
+    assert acceptance.value == [0.5, 1.0, 0.8, 1.0]
+    a = acceptance.value
+    assert 1 + a[0] + a[0] * a[1] + a[0] * a[1] * a[2] + a[0] * a[1] * a[2] * a[3] == pytest.approx(2.8)
+    assert per_drafting_step == pytest.approx(1 + 36 / 10), "a drafting step's tokens, for the chunk gaps of the drafting run"
+    assert "50% of which drafted" in acceptance.how

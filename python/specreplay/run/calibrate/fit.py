@@ -244,13 +244,29 @@ def fit_spec(m: pd.DataFrame, rows: pd.DataFrame) -> tuple[Param, float]:
     if drafts <= 0 or not by_pos:
         return Param("spec_acceptance", "unknown", needs="a run long enough for the spec_decode counters to move"), 1.0
     accepted = [by_pos.get(i, 0.0) for i in range(max(by_pos) + 1)]
-    conditional, prev = [], drafts
+    steps, how = _decode_steps(m, drafts, sum(accepted))
+    conditional, prev = [], steps
     for a in accepted:
         conditional.append(min(a / prev, 1.0) if prev > 0 else 0.0)
         prev = a
     tokens_per_step = 1 + sum(accepted) / drafts
     return Param("spec_acceptance", "fitted", [round(c, 4) for c in conditional], None, None, int(drafts),
-                 "vllm:spec_decode_num_accepted_tokens_per_pos_total / the previous position's (drafts for the first)"), tokens_per_step
+                 "vllm:spec_decode_num_accepted_tokens_per_pos_total / the previous position's (" + how + " for the first)"), tokens_per_step
+
+
+def _decode_steps(m: pd.DataFrame, drafts: float, accepted: float) -> tuple[float, str]:
+    """The decode steps that could have drafted, for the first position's
+    acceptance per step: vLLM counts a draft only in a step that proposed one
+    (an n-gram proposer finds none until the output repeats), and the model
+    drafts in every step. Each decode step makes one token plus its accepted
+    drafts, and each request's first token is its prefill's, so the steps
+    are generated − accepted − finished requests (at least the drafts)."""
+    generated = float(_counter_delta(m, "vllm:generation_tokens_total").sum())
+    finished = float(_counter_delta(m, "vllm:request_success_total").sum())
+    steps = generated - accepted - finished
+    if not generated > 0 or steps <= drafts:
+        return drafts, "drafts"
+    return steps, f"the {steps:.0f} decode steps, {drafts / steps:.0%} of which drafted,"
 
 
 def fit_limits(m: pd.DataFrame) -> tuple[Param, Param]:

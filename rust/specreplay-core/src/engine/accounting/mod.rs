@@ -16,7 +16,7 @@
 
 use crate::decode::{Channel, Dialect, Record, Timings, Usage};
 
-use super::apportion::split_by_side;
+use super::apportion::{apportion, split_by_side};
 use super::record::{Chunk, ChunkTokenSource, RequestRecord, Stamp, TokenSource, ToolCallText};
 
 #[derive(Debug, Default)]
@@ -172,8 +172,12 @@ impl StreamAccount {
     }
 
     /// One chunk per channel the event carried text on. One event rarely
-    /// holds two channels (the reasoning→content boundary); with an exact
-    /// count each later channel takes one token, the first the rest.
+    /// holds two channels: the reasoning→content boundary, when the server
+    /// merged steps (vLLM does under load). With an exact count it is split
+    /// over the channels by their text, at least one token each: the
+    /// closing `</think>` between them has no text of its own, and giving
+    /// the later channel one token put a merged answer's tokens in the
+    /// reasoning.
     fn push_event_chunks(
         &mut self,
         stamp: Stamp,
@@ -181,13 +185,14 @@ impl StreamAccount {
         exact_tokens: Option<u64>,
     ) {
         let channels = channels.as_slice();
-        let later = exact_tokens.map(|t| t.min(channels.len() as u64 - 1));
-        for (i, &(channel, chars)) in channels.iter().enumerate() {
-            let tokens = match (exact_tokens, later) {
-                (Some(t), Some(l)) if i == 0 => t - l,
-                (Some(_), Some(l)) => u64::from(i as u64 <= l),
-                _ => 1,
-            };
+        let parts = match exact_tokens {
+            Some(t) => {
+                let chars: Vec<u64> = channels.iter().map(|&(_, c)| u64::from(c)).collect();
+                apportion(t, &chars, true)
+            }
+            None => vec![1; channels.len()],
+        };
+        for (&(channel, chars), tokens) in channels.iter().zip(parts) {
             self.push_chunk(stamp, tokens, channel, chars);
         }
     }

