@@ -319,3 +319,33 @@ def test_cli_fault_error_in_the_file_names_the_file(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "faults.toml: invalid configuration: sim: faults.stall_between_tokens" in proc.stderr, proc.stderr
+
+
+def _thread_policies(name: str) -> set[int]:
+    """The scheduling policies of this process's threads called `name`."""
+    policies = set()
+    for task in Path("/proc/self/task").iterdir():
+        if (task / "comm").read_text().strip() == name:
+            policies.add(os.sched_getscheduler(int(task.name)))
+    return policies
+
+
+def _realtime_permitted() -> bool:
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except (PermissionError, OSError, AttributeError):
+        return False
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
+def test_only_the_embedded_simulator_runs_real_time() -> None:
+    # The embedded one sits beside the real-time engine in the replaying
+    # process and would fall behind it; `specreplay serve` is a server like
+    # any other, at the normal policy.
+    if not _realtime_permitted() or os.environ.get("SPECREPLAY_REALTIME", "").strip() == "0":
+        pytest.skip("this process may not take real-time priority (not root, no CAP_SYS_NICE)")
+    with SimServer(port=0, config=FAST, embedded=True), SimServer(port=0, config=FAST):
+        assert _thread_policies("specreplay-esim") == {os.SCHED_FIFO}
+        assert _thread_policies("specreplay-sim") == {os.SCHED_OTHER}

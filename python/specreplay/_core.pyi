@@ -282,9 +282,11 @@ class BackgroundServer:
 
 @final
 class SimServer(BackgroundServer):
-    """The simulated reasoning-model server, serving in the background."""
+    """The simulated reasoning-model server, serving in the background.
+    `embedded`: it runs beside the engine in the replaying process, so its
+    thread is real-time where the engine's are (docs/benchmarks.md)."""
 
-    def __new__(cls, host: str = "127.0.0.1", port: int = 0, config: SimConfig | None = None) -> SimServer: ...
+    def __new__(cls, host: str = "127.0.0.1", port: int = 0, config: SimConfig | None = None, embedded: bool = False) -> SimServer: ...
 
 def sim_knee_rate(config: SimConfig, prompt_tokens: int, output_tokens: int) -> float:
     """The capacity model's knee, requests/s (docs/simulator.md, "The knee")."""

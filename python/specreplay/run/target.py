@@ -67,7 +67,7 @@ def start_embedded(seed: int, sim_config: dict[str, Any]) -> Target:
     """The embedded simulator, configured by a config file's `sim` table
     (checked by the core: a bad key is a ConfigError naming it)."""
     config = cast("SimConfig", {"seed": seed, **sim_config})
-    server = _core.SimServer("127.0.0.1", 0, config)
+    server = _core.SimServer("127.0.0.1", 0, config, embedded=True)
     return Target(url=server.url, model=str(config.get("model", "specreplay-sim")), embedded=server)
 
 

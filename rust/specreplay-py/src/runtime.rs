@@ -66,15 +66,31 @@ pub static RUNTIME: LazyRuntime = LazyRuntime::new("the engine", || {
     build(builder)
 });
 
-/// The embedded simulator's own runtime: one worker thread, so a simulated
-/// server in the same process never runs on (and delays) the engine's
-/// workers, whose reads it would otherwise push back by its own chunk
-/// bursts. One core holds about 45 000 chunks/s (docs/simulator.md).
-pub static SIM_RUNTIME: LazyRuntime = LazyRuntime::new("the simulator", || {
-    let mut builder = Builder::new_multi_thread();
-    builder.worker_threads(1).thread_name("specreplay-sim");
+/// The simulator's own runtime: one worker thread, so a simulated server in
+/// the same process never runs on (and delays) the engine's workers, whose
+/// reads it would otherwise push back by its own chunk bursts. One core holds
+/// about 45 000 chunks/s (docs/simulator.md). `specreplay serve` runs on it
+/// at the normal policy, like any server the engine is pointed at.
+pub static SIM_RUNTIME: LazyRuntime =
+    LazyRuntime::new("the simulator", || build(sim_builder("specreplay-sim")));
+
+/// The runtime of a simulator embedded in the replaying process: real-time
+/// like the engine's workers where permitted. Left at the normal policy
+/// beside real-time workers, it falls behind its own schedule at a few
+/// thousand requests/s and sends its steps in bursts (docs/benchmarks.md).
+pub static EMBEDDED_SIM_RUNTIME: LazyRuntime = LazyRuntime::new("the embedded simulator", || {
+    let mut builder = sim_builder("specreplay-esim");
+    builder.on_thread_start(|| {
+        priority::raise(priority::WORKERS);
+    });
     build(builder)
 });
+
+fn sim_builder(thread_name: &str) -> Builder {
+    let mut builder = Builder::new_multi_thread();
+    builder.worker_threads(1).thread_name(thread_name);
+    builder
+}
 
 /// The capture proxy's own runtime (`CaptureProxy`): its forwarding shares
 /// no thread with the engine, the simulator or Python, so nothing else in the

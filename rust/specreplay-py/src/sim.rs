@@ -8,7 +8,7 @@ use specreplay_core::sim::{SimConfig, SimServer as CoreSimServer};
 
 use crate::config::from_mapping;
 use crate::errors::ConfigError;
-use crate::runtime::SIM_RUNTIME;
+use crate::runtime::{EMBEDDED_SIM_RUNTIME, SIM_RUNTIME};
 use crate::served::{start_on, BackgroundServer};
 
 /// `stop()` ends open streams (`finish_reason: "abort"`).
@@ -18,20 +18,27 @@ pub struct SimServer {}
 #[pymethods]
 impl SimServer {
     /// `config`: the `SimConfig` mapping (every key optional; unknown keys
-    /// and bad values are a `ConfigError` naming the key).
+    /// and bad values are a `ConfigError` naming the key). `embedded`: the
+    /// server runs beside the engine in the replaying process, so its thread
+    /// is real-time where the engine's are (`EMBEDDED_SIM_RUNTIME`).
     #[new]
-    #[pyo3(signature = (host = "127.0.0.1", port = 0, config = None))]
+    #[pyo3(signature = (host = "127.0.0.1", port = 0, config = None, embedded = false))]
     fn new(
         py: Python<'_>,
         host: &str,
         port: u16,
         config: Option<&Bound<'_, PyAny>>,
+        embedded: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
         let config = match config {
             Some(mapping) => from_mapping("sim", mapping, SimConfig::validate)?,
             None => SimConfig::default(),
         };
-        let runtime = SIM_RUNTIME.get()?;
+        let runtime = if embedded {
+            EMBEDDED_SIM_RUNTIME.get()?
+        } else {
+            SIM_RUNTIME.get()?
+        };
         let server = start_on(py, runtime, host, port, |addr| {
             CoreSimServer::start(config, addr)
         })?;
