@@ -13,14 +13,14 @@ fits, `run/feed.py`) or streamed from the Python thread while it runs
 setting `feed.WHOLE_MAX_BYTES` to 0), and with each `--envs` variant (an
 experiment's switches in the environment of a build that has them), all in
 one run, interleaved, so the machine's load falls on every variant alike
-(`--envs "" SPECREPLAY_REALTIME=0`: the engine's threads real-time, where
+(`--envs SPECREPLAY_REALTIME=1 ""`: the engine's threads real-time, where
 permitted, against normal). Also records the pacing thread's own account
 (its scheduling policy, each sleep's wake-up overshoot, time spun:
 SPECREPLAY_PACER_STATS) and the `specreplay serve` process's CPU per request.
 Records /proc/loadavg before and after: on a shared machine the figures are
 only comparable within one run.
 
-    .venv/bin/python bench/send_lag_profile.py --rates 1000 2000 3000 4000 5000 --seconds 3 --envs "" SPECREPLAY_REALTIME=0
+    .venv/bin/python bench/send_lag_profile.py --rates 1000 2000 3000 4000 5000 --seconds 3 --envs SPECREPLAY_REALTIME=1 ""
 
 Writes bench/results/send-lag-profile-<time>.json and prints a table.
 Asserts nothing.

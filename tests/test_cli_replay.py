@@ -283,3 +283,26 @@ def test_findings_cover_rows_that_no_finished_point_reported() -> None:
     hooks.point_finished(FinishedPoint(Point("concurrency", 1), "test", first, Progress("concurrency=1", 3, 3, 3, 0, 33, 1.0)))
     assert [f.point for f in hooks.findings(first)] == ["concurrency=1"]
     assert [f.point for f in hooks.findings(pa.concat_tables([first, second]))] == ["concurrency=1", "concurrency=2"]
+
+
+def _realtime_permitted() -> bool:
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except (PermissionError, OSError, AttributeError):
+        return False
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    return True
+
+
+@pytest.mark.parametrize("flag, policy", [("--realtime", "Fifo(2)"), (None, "Normal")])
+def test_realtime_is_opt_in(tmp_path: Path, flag: str | None, policy: str) -> None:
+    # Off by default: a server on the same machine would wait behind the
+    # client's real-time threads. The pacer reports the policy it got.
+    if flag and not _realtime_permitted():
+        pytest.skip("this process may not take real-time priority (not root, no CAP_SYS_NICE)")
+    env = {k: v for k, v in os.environ.items() if k != "SPECREPLAY_REALTIME"} | {"SPECREPLAY_PACER_STATS": "1"}
+    cmd = [sys.executable, "-m", "specreplay", "replay", "sample:reasoning-prompts", "--rate", "50", "--num-requests", "2", "--max-tokens", "4",
+           "--no-metrics", "-o", str(tmp_path / "r.arrow"), *([flag] if flag else [])]  # fmt: skip
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert f"pacer-stats policy={policy} " in out.stdout + out.stderr

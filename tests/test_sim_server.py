@@ -321,13 +321,20 @@ def test_cli_fault_error_in_the_file_names_the_file(tmp_path: Path) -> None:
     assert "faults.toml: invalid configuration: sim: faults.stall_between_tokens" in proc.stderr, proc.stderr
 
 
-def _thread_policies(name: str) -> set[int]:
-    """The scheduling policies of this process's threads called `name`."""
-    policies = set()
-    for task in Path("/proc/self/task").iterdir():
-        if (task / "comm").read_text().strip() == name:
-            policies.add(os.sched_getscheduler(int(task.name)))
-    return policies
+
+REAL_TIME_PROBE = """
+import json, os, pathlib, time
+from specreplay._core import SimServer
+def policies(name):
+    return sorted({os.sched_getscheduler(int(t.name)) for t in pathlib.Path("/proc/self/task").iterdir()
+                   if (t / "comm").read_text().strip() == name})
+with SimServer(port=0, embedded=True), SimServer(port=0):
+    # A runtime's worker thread names itself once it has started.
+    deadline = time.monotonic() + 10
+    while not (policies("specreplay-esim") and policies("specreplay-sim")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(json.dumps([policies("specreplay-esim"), policies("specreplay-sim")]))
+"""
 
 
 def _realtime_permitted() -> bool:
@@ -340,12 +347,15 @@ def _realtime_permitted() -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
-def test_only_the_embedded_simulator_runs_real_time() -> None:
-    # The embedded one sits beside the real-time engine in the replaying
-    # process and would fall behind it; `specreplay serve` is a server like
-    # any other, at the normal policy.
-    if not _realtime_permitted() or os.environ.get("SPECREPLAY_REALTIME", "").strip() == "0":
+@pytest.mark.parametrize("realtime", ["1", "0"])
+def test_only_the_embedded_simulator_follows_the_engines_real_time_setting(realtime: str) -> None:
+    # The embedded one sits beside the engine in the replaying process and,
+    # when the engine runs real-time (opt-in), would fall behind it;
+    # `specreplay serve` is a server like any other, at the normal policy.
+    if not _realtime_permitted():
         pytest.skip("this process may not take real-time priority (not root, no CAP_SYS_NICE)")
-    with SimServer(port=0, config=FAST, embedded=True), SimServer(port=0, config=FAST):
-        assert _thread_policies("specreplay-esim") == {os.SCHED_FIFO}
-        assert _thread_policies("specreplay-sim") == {os.SCHED_OTHER}
+    env = {**os.environ, "SPECREPLAY_REALTIME": realtime}
+    out = subprocess.run([sys.executable, "-c", REAL_TIME_PROBE], env=env, capture_output=True, text=True, timeout=60, check=True)
+    embedded, served = json.loads(out.stdout)
+    assert embedded == [os.SCHED_FIFO if realtime == "1" else os.SCHED_OTHER]
+    assert served == [os.SCHED_OTHER]
