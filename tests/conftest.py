@@ -11,6 +11,7 @@ chunk lists, first/last timestamps and token counts are derived unless given
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -199,3 +200,14 @@ def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if errors:
         raise errors[0]
     return {name: d / f"{name}.arrow" for name in jobs}
+
+
+def realtime_permitted() -> bool:
+    """Whether this process may take real-time priority (root, CAP_SYS_NICE):
+    tries SCHED_FIFO on the calling thread and puts it back."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except (PermissionError, OSError, AttributeError):
+        return False
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    return True

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import realtime_permitted
 
 import specreplay
 from specreplay.cli import cli
@@ -285,20 +286,11 @@ def test_findings_cover_rows_that_no_finished_point_reported() -> None:
     assert [f.point for f in hooks.findings(pa.concat_tables([first, second]))] == ["concurrency=1", "concurrency=2"]
 
 
-def _realtime_permitted() -> bool:
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-    except (PermissionError, OSError, AttributeError):
-        return False
-    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    return True
-
-
 @pytest.mark.parametrize("flag, policy", [("--realtime", "Fifo(2)"), (None, "Normal")])
 def test_realtime_is_opt_in(tmp_path: Path, flag: str | None, policy: str) -> None:
     # Off by default: a server on the same machine would wait behind the
     # client's real-time threads. The pacer reports the policy it got.
-    if flag and not _realtime_permitted():
+    if flag and not realtime_permitted():
         pytest.skip("this process may not take real-time priority (not root, no CAP_SYS_NICE)")
     env = {k: v for k, v in os.environ.items() if k != "SPECREPLAY_REALTIME"} | {"SPECREPLAY_PACER_STATS": "1"}
     cmd = [sys.executable, "-m", "specreplay", "replay", "sample:reasoning-prompts", "--rate", "50", "--num-requests", "2", "--max-tokens", "4",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import realtime_permitted
 
 from specreplay._core import ConfigError, SimServer
 
@@ -337,22 +338,13 @@ with SimServer(port=0, embedded=True), SimServer(port=0):
 """
 
 
-def _realtime_permitted() -> bool:
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-    except (PermissionError, OSError, AttributeError):
-        return False
-    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    return True
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
 @pytest.mark.parametrize("realtime", ["1", "0"])
 def test_only_the_embedded_simulator_follows_the_engines_real_time_setting(realtime: str) -> None:
     # The embedded one sits beside the engine in the replaying process and,
     # when the engine runs real-time (opt-in), would fall behind it;
     # `specreplay serve` is a server like any other, at the normal policy.
-    if not _realtime_permitted():
+    if not realtime_permitted():
         pytest.skip("this process may not take real-time priority (not root, no CAP_SYS_NICE)")
     env = {**os.environ, "SPECREPLAY_REALTIME": realtime}
     out = subprocess.run([sys.executable, "-c", REAL_TIME_PROBE], env=env, capture_output=True, text=True, timeout=60, check=True)
