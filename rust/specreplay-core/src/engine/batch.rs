@@ -5,11 +5,8 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, Int8Builder, ListBuilder,
-    StringBuilder,
-};
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::builder::{Int32Builder, Int64Builder, Int8Builder, ListBuilder, StringBuilder};
+use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch};
 use arrow_schema::ArrowError;
 
 use super::record::{channel_code, RequestRecord, StampSource};
@@ -127,28 +124,22 @@ pub fn to_record_batch_with(
 struct ColumnOf<'a>(&'a [RequestRecord]);
 
 impl<'a> ColumnOf<'a> {
+    // arrow's arrays collect `Option`s directly: the slice's exact length
+    // sizes them, as `with_capacity` did.
     fn i64(&self, f: &dyn Fn(&RequestRecord) -> Option<i64>) -> ArrayRef {
-        let mut b = Int64Builder::with_capacity(self.0.len());
-        self.0.iter().for_each(|r| b.append_option(f(r)));
-        Arc::new(b.finish())
+        Arc::new(self.0.iter().map(f).collect::<Int64Array>())
     }
 
     fn i32(&self, f: &dyn Fn(&RequestRecord) -> Option<i32>) -> ArrayRef {
-        let mut b = Int32Builder::with_capacity(self.0.len());
-        self.0.iter().for_each(|r| b.append_option(f(r)));
-        Arc::new(b.finish())
+        Arc::new(self.0.iter().map(f).collect::<Int32Array>())
     }
 
     fn f64(&self, f: &dyn Fn(&RequestRecord) -> Option<f64>) -> ArrayRef {
-        let mut b = Float64Builder::with_capacity(self.0.len());
-        self.0.iter().for_each(|r| b.append_option(f(r)));
-        Arc::new(b.finish())
+        Arc::new(self.0.iter().map(f).collect::<Float64Array>())
     }
 
     fn bool(&self, f: &dyn Fn(&RequestRecord) -> Option<bool>) -> ArrayRef {
-        let mut b = BooleanBuilder::with_capacity(self.0.len());
-        self.0.iter().for_each(|r| b.append_option(f(r)));
-        Arc::new(b.finish())
+        Arc::new(self.0.iter().map(f).collect::<BooleanArray>())
     }
 
     fn str(&self, f: &dyn Fn(&'a RequestRecord) -> Option<&'a str>) -> ArrayRef {
