@@ -37,6 +37,39 @@ impl WakeStats {
         let bucket = (64 - us.leading_zeros() as usize).min(15);
         self.late_buckets[bucket] += 1;
     }
+
+    /// [`wait_until`], counting each sleep's overshoot and each spin.
+    pub fn wait_until(
+        &mut self,
+        deadline: Option<Instant>,
+        bell: &Doorbell,
+        stop: impl Fn() -> bool,
+    ) -> Waited {
+        loop {
+            if stop() {
+                return Waited::Stopped;
+            }
+            let now = Instant::now();
+            let left = match deadline {
+                Some(d) if now >= d => return Waited::Due,
+                Some(d) => d - now,
+                None => STOP_POLL + SPIN_WINDOW,
+            };
+            if left > SPIN_WINDOW {
+                let nap = (left - SPIN_WINDOW).min(STOP_POLL);
+                if bell.wait(nap) {
+                    return Waited::Rung;
+                }
+                self.add(Instant::now().saturating_duration_since(now + nap));
+            } else if let Some(d) = deadline {
+                while Instant::now() < d {
+                    std::hint::spin_loop();
+                }
+                self.spun += Instant::now() - now;
+                return Waited::Due;
+            }
+        }
+    }
 }
 
 /// Lowers this thread's timer slack so `nanosleep` wakes within microseconds
@@ -94,41 +127,6 @@ pub enum Waited {
 /// (checked at least every 50 ms).
 pub fn wait_until(deadline: Option<Instant>, bell: &Doorbell, stop: impl Fn() -> bool) -> Waited {
     WakeStats::default().wait_until(deadline, bell, stop)
-}
-
-impl WakeStats {
-    /// [`wait_until`], counting each sleep's overshoot and each spin.
-    pub fn wait_until(
-        &mut self,
-        deadline: Option<Instant>,
-        bell: &Doorbell,
-        stop: impl Fn() -> bool,
-    ) -> Waited {
-        loop {
-            if stop() {
-                return Waited::Stopped;
-            }
-            let now = Instant::now();
-            let left = match deadline {
-                Some(d) if now >= d => return Waited::Due,
-                Some(d) => d - now,
-                None => STOP_POLL + SPIN_WINDOW,
-            };
-            if left > SPIN_WINDOW {
-                let nap = (left - SPIN_WINDOW).min(STOP_POLL);
-                if bell.wait(nap) {
-                    return Waited::Rung;
-                }
-                self.add(Instant::now().saturating_duration_since(now + nap));
-            } else if let Some(d) = deadline {
-                while Instant::now() < d {
-                    std::hint::spin_loop();
-                }
-                self.spun += Instant::now() - now;
-                return Waited::Due;
-            }
-        }
-    }
 }
 
 #[cfg(test)]
