@@ -105,7 +105,9 @@ def run_point(
         elapsed_s = (_core.now_us() - started) / 1e6
         return Progress(point.name, p.scheduled, p.sent, p.finished, p.failed, p.output_tokens, elapsed_s)
 
-    drained = _drain(run, feeder, writer, hooks, progress, deadline_us, {"run_id": run_id, "label": label, "point": point.name, "point_index": index}, tokenizer is not None)
+    where = {"run_id": run_id, "label": label, "point": point.name, "point_index": index}
+    with _interrupt_flag() as interrupted:
+        drained = _drain(run, feeder, writer, hooks, progress, deadline_us, where, tokenizer is not None, interrupted)
     try:
         if scraper is not None:
             scraper.end_point()
@@ -118,22 +120,6 @@ def run_point(
     if drained.failure is not None:
         raise drained.failure
     return FinishedPoint(point, label, rows, progress(), drained.interrupted, drained.cut, server_samples=samples)
-
-
-def _drain(
-    run: Any,
-    feeder: Feeder,
-    writer: ResultsWriter,
-    hooks: PointHooks,
-    progress: Callable[[], Progress],
-    deadline_us: float | None,
-    where: dict[str, Any],
-    keep_texts: bool,
-) -> _Drained:
-    """Writes the point's batches as they finish until the engine has
-    returned every row; `where` names the rows (`ResultsWriter.write`)."""
-    with _interrupt_flag() as interrupted:
-        return _drain_until_done(run, feeder, writer, hooks, progress, deadline_us, where, keep_texts, interrupted)
 
 
 @contextmanager
@@ -156,7 +142,7 @@ def _interrupt_flag() -> Iterator[Callable[[], bool]]:
         signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
 
-def _drain_until_done(
+def _drain(
     run: Any,
     feeder: Feeder,
     writer: ResultsWriter,
@@ -167,6 +153,9 @@ def _drain_until_done(
     keep_texts: bool,
     interrupted: Callable[[], bool],
 ) -> _Drained:
+    """Writes the point's batches as they finish until the engine has
+    returned every row (or `interrupted()` asked to cancel it); `where`
+    names the rows (`ResultsWriter.write`)."""
     out = _Drained()
     while True:
         if interrupted() and not out.interrupted:
