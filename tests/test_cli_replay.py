@@ -59,6 +59,24 @@ def test_sweep_from_the_command_line(tmp_path: Path, sim_toml: str) -> None:
     assert sorted(set(df["point"])) == ["concurrency=1", "concurrency=8"]
 
 
+def test_a_rate_opens_its_first_arrivals_connections_before_the_clock(tmp_path: Path, sim_toml: str) -> None:
+    # At 400/s, 50 ms of arrivals is 20 connections, opened before the clock:
+    # none of the 20 requests holds a handshake. Asked not to, the first one
+    # opens its connection and its row says how long that took.
+    rows = {}
+    for flags in ([], ["--no-preconnect"]):
+        out = tmp_path / f"rate{len(flags)}.arrow"
+        code, text = invoke("replay", REASONING, "--rate", "400", "--num-requests", "20", "--sim-config", sim_toml, "-o", str(out), *flags)
+        assert code == 0, text
+        rows[len(flags)] = (specreplay.load(out).sort_values("scheduled_us"), text)
+    warm, warm_text = rows[0]
+    assert warm["connect_us"].isna().all(), warm["connect_us"].tolist()
+    assert "requests connected" not in warm_text, warm_text
+    cold, cold_text = rows[1]
+    assert cold["connect_us"].iloc[0] > 0, cold["connect_us"].tolist()
+    assert f"{int(cold['connect_us'].notna().sum())} requests connected" in cold_text, cold_text
+
+
 def test_preconnect_keeps_the_handshakes_out_of_the_first_wave(tmp_path: Path, sim_toml: str) -> None:
     # On by default for closed loop: no first-wave request connects. Without
     # it, each first-wave request opens its connection and its row says how long

@@ -59,7 +59,8 @@ pub struct RunSpec {
     pub chunk_text: bool,
     /// Open the connections before the clock starts, so the first requests
     /// do not pay for (or queue behind) a storm of handshakes. None: on for
-    /// closed loop, off for open loop (`RunSpec::preconnections`).
+    /// closed loop, and for a rate enough for its first arrivals; off for
+    /// recorded timing (`RunSpec::preconnections`).
     #[serde(default)]
     pub preconnect: Option<bool>,
     /// How the turns of a session are sent (requests without a session are
@@ -232,16 +233,41 @@ impl PreparedRequest {
     }
 }
 
+/// The arrivals a rate's default preconnections are sized for: the
+/// connections they need if none of them has finished yet. Short enough that
+/// a slow rate opens one (its first request then holds no handshake, as a
+/// closed loop's do not), long enough to cover a fast rate's warm-up.
+pub const WARM_WINDOW_S: f64 = 0.05;
+
+/// The idle connections an open loop without `max_concurrency` keeps per
+/// origin (a closed loop keeps one per worker).
+pub const OPEN_LOOP_MAX_IDLE: usize = 1024;
+
+/// Connections a rate opens before the clock by default (`preconnections`):
+/// no more than the pool would keep idle.
+fn warm_connections(rate: f64, max_concurrency: Option<usize>) -> usize {
+    let cap = max_concurrency.unwrap_or(OPEN_LOOP_MAX_IDLE);
+    ((rate * WARM_WINDOW_S).ceil() as usize).clamp(1, cap.max(1))
+}
+
 impl RunSpec {
-    /// How many connections to open before the clock starts: closed loop
-    /// opens one per concurrent request (on by default); open loop, where the
-    /// number in flight follows the arrivals, opens `max_concurrency` of them
-    /// when asked to (off by default: a real client population connects as it
-    /// arrives).
+    /// How many connections to open before the clock starts. Closed loop:
+    /// one per concurrent request (on by default). Open loop, asked to: one
+    /// per `max_concurrency`. A rate, by default: enough for the arrivals of
+    /// its first [`WARM_WINDOW_S`] (at least one, at most the in-flight cap).
+    /// Without them a high rate's first requests each open a connection, the
+    /// handshakes slow the requests they should serve, so more requests find
+    /// no idle connection and open one too: at 4,000/s of short requests the
+    /// first 0.2 s opened about 680 connections (connect p99 5–24 ms) where
+    /// fewer than 100 were ever in use, and the send lag of those 0.2 s made
+    /// the whole point `client_saturated` (docs/benchmarks.md). Recorded
+    /// timing (`speedup`) has no rate to size them by and connects as it
+    /// arrives, as do rates asked not to (`--no-preconnect`).
     pub fn preconnections(&self) -> Result<usize, CoreError> {
         match (self.load, self.preconnect) {
             (_, Some(false)) => Ok(0),
             (LoadMode::Concurrency { concurrency }, _) => Ok(concurrency),
+            (LoadMode::Rate { rate, .. }, None) => Ok(warm_connections(rate, self.max_concurrency)),
             (_, None) => Ok(0),
             (_, Some(true)) => self.max_concurrency.ok_or_else(|| {
                 CoreError::config(
@@ -305,5 +331,56 @@ impl RunSpec {
         }
         self.preconnections()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(load: serde_json::Value, extra: serde_json::Value) -> RunSpec {
+        let mut json = serde_json::json!({"load": load});
+        json.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn rate(rate: f64) -> serde_json::Value {
+        serde_json::json!({"mode": "rate", "rate": rate})
+    }
+
+    #[test]
+    fn a_rate_opens_its_first_arrivals_connections_unless_told_not_to() {
+        let none = serde_json::json!({});
+        // ceil(rate × 50 ms), at least one.
+        assert_eq!(spec(rate(4000.0), none.clone()).preconnections().unwrap(), 200);
+        assert_eq!(spec(rate(8.0), none.clone()).preconnections().unwrap(), 1);
+        // No more than the point may have in flight, or the pool keeps idle.
+        let capped = serde_json::json!({"max_concurrency": 64});
+        assert_eq!(spec(rate(4000.0), capped).preconnections().unwrap(), 64);
+        assert_eq!(
+            spec(rate(1e6), none.clone()).preconnections().unwrap(),
+            OPEN_LOOP_MAX_IDLE
+        );
+        let off = serde_json::json!({"preconnect": false});
+        assert_eq!(spec(rate(4000.0), off).preconnections().unwrap(), 0);
+        // Recorded timing has no rate to size them by.
+        let speedup = serde_json::json!({"mode": "speedup", "speedup": 1.0});
+        assert_eq!(spec(speedup, none).preconnections().unwrap(), 0);
+    }
+
+    #[test]
+    fn asked_for_an_open_loop_opens_max_concurrency_and_needs_it() {
+        let asked = serde_json::json!({"preconnect": true, "max_concurrency": 32});
+        assert_eq!(spec(rate(4000.0), asked).preconnections().unwrap(), 32);
+        let unset = serde_json::json!({"preconnect": true});
+        let err = spec(rate(4.0), unset).preconnections().unwrap_err();
+        assert!(err.to_string().contains("max-concurrency"), "{err}");
+        let closed = serde_json::json!({"mode": "concurrency", "concurrency": 8});
+        assert_eq!(
+            spec(closed, serde_json::json!({})).preconnections().unwrap(),
+            8
+        );
     }
 }
