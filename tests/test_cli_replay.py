@@ -60,13 +60,13 @@ def test_sweep_from_the_command_line(tmp_path: Path, sim_toml: str) -> None:
 
 
 def test_a_rate_opens_its_first_arrivals_connections_before_the_clock(tmp_path: Path, sim_toml: str) -> None:
-    # At 400/s, 50 ms of arrivals is 20 connections, opened before the clock:
+    # At 80/s, 250 ms of arrivals is 20 connections, opened before the clock:
     # none of the 20 requests holds a handshake. Asked not to, the first one
     # opens its connection and its row says how long that took.
     rows = {}
     for flags in ([], ["--no-preconnect"]):
         out = tmp_path / f"rate{len(flags)}.arrow"
-        code, text = invoke("replay", REASONING, "--rate", "400", "--num-requests", "20", "--sim-config", sim_toml, "-o", str(out), *flags)
+        code, text = invoke("replay", REASONING, "--rate", "80", "--num-requests", "20", "--sim-config", sim_toml, "-o", str(out), *flags)
         assert code == 0, text
         rows[len(flags)] = (specreplay.load(out).sort_values("scheduled_us"), text)
     warm, warm_text = rows[0]

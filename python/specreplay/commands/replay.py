@@ -305,7 +305,7 @@ class ListOptionsCommand(click.Command):
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request timeout, seconds (retries included).")
 @click.option("--stall-timeout", type=float, help="Fail a request when no bytes arrive for this many seconds.")
 @click.option("--retries", type=int, default=0, show_default=True, help="Retry connection failures, 429 and 5xx this many times, with backoff (a retry changes the load).")
-@click.option("--preconnect/--no-preconnect", default=None, help="Open the connections before the clock starts, so no request's TTFT holds a handshake. Default: on for --concurrency (one per request in flight) and for --rate (as many as 50 ms of its arrivals, at least one, at most --max-concurrency), off for --speedup. Asked for in an open loop, it opens --max-concurrency connections.")
+@click.option("--preconnect/--no-preconnect", default=None, help="Open the connections before the clock starts, so no request's TTFT holds a handshake. Default: on for --concurrency (one per request in flight) and for --rate (as many as 250 ms of its arrivals, at least one, at most --max-concurrency), off for --speedup. Asked for in an open loop, it opens --max-concurrency connections.")
 @click.option("--think-time", help="Sessions: seconds between an answer and the session's next turn where the trace records none: fixed (0.5) or a distribution (exp:2, uniform:1:3, ...).")
 @click.option("--think-time-scale", type=float, default=1.0, show_default=True, help="Sessions: multiply every think time (recorded or drawn) by this; 0 = none.")
 @click.option("--max-tokens", type=int, help="Output budget, set in the field each API uses.")

@@ -71,7 +71,7 @@ class ReplayConfig:
     stall_timeout: float | None = None
     retries: int = 0
     #: Open the connections before the clock starts. None: on for closed loop
-    #: (one per concurrent request) and for a rate (50 ms of its arrivals, the
+    #: (one per concurrent request) and for a rate (250 ms of its arrivals, the
     #: core's `RunSpec::preconnections`), off for recorded timing. True in an
     #: open loop opens `max_concurrency` connections and needs it set.
     preconnect: bool | None = None
