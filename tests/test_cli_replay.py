@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -298,3 +299,22 @@ def test_realtime_is_opt_in(tmp_path: Path, flag: str | None, policy: str) -> No
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert f"pacer-stats policy={policy} " in out.stdout + out.stderr
+    # What the threads got is in the file, per point, and said in one line.
+    (entry,) = json.loads(specreplay.load(tmp_path / "r.arrow").attrs["specreplay.scheduling"])
+    got = {"pacer": "SCHED_FIFO:2", "workers": "SCHED_FIFO:1"} if flag else {"pacer": "SCHED_OTHER", "workers": "SCHED_OTHER"}
+    assert entry == {"label": entry["label"], "point": "rate=50", **got, "realtime_asked": bool(flag)}
+    said = [line for line in out.stderr.splitlines() if "engine threads ran" in line]
+    assert len(said) == 1 and got["pacer"] in said[0] and got["workers"] in said[0], out.stderr
+
+
+def test_the_scheduling_line_says_when_realtime_was_refused() -> None:
+    from specreplay.run.point import scheduling_note
+
+    base = {"label": "run", "point": "rate=1", "pacer": "SCHED_OTHER", "workers": "SCHED_OTHER"}
+    assert "did not get it" in scheduling_note({**base, "realtime_asked": True})
+    assert "normal policy" in scheduling_note({**base, "realtime_asked": False})
+    fifo = {**base, "pacer": "SCHED_FIFO:2", "workers": "SCHED_FIFO:1", "realtime_asked": True}
+    assert scheduling_note(fifo).startswith("engine threads ran real-time")
+    # A closed loop has no pacer: its workers decide.
+    assert "real-time" in scheduling_note({**fifo, "pacer": None}) and "pacer none" in scheduling_note({**fifo, "pacer": None})
+    assert "did not get it" in scheduling_note({**fifo, "workers": "SCHED_OTHER"})

@@ -212,6 +212,8 @@ WORKERS_KEY = "specreplay.workers"
 PREDICTED_KEY = "specreplay.predicted"
 #: What each run's capacity search found (JSON).
 CAPACITY_KEY = "specreplay.capacity"
+#: The scheduling each point's engine threads got (JSON).
+SCHEDULING_KEY = "specreplay.scheduling"
 
 
 def to_frame(table: pa.Table, *, list_arrays: bool = True) -> pd.DataFrame:

@@ -31,7 +31,7 @@ from specreplay.run.feed import Feeder, Prepared
 from specreplay.run.capacity import Answer, SearchPlan
 from specreplay.run.limits import ceiling_note, in_flight
 from specreplay.run.plan import FinishedPoint, Plan, Progress
-from specreplay.run.point import StartPoint, local_start, run_point
+from specreplay.run.point import StartPoint, local_start, run_point, scheduling_note
 from specreplay.results.files import (
     CAPACITY_KEY,
     CONFIG_KEY,
@@ -41,6 +41,7 @@ from specreplay.results.files import (
     PREDICTED_KEY,
     RUN_ID_KEY,
     RUNS_KEY,
+    SCHEDULING_KEY,
     STARTED_AT_KEY,
     TARGET_KEY,
     VERSION_KEY,
@@ -171,6 +172,8 @@ class _Run:
     predictor: Predictor | None = None
     #: Its requests, built once for all its points (`feed.Prepared`).
     prepared: Prepared = field(default_factory=Prepared)
+    #: What each of its points' engine threads got (`point.scheduling_of`).
+    scheduling: list[dict[str, Any]] = field(default_factory=list)
 
     def start_point(self) -> StartPoint:
         """How this run's points start: here, on its Ray workers, or predicted."""
@@ -380,6 +383,9 @@ def _closing_metadata(runs: list[_Run], result: RunResult, samples: metrics_stor
     predictors = [r.predictor.metadata() for r in runs if r.predictor is not None]
     if predictors:
         extra[PREDICTED_KEY] = json.dumps(predictors)
+    scheduling = [entry for r in runs for entry in r.scheduling]
+    if scheduling:
+        extra[SCHEDULING_KEY] = json.dumps(scheduling)
     if len(samples):
         extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
     return extra
@@ -413,9 +419,13 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
         feeder = Feeder(run.trace, config, run.target.url, model, run.prepared)
         finished = run_point(spec, feeder, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us, run.start_point())
         finished.config = run.config  # the analysis reads the settings from it, typed
+        if finished.scheduling is not None:
+            run.scheduling.append(finished.scheduling)
         if first:  # every point of a run replays the same turns: say it once
             for note in feeder.think.sources.notes():
                 hooks.note(note)
+            if finished.scheduling is not None:
+                hooks.note(scheduling_note(finished.scheduling))
             first = False
         hooks.point_finished(finished)
         plan.finished(finished)
