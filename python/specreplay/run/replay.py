@@ -283,7 +283,9 @@ def run_replay(
     named runs of a config file, labelled) into one results file, and returns
     the result. `finalize(table)` may return extra metadata (validity
     findings) written into the final file. Ctrl-C cancels what is in flight,
-    keeps what finished, and returns with `interrupted=True`."""
+    keeps what finished, and returns with `interrupted=True`; before the
+    results file is opened (the trace being read, the targets reached) it
+    raises KeyboardInterrupt: nothing was sent, nothing written."""
     configs = config if isinstance(config, list) else [config]
     if not configs:
         raise ConfigError("nothing to run")
@@ -304,18 +306,18 @@ def run_replay(
     try:
         _reach_targets(runs, hooks)
         metadata = _file_metadata(runs, run_id)
-        writer = ResultsWriter(output, metadata)
-        samples = metrics_store.SampleLog(output)
-        for run in runs:
-            run.scraper = _scraper(run, samples, hooks, named=len(runs) > 1)
         first_target = runs[0].target
         assert first_target is not None
         result = RunResult(
             path=output, run_id=run_id, points=[p for r in runs for p in r.points], target=redact_url(first_target.url),
             embedded=first_target.embedded is not None, model=first_target.model, metadata=metadata,
         )
-        total = None if any(r.plan.searching for r in runs) else len(result.points)
+        samples = metrics_store.SampleLog(output)
+        writer = ResultsWriter(output, metadata)
         try:
+            for run in runs:
+                run.scraper = _scraper(run, samples, hooks, named=len(runs) > 1)
+            total = None if any(r.plan.searching for r in runs) else len(result.points)
             index = 0
             for run in runs:
                 index = _run_plan(run, writer, run_id, index, total, hooks, result)
@@ -323,6 +325,10 @@ def run_replay(
                     run.scraper.close()
                 if result.interrupted:
                     break
+        except KeyboardInterrupt:
+            # Outside a point's drain (which keeps its own Ctrl-C: `point.py`):
+            # before the first point, or between two. The file keeps what finished.
+            result.interrupted = True
         finally:
             for run in runs:
                 if run.scraper is not None:
