@@ -186,6 +186,21 @@ def test_a_page_that_turns_bad_mid_run_is_a_failed_scrape(tmp_path: Path) -> Non
     log.remove()
 
 
+def test_a_point_that_failed_keeps_the_pages_it_took(tmp_path: Path) -> None:
+    # A failed run stops the ticks without the closing scrape (`Scraper.stop`),
+    # and the point's pages were never parsed: the file's samples still hold them.
+    log = store.SampleLog(tmp_path / "r.arrow")
+    with metrics_server([(200, "text/plain", PAGE)]) as (url, _):
+        scraper = Scraper(url, [], 0.05, log, lambda note: None)
+        scraper.start_point("run", "rate=1")
+        time.sleep(0.3)
+        scraper.stop()
+    assert len(log) == 1  # the start page, parsed at once: the others wait
+    kinds = log.table().column("scrape").to_pylist()
+    assert kinds[0] == "start" and "tick" in kinds and "end" not in kinds
+    log.remove()
+
+
 def test_ticks_keep_to_their_interval(tmp_path: Path) -> None:
     log = store.SampleLog(tmp_path / "r.arrow")
     with metrics_server([(200, "text/plain", PAGE)]) as (url, _):

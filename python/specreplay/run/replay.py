@@ -392,8 +392,9 @@ def _closing_metadata(runs: list[_Run], result: RunResult, samples: metrics_stor
     scheduling = [entry for r in runs for entry in r.scheduling]
     if scheduling:
         extra[SCHEDULING_KEY] = json.dumps(scheduling)
-    if len(samples):
-        extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
+    taken = samples.table()  # pages a failed point left unparsed parsed now
+    if taken.num_rows:
+        extra[metrics_store.METADATA_KEY] = metrics_store.encode(taken)
     return extra
 
 
