@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import re
 import select
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -185,6 +190,69 @@ def test_ctrl_c_keeps_finished_requests_and_exits_non_zero(tmp_path: Path, sim_t
     assert not Path(f"{out}.partial").exists()
 
 
+@contextmanager
+def hanging_server() -> Iterator[tuple[str, threading.Event]]:
+    """An HTTP server on 127.0.0.1 whose every GET hangs (until the block
+    ends): yields its root URL and an event set once a GET came in, the
+    deterministic moment for a Ctrl-C."""
+    asked, release = threading.Event(), threading.Event()
+
+    class Hanging(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            asked.set()
+            release.wait(30)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hanging)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def interrupt_once_asked(cmd: list[str], asked: threading.Event) -> tuple[int, str]:
+    """Runs `cmd`, sends it Ctrl-C once the hanging server got its GET;
+    returns its exit status and output."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert asked.wait(60), "the replay never asked"
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    return proc.returncode, output.decode()
+
+
+def test_ctrl_c_before_the_results_file_is_opened_says_nothing_was_sent(tmp_path: Path) -> None:
+    # The target's model list (the preflight, before any point) hangs.
+    out = tmp_path / "run.arrow"
+    with hanging_server() as (root, asked):
+        code, text = interrupt_once_asked(
+            [sys.executable, "-m", "specreplay", "replay", REASONING, "--url", f"{root}/v1", "--rate", "5", "-o", str(out)], asked
+        )
+    assert code == 130, text
+    assert "interrupted before the first point started: no request was sent" in text and "Aborted" not in text, text
+    assert not out.exists() and not Path(f"{out}.partial").exists()
+
+
+def test_ctrl_c_before_the_first_request_keeps_an_empty_file(tmp_path: Path) -> None:
+    # The results file is open; the first point's opening scrape of the
+    # server's metrics hangs, before the engine starts: nothing is sent.
+    out = tmp_path / "run.arrow"
+    with hanging_server() as (root, asked):
+        cmd = [sys.executable, "-m", "specreplay", "replay", REASONING, "--rate", "5", "--num-requests", "4", "-o", str(out),
+               "--metrics-url", f"{root}/metrics"]  # fmt: skip
+        code, text = interrupt_once_asked(cmd, asked)
+    assert code == 130, text
+    assert f"interrupted before any request was sent: {out} holds no rows" in text and "Aborted" not in text, text
+    assert len(specreplay.load(out)) == 0 and not Path(f"{out}.partial").exists()
+
+
 def read_until(proc: subprocess.Popen[bytes], pattern: re.Pattern[bytes], timeout_s: float) -> bytes:
     """The unbuffered output of `proc` up to the line that `pattern` finds."""
     assert proc.stdout is not None
@@ -316,3 +384,22 @@ def test_realtime_is_opt_in(tmp_path: Path, flag: str | None, policy: str) -> No
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert f"pacer-stats policy={policy} " in out.stdout + out.stderr
+    # What the threads got is in the file, per point, and said in one line.
+    (entry,) = json.loads(specreplay.load(tmp_path / "r.arrow").attrs["specreplay.scheduling"])
+    got = {"pacer": "SCHED_FIFO:2", "workers": "SCHED_FIFO:1"} if flag else {"pacer": "SCHED_OTHER", "workers": "SCHED_OTHER"}
+    assert entry == {"label": entry["label"], "point": "rate=50", **got, "realtime_asked": bool(flag)}
+    said = [line for line in out.stderr.splitlines() if "engine threads ran" in line]
+    assert len(said) == 1 and got["pacer"] in said[0] and got["workers"] in said[0], out.stderr
+
+
+def test_the_scheduling_line_says_when_realtime_was_refused() -> None:
+    from specreplay.run.point import scheduling_note
+
+    base = {"label": "run", "point": "rate=1", "pacer": "SCHED_OTHER", "workers": "SCHED_OTHER"}
+    assert "did not get it" in scheduling_note({**base, "realtime_asked": True})
+    assert "normal policy" in scheduling_note({**base, "realtime_asked": False})
+    fifo = {**base, "pacer": "SCHED_FIFO:2", "workers": "SCHED_FIFO:1", "realtime_asked": True}
+    assert scheduling_note(fifo).startswith("engine threads ran real-time")
+    # A closed loop has no pacer: its workers decide.
+    assert "real-time" in scheduling_note({**fifo, "pacer": None}) and "pacer none" in scheduling_note({**fifo, "pacer": None})
+    assert "did not get it" in scheduling_note({**fifo, "workers": "SCHED_OTHER"})

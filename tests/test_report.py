@@ -56,6 +56,8 @@ def test_report_command_writes_the_file(sim_runs: dict[str, Path], tmp_path: Pat
     assert "<h2>Comparison</h2>" not in page  # one run: nothing to compare
     # 9 of the client's and the server's load; no speculation, no acceptance charts.
     assert page.count('<svg class="plot"') == 10
+    # What the engine threads got, one line among the configuration's facts.
+    assert re.search(r"<dt>scheduling</dt><dd>pacer (none|SCHED_[A-Z]+(:\d)?), workers SCHED_[A-Z]+(:\d)? \(real-time (not )?asked\)</dd>", page)
 
 
 # --- the browser ----------------------------------------------------------------

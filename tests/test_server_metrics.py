@@ -24,7 +24,8 @@ from specreplay.cli import cli
 from specreplay.settings.config import ReplayConfig
 from specreplay.run.replay import run_replay
 from specreplay.results import server_samples as store
-from specreplay.servermetrics.scrape import Scraper, metrics_url, parse, same_origin
+from specreplay.results.server_samples import Page, parse
+from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
 
 ROOT = Path(__file__).resolve().parent.parent
 REASONING = str(ROOT / "traces" / "reasoning-prompts.jsonl")
@@ -75,11 +76,11 @@ def test_openmetrics_pages_parse_too() -> None:
 
 def test_the_samples_survive_the_fold_into_metadata(tmp_path: Path) -> None:
     log = store.SampleLog(tmp_path / "r.arrow")
-    rows = parse(SAMPLES.read_text())
     for i in range(3):
-        log.append(ts_us=1_000_000 * i, rtt_us=500, label="a", point="rate=1", scrape="tick", samples=rows)
+        log.add(Page(1_000_000 * i, 500, "a", "rate=1", "tick", "text/plain", SAMPLES.read_bytes()))
     assert log.partial.exists()
     table = log.table()
+    assert table.num_rows == 3 * 474
     back = store.decode(store.encode(table))
     assert back.equals(table)
     log.remove()
@@ -168,6 +169,35 @@ def test_a_failing_endpoint_is_counted_and_said_once(tmp_path: Path) -> None:
     assert scraper.available and scraper.failures >= 2 and len(log) == 1
     assert len(notes) == 1 and "scrapes of" in notes[0] and "HTTP 500" in notes[0]
     assert seen[0]["Authorization"] == "Bearer k" and "text/plain" in seen[0]["Accept"]
+    log.remove()
+
+
+def test_a_page_that_turns_bad_mid_run_is_a_failed_scrape(tmp_path: Path) -> None:
+    notes: list[str] = []
+    log = store.SampleLog(tmp_path / "r.arrow")
+    with metrics_server([(200, "text/plain", PAGE), (200, "text/html", "<html>maintenance</html>")]) as (url, _):
+        scraper = Scraper(url, [], 0.05, log, notes.append)
+        scraper.start_point("run", "rate=1")
+        time.sleep(0.3)
+        scraper.close()
+    # Found when the point's pages are parsed, after it: counted all the same.
+    assert scraper.failures >= 2 and len(log) == 1
+    assert len(notes) == 1 and "not a Prometheus metrics page" in notes[0]
+    log.remove()
+
+
+def test_a_point_that_failed_keeps_the_pages_it_took(tmp_path: Path) -> None:
+    # A failed run stops the ticks without the closing scrape (`Scraper.stop`),
+    # and the point's pages were never parsed: the file's samples still hold them.
+    log = store.SampleLog(tmp_path / "r.arrow")
+    with metrics_server([(200, "text/plain", PAGE)]) as (url, _):
+        scraper = Scraper(url, [], 0.05, log, lambda note: None)
+        scraper.start_point("run", "rate=1")
+        time.sleep(0.3)
+        scraper.stop()
+    assert len(log) == 1  # the start page, parsed at once: the others wait
+    kinds = log.table().column("scrape").to_pylist()
+    assert kinds[0] == "start" and "tick" in kinds and "end" not in kinds
     log.remove()
 
 
@@ -265,3 +295,37 @@ def test_ctrl_c_folds_the_samples_taken_into_the_results_file(tmp_path: Path) ->
     # The start scrape, the ticks until Ctrl-C, and the end scrape once in-flight requests were cancelled.
     assert list(samples.drop_duplicates("ts_us")["scrape"].iloc[[0, -1]]) == ["start", "end"]
     assert samples["ts_us"].nunique() >= 5
+
+
+def test_a_recorded_vllm_page_gives_the_samples_of_a_parse(tmp_path: Path) -> None:
+    """The pages are kept raw during the point and parsed after it: every
+    scrape in the file holds exactly what parsing the page gives, in order."""
+    page = SAMPLES.read_text()
+    with metrics_server([(200, "text/plain; version=0.0.4; charset=utf-8", page)]) as (url, _):
+        path = run(tmp_path, concurrency=[2], metrics_url=url, metrics_interval=0.05)
+    samples = specreplay.load(path, metrics=True)
+    expected = parse(page, "text/plain; version=0.0.4; charset=utf-8")
+    scrapes = samples.groupby("ts_us", sort=True)
+    assert "tick" in set(samples["scrape"]) and len(scrapes) >= 3
+    for _, taken in scrapes:
+        assert list(taken[["name", "labels", "type", "value"]].itertuples(index=False, name=None)) == expected
+
+
+def test_no_page_is_parsed_while_a_point_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specreplay import _core
+
+    parsed_at: list[int] = []
+
+    def counted(text: str, content_type: str = "") -> list[store.Sample]:
+        parsed_at.append(_core.now_us())
+        return parse(text, content_type)
+
+    monkeypatch.setattr(store, "parse", counted)
+    path = run(tmp_path, concurrency=[1, 2], metrics_interval=0.05)
+    df, samples = specreplay.load(path), specreplay.load(path, metrics=True)
+    assert "tick" in set(samples["scrape"])
+    # One parse per scrape, none between a point's first send and its last response.
+    assert len(parsed_at) == samples["ts_us"].nunique()
+    for _, rows in df.groupby("point"):
+        first, last = rows["sent_us"].min(), rows["end_us"].max()
+        assert not [t for t in parsed_at if first <= t <= last]

@@ -187,11 +187,25 @@ class EngineProgress:
     def output_tokens(self) -> int: ...
 
 @final
+class EngineScheduling:
+    """The scheduling the point's engine threads actually got (not what was
+    asked): `SCHED_FIFO:<priority>` or `SCHED_OTHER`."""
+
+    @property
+    def pacer(self) -> str | None: ...
+    @property
+    def workers(self) -> str | None: ...
+    @property
+    def realtime_asked(self) -> bool: ...
+
+@final
 class EngineRun:
     """One sweep point running on the engine's own threads."""
 
     def next_batch(self, max_rows: int = 4096, wait_s: float = 0.25) -> ArrowBatch | None: ...
     def progress(self) -> EngineProgress: ...
+    def scheduling(self) -> EngineScheduling:
+        """The scheduling its threads got (read once the point is over)."""
     def cancel(self) -> None: ...
     def feed(self, requests: ArrowArrayExportable) -> None:
         """More requests of a point started with `feed=True`, in order (a

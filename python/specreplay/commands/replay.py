@@ -105,6 +105,8 @@ class ConsoleHooks(Hooks):
         # Each run's thresholds, typed, from its config: the live view's burst limit.
         self.thresholds = {c.label: ValidityThresholds.from_dict(c.thresholds) for c in configs or []}
         self.analysed_rows = 0
+        #: Rows written so far: every request sent has one (none: none was sent).
+        self.written_rows = 0
 
     def target(self, target: Target, description: str) -> None:
         self.err.print(description, highlight=False)
@@ -120,6 +122,7 @@ class ConsoleHooks(Hooks):
             self.view.start(point.name, expected, status, self.thresholds.get(label))
 
     def rows(self, batch: pa.RecordBatch) -> None:
+        self.written_rows += batch.num_rows
         if self.view is not None:
             self.view.rows(batch)
 
@@ -370,8 +373,14 @@ def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bo
         found.extend(hooks.findings(table))
         return {VALIDITY_KEY: to_json(found)}
 
-    result = run_replay(configs, hooks, finalize)
+    try:
+        result = run_replay(configs, hooks, finalize)
+    except KeyboardInterrupt:  # before the results file was opened (`run_replay`)
+        err.print("interrupted before the first point started: no request was sent, and no results file was written")
+        sys.exit(EXIT_INTERRUPTED)
     print_verdict(out, found)
+    if result.interrupted and not hooks.written_rows:
+        err.print(f"interrupted before any request was sent: {result.path} holds no rows")
     err.print(f"results: {result.path}  ({'interrupted, ' if result.interrupted else ''}run id {result.run_id})", highlight=False)
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)

@@ -167,7 +167,7 @@ def read_table(path: str | os.PathLike[str]) -> pa.Table:
         samples = metrics_store.partial_path(p)
         if samples.exists():
             # As the final file would have held them.
-            encoded = metrics_store.encode(_read_stream(samples))
+            encoded = metrics_store.encode(metrics_store.from_partial(_read_stream(samples)))
             table = table.replace_schema_metadata({**(table.schema.metadata or {}), metrics_store.METADATA_KEY: encoded})
     else:
         raise FileNotFoundError(f"{path}: no results file (nor an interrupted run's {partial.name})")
@@ -189,7 +189,7 @@ def read_server_metrics(path: str | os.PathLike[str]) -> pa.Table:
         return metrics_store.from_metadata(metadata)
     samples = metrics_store.partial_path(p)
     if samples.exists():
-        return _read_stream(samples).cast(metrics_store.empty().schema)
+        return metrics_store.from_partial(_read_stream(samples))
     if partial_path(p).exists():
         return metrics_store.empty()
     raise FileNotFoundError(f"{path}: no results file (nor an interrupted run's {partial_path(p).name})")
@@ -212,6 +212,8 @@ WORKERS_KEY = "specreplay.workers"
 PREDICTED_KEY = "specreplay.predicted"
 #: What each run's capacity search found (JSON).
 CAPACITY_KEY = "specreplay.capacity"
+#: The scheduling each point's engine threads got (JSON).
+SCHEDULING_KEY = "specreplay.scheduling"
 
 
 def to_frame(table: pa.Table, *, list_arrays: bool = True) -> pd.DataFrame:

@@ -1,28 +1,39 @@
-"""Where the scraped samples are kept, so that one results file holds them.
+"""Where the scraped pages and their samples are kept, so that one results
+file holds them.
 
-During a run every scrape is one Arrow record batch appended to
-`<output>.metrics.partial` (an IPC *stream*) and flushed at once: Ctrl-C or
-`kill -9` keeps every scrape taken, as `<output>.partial` keeps every finished
-request. When the run ends, the samples are folded into the results file
-itself, under the schema-metadata key `specreplay.server_metrics`, and the
-stream is removed. The value is an IPC stream too (strings
-dictionary-encoded, buffers zstd-compressed: a vLLM page of ~470 samples
-repeats the same names every second), base64-encoded so that the metadata
-stays valid UTF-8 for every Arrow reader. `specreplay.load(path,
-metrics=True)` reads either.
+During a point the scraper only fetches: every page is one Arrow record
+batch, its raw bytes with their stamps, appended to `<output>.metrics.partial`
+(an IPC *stream*) and flushed at once, so Ctrl-C or `kill -9` keeps every
+scrape taken, as `<output>.partial` keeps every finished request. The pages
+are parsed into samples between points (`SampleLog.parse_pending`), off the
+cores the engine paces on: a vLLM page costs 11–20 ms of CPU to parse
+(docs/benchmarks.md, "Scraping server metrics"). When the run ends, the
+samples are folded into the results file itself, under the schema-metadata
+key `specreplay.server_metrics`, and the stream is removed. The value is an
+IPC stream too (strings dictionary-encoded, buffers zstd-compressed: a vLLM
+page of ~470 samples repeats the same names every second), base64-encoded so
+that the metadata stays valid UTF-8 for every Arrow reader.
+`specreplay.load(path, metrics=True)` reads either, parsing a crashed run's
+pages as the run would have.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+import json
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from specreplay.results.schema import server_metrics_schema
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 #: The results file's schema-metadata key that holds the samples.
 METADATA_KEY = "specreplay.server_metrics"
@@ -32,6 +43,76 @@ Sample = tuple[str, str, str, float]
 
 _SCHEMA = server_metrics_schema()
 _STRINGS = [f.name for f in _SCHEMA if pa.types.is_string(f.type)]
+#: What the partial stream holds: a scrape's stamps (the samples' first five
+#: columns), and its page as the server sent it.
+_STAMPS = _SCHEMA.names[:5]
+_PAGES = pa.schema([*(_SCHEMA.field(n) for n in _STAMPS), pa.field("content_type", pa.string()), pa.field("page", pa.binary())])
+
+
+@dataclass(frozen=True)
+class Page:
+    """One scrape as fetched: its stamps and the page's bytes."""
+
+    ts_us: int
+    rtt_us: int
+    label: str
+    point: str
+    scrape: str
+    content_type: str
+    body: bytes
+
+
+def parse(text: str, content_type: str = "") -> list[Sample]:
+    """Every sample of a Prometheus (or OpenMetrics) page: name, labels as
+    sorted-key JSON, the family's type, value. Raises ValueError for a page
+    that is not one, or holds no sample."""
+    families: Iterable[Metric]
+    if content_type.startswith("application/openmetrics-text"):
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics
+
+        families = openmetrics(text)  # type: ignore[no-untyped-call]
+    else:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        families = text_string_to_metric_families(text)
+    out: list[Sample] = []
+    labels_json: dict[tuple[tuple[str, str], ...], str] = {}
+    for family in families:
+        for sample in family.samples:
+            key = tuple(sorted(sample.labels.items()))
+            labels = labels_json.get(key)
+            if labels is None:
+                labels = labels_json[key] = json.dumps(dict(key), separators=(",", ":"))
+            out.append((sample.name, labels, family.type, float(sample.value)))
+    if not out:
+        raise ValueError("the page holds no samples")
+    return out
+
+
+def samples_of(page: Page) -> pa.RecordBatch:
+    """The page's samples, one row each, with its stamps. Raises ValueError
+    for a page that is not Prometheus text."""
+    samples = parse(page.body.decode("utf-8", "replace"), page.content_type)
+    return _batch(page, samples)
+
+
+def _batch(page: Page, samples: Sequence[Sample]) -> pa.RecordBatch:
+    n = len(samples)
+    names, labels, types, values = zip(*samples)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(page.ts_us, pa.int64()), n),
+            pa.repeat(pa.scalar(page.rtt_us, pa.int64()), n),
+            pa.repeat(pa.scalar(page.label, pa.string()), n),
+            pa.repeat(pa.scalar(page.point, pa.string()), n),
+            pa.repeat(pa.scalar(page.scrape, pa.string()), n),
+            pa.array(names, pa.string()),
+            pa.array(labels, pa.string()),
+            pa.array(types, pa.string()),
+            pa.array(values, pa.float64()),
+        ],
+        schema=_SCHEMA,
+    )
 
 
 def partial_path(output: str | Path) -> Path:
@@ -39,48 +120,58 @@ def partial_path(output: str | Path) -> Path:
 
 
 class SampleLog:
-    """The samples of a run: appended scrape by scrape to the `.metrics.partial`
-    stream (created with the first scrape, so a run without server metrics
-    leaves no file) and kept in memory for the summaries and the final file."""
+    """The scrapes of a run: each page appended as fetched to the
+    `.metrics.partial` stream (created with the first, so a run without
+    server metrics leaves no file), and its samples, once parsed, kept in
+    memory for the summaries and the final file."""
 
     def __init__(self, output: str | Path) -> None:
         self.partial = partial_path(output)
         self._sink: pa.OSFile | None = None
         self._writer: ipc.RecordBatchStreamWriter | None = None
         self._batches: list[pa.RecordBatch] = []
+        self._pending: deque[Page] = deque()
 
-    def append(self, *, ts_us: int, rtt_us: int, label: str, point: str, scrape: str, samples: Sequence[Sample]) -> None:
-        n = len(samples)
-        if n == 0:
-            return
-        names, labels, types, values = zip(*samples)
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.repeat(pa.scalar(ts_us, pa.int64()), n),
-                pa.repeat(pa.scalar(rtt_us, pa.int64()), n),
-                pa.repeat(pa.scalar(label, pa.string()), n),
-                pa.repeat(pa.scalar(point, pa.string()), n),
-                pa.repeat(pa.scalar(scrape, pa.string()), n),
-                pa.array(names, pa.string()),
-                pa.array(labels, pa.string()),
-                pa.array(types, pa.string()),
-                pa.array(values, pa.float64()),
-            ],
-            schema=_SCHEMA,
-        )
+    def add(self, page: Page, *, parse_now: bool = False) -> None:
+        """Keeps `page` (on disk at once); parsed at the next
+        `parse_pending`, or now with `parse_now` (raising ValueError, and
+        keeping nothing, for a page that is not Prometheus text)."""
+        parsed = samples_of(page) if parse_now else None
+        row = [pa.array([getattr(page, n)], _PAGES.field(n).type) for n in _STAMPS]
+        batch = pa.RecordBatch.from_arrays([*row, pa.array([page.content_type]), pa.array([page.body], pa.binary())], schema=_PAGES)
         if self._writer is None:
             self._sink = pa.OSFile(str(self.partial), "wb")
-            self._writer = ipc.new_stream(self._sink, _SCHEMA, options=ipc.IpcWriteOptions(compression=_codec()))
+            self._writer = ipc.new_stream(self._sink, _PAGES, options=ipc.IpcWriteOptions(compression=_codec()))
         self._writer.write_batch(batch)
         assert self._sink is not None
         self._sink.flush()
-        self._batches.append(batch)
+        if parsed is not None and not self._pending:
+            self._batches.append(parsed)
+        else:
+            self._pending.append(page)
+
+    def parse_pending(self) -> list[str]:
+        """Parses the pages kept since the last call, in the order they were
+        taken (between points: never while one runs). Returns why each page
+        that is not Prometheus text was dropped."""
+        dropped = []
+        while self._pending:
+            try:
+                batch = samples_of(self._pending[0])
+            except ValueError as e:
+                dropped.append(f"not a Prometheus metrics page ({e})")
+            else:
+                self._batches.append(batch)
+            self._pending.popleft()
+        return dropped
 
     def table(self) -> pa.Table:
-        """Every sample so far."""
+        """Every sample so far (the pages not yet parsed parsed now)."""
+        self.parse_pending()
         return pa.Table.from_batches(self._batches, schema=_SCHEMA)
 
     def __len__(self) -> int:
+        """The samples parsed so far."""
         return sum(b.num_rows for b in self._batches)
 
     def close(self) -> None:
@@ -96,6 +187,21 @@ class SampleLog:
         """Removes the stream, once its samples are in the results file."""
         self.close()
         self.partial.unlink(missing_ok=True)
+
+
+def from_partial(stream: pa.Table) -> pa.Table:
+    """The samples of a crashed run's `.metrics.partial` stream, parsed from
+    its pages as the run would have (pages that are not Prometheus text
+    dropped, as the run drops them)."""
+    if "page" not in stream.column_names:  # written before pages were kept raw: samples already
+        return stream.cast(_SCHEMA)
+    batches = []
+    for row in stream.to_pylist():
+        try:
+            batches.append(samples_of(Page(**{**{n: row[n] for n in _STAMPS}, "content_type": row["content_type"], "body": row["page"]})))
+        except ValueError:
+            continue
+    return pa.Table.from_batches(batches, schema=_SCHEMA)
 
 
 def _codec() -> str | None:

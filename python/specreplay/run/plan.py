@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -49,6 +49,9 @@ class FinishedPoint:
     them back out of the rows' metadata (None: it does, as for a file)."""
     server_samples: pa.Table | None = None
     """The server's samples scraped during the point (None: none were)."""
+    scheduling: dict[str, Any] | None = None
+    """The scheduling its engine threads got (`point.scheduling_of`; None: a
+    distributed or predicted point, whose engine is not this process's)."""
 
     @cached_property
     def runs(self) -> list[RunAnalysis]:

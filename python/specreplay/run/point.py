@@ -119,7 +119,9 @@ def run_point(
     samples = _samples_of(scraper, label, point.name)
     if drained.failure is not None:
         raise drained.failure
-    return FinishedPoint(point, label, rows, progress(), drained.interrupted, drained.cut, server_samples=samples)
+    return FinishedPoint(
+        point, label, rows, progress(), drained.interrupted, drained.cut, server_samples=samples, scheduling=scheduling_of(run, label, point.name)
+    )
 
 
 @contextmanager
@@ -235,3 +237,25 @@ def _samples_of(scraper: Scraper | None, label: str, point: str) -> pa.Table | N
         return None
     taken = scraper.log.table()
     return taken.filter(pc.and_(pc.equal(taken["label"], label), pc.equal(taken["point"], point)))
+
+
+def scheduling_of(run: Any, label: str, point: str) -> dict[str, Any] | None:
+    """What the point's engine threads got, as the results file records it
+    (`specreplay.scheduling`), once the point is over; None for a run whose
+    engine is not this process's (distributed, predicted)."""
+    if not isinstance(run, _core.EngineRun):
+        return None
+    got = run.scheduling()
+    return {"label": label, "point": point, "pacer": got.pacer, "workers": got.workers, "realtime_asked": got.realtime_asked}
+
+
+def scheduling_note(entry: dict[str, Any]) -> str:
+    """`scheduling_of`'s entry in one line, for the run's notes."""
+    got = f"pacer {entry['pacer'] or 'none'}, workers {entry['workers'] or 'none'}"
+    realtime = all(str(entry[k]).startswith("SCHED_FIFO") for k in ("pacer", "workers") if entry[k] is not None)
+    if entry["realtime_asked"] and not realtime:
+        return (f"--realtime asked for SCHED_FIFO, but the engine threads did not get it ({got}): "
+                "this process may not (it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO)")  # fmt: skip
+    if realtime:
+        return f"engine threads ran real-time ({got})"
+    return f"engine threads ran at the normal policy ({got}; --realtime asks for SCHED_FIFO)"

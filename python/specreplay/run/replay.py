@@ -31,7 +31,7 @@ from specreplay.run.feed import Feeder, Prepared
 from specreplay.run.capacity import Answer, SearchPlan
 from specreplay.run.limits import ceiling_note, in_flight
 from specreplay.run.plan import FinishedPoint, Plan, Progress
-from specreplay.run.point import StartPoint, local_start, run_point
+from specreplay.run.point import StartPoint, local_start, run_point, scheduling_note
 from specreplay.results.files import (
     CAPACITY_KEY,
     CONFIG_KEY,
@@ -41,6 +41,7 @@ from specreplay.results.files import (
     PREDICTED_KEY,
     RUN_ID_KEY,
     RUNS_KEY,
+    SCHEDULING_KEY,
     STARTED_AT_KEY,
     TARGET_KEY,
     VERSION_KEY,
@@ -171,6 +172,8 @@ class _Run:
     predictor: Predictor | None = None
     #: Its requests, built once for all its points (`feed.Prepared`).
     prepared: Prepared = field(default_factory=Prepared)
+    #: What each of its points' engine threads got (`point.scheduling_of`).
+    scheduling: list[dict[str, Any]] = field(default_factory=list)
 
     def start_point(self) -> StartPoint:
         """How this run's points start: here, on its Ray workers, or predicted."""
@@ -280,7 +283,9 @@ def run_replay(
     named runs of a config file, labelled) into one results file, and returns
     the result. `finalize(table)` may return extra metadata (validity
     findings) written into the final file. Ctrl-C cancels what is in flight,
-    keeps what finished, and returns with `interrupted=True`."""
+    keeps what finished, and returns with `interrupted=True`; before the
+    results file is opened (the trace being read, the targets reached) it
+    raises KeyboardInterrupt: nothing was sent, nothing written."""
     configs = config if isinstance(config, list) else [config]
     if not configs:
         raise ConfigError("nothing to run")
@@ -301,18 +306,18 @@ def run_replay(
     try:
         _reach_targets(runs, hooks)
         metadata = _file_metadata(runs, run_id)
-        writer = ResultsWriter(output, metadata)
-        samples = metrics_store.SampleLog(output)
-        for run in runs:
-            run.scraper = _scraper(run, samples, hooks, named=len(runs) > 1)
         first_target = runs[0].target
         assert first_target is not None
         result = RunResult(
             path=output, run_id=run_id, points=[p for r in runs for p in r.points], target=redact_url(first_target.url),
             embedded=first_target.embedded is not None, model=first_target.model, metadata=metadata,
         )
-        total = None if any(r.plan.searching for r in runs) else len(result.points)
+        samples = metrics_store.SampleLog(output)
+        writer = ResultsWriter(output, metadata)
         try:
+            for run in runs:
+                run.scraper = _scraper(run, samples, hooks, named=len(runs) > 1)
+            total = None if any(r.plan.searching for r in runs) else len(result.points)
             index = 0
             for run in runs:
                 index = _run_plan(run, writer, run_id, index, total, hooks, result)
@@ -320,6 +325,10 @@ def run_replay(
                     run.scraper.close()
                 if result.interrupted:
                     break
+        except KeyboardInterrupt:
+            # Outside a point's drain (which keeps its own Ctrl-C: `point.py`):
+            # before the first point, or between two. The file keeps what finished.
+            result.interrupted = True
         finally:
             for run in runs:
                 if run.scraper is not None:
@@ -380,8 +389,12 @@ def _closing_metadata(runs: list[_Run], result: RunResult, samples: metrics_stor
     predictors = [r.predictor.metadata() for r in runs if r.predictor is not None]
     if predictors:
         extra[PREDICTED_KEY] = json.dumps(predictors)
-    if len(samples):
-        extra[metrics_store.METADATA_KEY] = metrics_store.encode(samples.table())
+    scheduling = [entry for r in runs for entry in r.scheduling]
+    if scheduling:
+        extra[SCHEDULING_KEY] = json.dumps(scheduling)
+    taken = samples.table()  # pages a failed point left unparsed parsed now
+    if taken.num_rows:
+        extra[metrics_store.METADATA_KEY] = metrics_store.encode(taken)
     return extra
 
 
@@ -413,9 +426,13 @@ def _run_plan(run: _Run, writer: ResultsWriter, run_id: str, index: int, total: 
         feeder = Feeder(run.trace, config, run.target.url, model, run.prepared)
         finished = run_point(spec, feeder, writer, run_id, label, point, index, hooks, run.scraper, run.tokenizer, plan.deadline_us, run.start_point())
         finished.config = run.config  # the analysis reads the settings from it, typed
+        if finished.scheduling is not None:
+            run.scheduling.append(finished.scheduling)
         if first:  # every point of a run replays the same turns: say it once
             for note in feeder.think.sources.notes():
                 hooks.note(note)
+            if finished.scheduling is not None:
+                hooks.note(scheduling_note(finished.scheduling))
             first = False
         hooks.point_finished(finished)
         plan.finished(finished)

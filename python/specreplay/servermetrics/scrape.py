@@ -3,35 +3,39 @@
 Off the measurement path by construction: the engine runs on its own Rust
 threads and waits for nothing in Python (its finished requests go into an
 unbounded channel that the replay loop drains), and the scraper is one more
-Python thread with HTTP connections of its own. What it costs the client is CPU
-(a GET and a parse per interval: 11–20 ms of CPU for vLLM's 470-sample page on
-this project's 2-core machine); `bench/scrape_send_lag.py` measures the send
-lag with and without it (docs/benchmarks.md).
+Python thread with HTTP connections of its own. While a point runs it only
+fetches: each page is kept raw with its stamps (`SampleLog.add`) and parsed
+when the point is over (`end_point`), since a parse costs 11–20 ms of CPU
+for vLLM's 470-sample page on this project's 2-core machine, the cores the
+engine paces on. `bench/scrape_tick_cpu.py` measures a tick's CPU, and
+`bench/scrape_send_lag.py` the send lag with and without scraping
+(docs/benchmarks.md).
 
 Each point is bracketed by two scrapes the replay loop takes itself, `start`
 just before the engine starts the point and `end` just after its last
 response, so a counter's increase over the point is exact whatever the
 interval; `tick` scrapes every `interval` between the two sample the gauges.
-The page is parsed with `prometheus_client`'s parser (the Prometheus text
-format, or OpenMetrics when the server answers with it); every sample is
-kept, known name or not.
+The pages are parsed with `prometheus_client`'s parser
+(`server_samples.parse`: the Prometheus text format, or OpenMetrics when the
+server answers with it); every sample is kept, known name or not. Only the
+run's first page is parsed at once, before any point starts: it decides
+whether the target has metrics at all.
 """
 
 from __future__ import annotations
 
 import http.client
-import json
 import math
 import os
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 from specreplay import _core
-from specreplay.results.server_samples import Sample, SampleLog
+from specreplay.results.server_samples import Page, SampleLog
 from specreplay.trace.shaping import redact_url
 
 #: How long one GET may take. A scrape that takes longer fails (and is
@@ -52,33 +56,6 @@ def metrics_url(api_url: str) -> str:
 def same_origin(a: str, b: str) -> bool:
     pa, pb = urlsplit(a), urlsplit(b)
     return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
-
-
-def parse(text: str, content_type: str = "") -> list[Sample]:
-    """Every sample of a Prometheus (or OpenMetrics) page: name, labels as
-    sorted-key JSON, the family's type, value. Raises ValueError for a page
-    that is not one."""
-    from prometheus_client.metrics_core import Metric
-
-    families: Iterable[Metric]
-    if content_type.startswith("application/openmetrics-text"):
-        from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics
-
-        families = openmetrics(text)  # type: ignore[no-untyped-call]
-    else:
-        from prometheus_client.parser import text_string_to_metric_families
-
-        families = text_string_to_metric_families(text)
-    out: list[Sample] = []
-    labels_json: dict[tuple[tuple[str, str], ...], str] = {}
-    for family in families:
-        for sample in family.samples:
-            key = tuple(sorted(sample.labels.items()))
-            labels = labels_json.get(key)
-            if labels is None:
-                labels = labels_json[key] = json.dumps(dict(key), separators=(",", ":"))
-            out.append((sample.name, labels, family.type, float(sample.value)))
-    return out
 
 
 def _yield_to_the_engine() -> None:
@@ -138,6 +115,7 @@ class Scraper:
         if self.available and self._point is not None:
             self.scrape("end")
         self._point = None
+        self.parse()
 
     def stop(self) -> None:
         """Stops the tick scrapes (a run that failed: no closing scrape)."""
@@ -145,6 +123,12 @@ class Scraper:
             self._stop.set()
             self._thread.join()
             self._thread = None
+
+    def parse(self) -> None:
+        """Parses the pages the point took (it is over: nothing is paced
+        now); a page that is not Prometheus text counts as a failed scrape."""
+        for reason in self.log.parse_pending():
+            self._failed(reason)
 
     def close(self) -> None:
         self.end_point()
@@ -165,7 +149,8 @@ class Scraper:
             k = max(k + 1, math.floor((time.monotonic() - t0) / self.interval_s) + 1)
 
     def scrape(self, kind: str) -> None:
-        """One GET of the page, parsed and appended to the log."""
+        """One GET of the page, kept in the log as it came (the run's first
+        page parsed at once: it says whether the target has metrics)."""
         assert self._point is not None
         label, point = self._point
         request = urllib.request.Request(self.url, headers=self.headers)
@@ -176,9 +161,10 @@ class Scraper:
                 headers_at = _core.now_us()
                 body = response.read()
                 content_type = response.headers.get("Content-Type", "")
-            samples = parse(body.decode("utf-8", "replace"), content_type)
-            if not samples:
-                raise ValueError("the page holds no samples")
+            # The server rendered the page between our send and its headers:
+            # the midpoint is the best single instant, right to within rtt / 2.
+            page = Page((sent + headers_at) // 2, headers_at - sent, label, point, kind, content_type, body)
+            self.log.add(page, parse_now=self.available is None)
         except urllib.error.HTTPError as e:
             self._failed(f"HTTP {e.code} {e.reason}")
             return
@@ -190,11 +176,6 @@ class Scraper:
             return
         if self.available is None:
             self.available = True
-        # The server rendered the page between our send and its headers: the
-        # midpoint is the best single instant, right to within rtt / 2.
-        self.log.append(
-            ts_us=(sent + headers_at) // 2, rtt_us=headers_at - sent, label=label, point=point, scrape=kind, samples=samples
-        )
 
     def _failed(self, reason: str) -> None:
         if self.available is None:

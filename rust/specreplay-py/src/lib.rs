@@ -32,6 +32,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tokens::reconcile_chunk_tokens, m)?)?;
     m.add_class::<replay::EngineRun>()?;
     m.add_class::<replay::EngineProgress>()?;
+    m.add_class::<replay::EngineScheduling>()?;
     m.add_class::<arrow::ArrowBatch>()?;
     m.add_class::<decode::ResponseCounts>()?;
     m.add_class::<decode::DecodedResponse>()?;

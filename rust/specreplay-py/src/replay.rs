@@ -9,6 +9,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use specreplay_core::engine::batch::{to_record_batch_with, Extras};
 use specreplay_core::engine::feed::Feed;
+use specreplay_core::engine::priority::{self, Policy};
 use specreplay_core::engine::request_columns::requests_from_batch;
 use specreplay_core::engine::{self, Progress, RunSpec};
 use tokio_util::sync::CancellationToken;
@@ -43,6 +44,19 @@ pub struct EngineProgress {
     failed: u64,
     /// Output tokens of the finished requests.
     output_tokens: u64,
+}
+
+/// The scheduling the point's engine threads actually got (not what was
+/// asked): `SCHED_FIFO:<priority>` or `SCHED_OTHER` (engine/priority.rs).
+#[pyclass(module = "specreplay._core", frozen, get_all)]
+pub struct EngineScheduling {
+    /// The pacing thread's; None when the point has none (a closed loop
+    /// without dependent turns) or it never started.
+    pacer: Option<String>,
+    /// The weakest any engine worker thread got; None before any started.
+    workers: Option<String>,
+    /// Whether real-time scheduling was asked for (`SPECREPLAY_REALTIME=1`).
+    realtime_asked: bool,
 }
 
 /// Starts a point: `spec` is the `RunSpec` mapping, `requests` a record
@@ -121,6 +135,16 @@ impl EngineRun {
             finished: p.finished,
             failed: p.failed,
             output_tokens: p.output_tokens,
+        }
+    }
+
+    /// The scheduling its threads got (read once the point is over: the
+    /// pacing thread records its own as it starts).
+    fn scheduling(&self) -> EngineScheduling {
+        EngineScheduling {
+            pacer: self.progress.pacer.get().map(Policy::name),
+            workers: priority::workers().map(Policy::name),
+            realtime_asked: priority::wanted(),
         }
     }
 

@@ -61,7 +61,7 @@ pub static RUNTIME: LazyRuntime = LazyRuntime::new("the engine", || {
     // Real-time where permitted: the task a send starts in runs as soon as
     // the pacing thread hands it over (engine/priority.rs).
     builder.on_thread_start(|| {
-        priority::raise(priority::WORKERS);
+        priority::raise_worker();
     });
     build(builder)
 });

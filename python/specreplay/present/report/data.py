@@ -8,6 +8,7 @@ from the point's first send, so the points of a sweep overlay.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from specreplay.results import derived
+from specreplay.results.files import SCHEDULING_KEY
 from specreplay.analysis.analyse import PointAnalysis
 from specreplay.comparison.compare import Run
 from specreplay.servermetrics import figures as server_figures
@@ -182,3 +184,15 @@ def config_facts(config: dict[str, Any]) -> list[tuple[str, str]]:
             value = ", ".join(f"{k} = {v}" for k, v in value.items())
         out.append((key, str(value)))
     return out
+
+
+def scheduling_fact(run: Run) -> str | None:
+    """What the run's engine threads got (`specreplay.scheduling`), in one
+    line: each distinct pacer / workers pair over its points; None when the
+    file does not say (older files, distributed and predicted runs)."""
+    entries = [e for e in json.loads(run.df.attrs.get(SCHEDULING_KEY) or "[]") if e.get("label") == run.label]
+    if not entries:
+        return None
+    pairs = dict.fromkeys(f"pacer {e['pacer'] or 'none'}, workers {e['workers'] or 'none'}" for e in entries)
+    asked = "real-time asked" if any(e["realtime_asked"] for e in entries) else "real-time not asked"
+    return "; ".join(pairs) + f" ({asked})"

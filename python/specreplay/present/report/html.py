@@ -305,7 +305,9 @@ def _config(runs: list[data.RunData]) -> tuple[str, str]:
     facts, full = [], []
     for r in runs:
         config = r.run.config
-        items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in data.config_facts(config))
+        scheduling = data.scheduling_fact(r.run)
+        shown = data.config_facts(config) + ([("scheduling", scheduling)] if scheduling else [])
+        items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in shown)
         facts.append(f"<div><h3>{escape(r.name)}</h3><dl>{items or '<dt>—</dt><dd>no configuration recorded</dd>'}</dl></div>")
         full.append(f"<h3>{escape(r.name)}</h3><pre>{escape(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False))}</pre>")
     return '<div class="configs">' + "\n".join(facts) + "</div>", "\n".join(full)

@@ -118,6 +118,7 @@ impl Releases {
 pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime: Handle) {
     pacing::tighten_timer_slack();
     let policy = priority::raise(priority::PACER);
+    shared.progress.pacer.set(policy);
     let mut waits = pacing::WakeStats::default();
     let feed: &Feed = &shared.feed;
     let releases = &shared.releases;

@@ -60,6 +60,9 @@ pub struct Progress {
     pub finished: AtomicU64,
     pub failed: AtomicU64,
     pub output_tokens: AtomicU64,
+    /// The scheduling the point's pacing thread got (none: it has none, or
+    /// it never started).
+    pub pacer: priority::PolicyCell,
 }
 
 impl Progress {

@@ -19,6 +19,8 @@
 //! spins at most `pacing`'s window per send, and the kernel keeps a share of
 //! every second for normal threads (`sched_rt_runtime_us`, the fair server).
 
+use std::sync::atomic::{AtomicI32, Ordering};
+
 /// The scheduling a thread ended up with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
@@ -27,6 +29,66 @@ pub enum Policy {
     /// The normal policy (not permitted, or not Linux).
     Normal,
 }
+
+impl Policy {
+    /// As the results file records it (the kernel's names):
+    /// `SCHED_FIFO:<priority>` or `SCHED_OTHER`.
+    pub fn name(self) -> String {
+        match self {
+            Policy::Fifo(p) => format!("SCHED_FIFO:{p}"),
+            Policy::Normal => "SCHED_OTHER".into(),
+        }
+    }
+
+    /// Ordered from the weakest: the normal policy 0, FIFO its priority (>= 1).
+    fn code(self) -> i32 {
+        match self {
+            Policy::Fifo(p) => p,
+            Policy::Normal => 0,
+        }
+    }
+}
+
+/// A policy that one thread records and others read: what a thread actually
+/// got, for the results file. Empty until recorded.
+#[derive(Debug)]
+pub struct PolicyCell(AtomicI32);
+
+const UNSET: i32 = i32::MAX;
+
+impl PolicyCell {
+    pub const fn new() -> Self {
+        Self(AtomicI32::new(UNSET))
+    }
+
+    pub fn set(&self, policy: Policy) {
+        self.0.store(policy.code(), Ordering::Relaxed);
+    }
+
+    /// Keeps the weaker of what it holds and `policy`: one cell for many
+    /// threads says what the least of them got.
+    fn lower(&self, policy: Policy) {
+        self.0.fetch_min(policy.code(), Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> Option<Policy> {
+        match self.0.load(Ordering::Relaxed) {
+            UNSET => None,
+            0 => Some(Policy::Normal),
+            p => Some(Policy::Fifo(p)),
+        }
+    }
+}
+
+impl Default for PolicyCell {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the engine's worker threads got (the weakest of them), once the
+/// runtime has started them (`raise_worker`).
+static WORKERS_GOT: PolicyCell = PolicyCell::new();
 
 /// The lowest real-time priority: above every normal thread, below the
 /// kernel's own real-time threads and anything a user raised on purpose.
@@ -53,6 +115,20 @@ pub fn raise(priority: i32) -> Policy {
     } else {
         current()
     }
+}
+
+/// `raise(WORKERS)` for one of the engine's worker threads, recorded for
+/// [`workers`].
+pub fn raise_worker() -> Policy {
+    let got = raise(WORKERS);
+    WORKERS_GOT.lower(got);
+    got
+}
+
+/// What the engine's workers got: the weakest policy any of them ended up
+/// with; None before the runtime started any.
+pub fn workers() -> Option<Policy> {
+    WORKERS_GOT.get()
 }
 
 /// Puts the calling thread under `SCHED_FIFO` at `priority` if permitted.
@@ -100,6 +176,22 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn a_cell_holds_the_weakest_policy_recorded() {
+        let cell = PolicyCell::new();
+        assert_eq!(cell.get(), None);
+        cell.lower(Policy::Fifo(PACER));
+        assert_eq!(cell.get(), Some(Policy::Fifo(PACER)));
+        cell.lower(Policy::Fifo(WORKERS));
+        cell.lower(Policy::Normal);
+        cell.lower(Policy::Fifo(PACER));
+        assert_eq!(cell.get(), Some(Policy::Normal));
+        cell.set(Policy::Fifo(WORKERS));
+        assert_eq!(cell.get(), Some(Policy::Fifo(WORKERS)));
+        assert_eq!(Policy::Fifo(2).name(), "SCHED_FIFO:2");
+        assert_eq!(Policy::Normal.name(), "SCHED_OTHER");
     }
 
     #[test]

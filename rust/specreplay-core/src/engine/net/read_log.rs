@@ -194,20 +194,44 @@ impl ConnLog {
 /// Stamps the body frames of one response: the kernel stamp of the read that
 /// completed each frame, and the engine's delay (now − that stamp); the
 /// engine's stamp alone when the kernel gave none or the lookup missed.
+///
+/// The stamps never go back in time. A frame that fell back to the engine's
+/// stamp got it when the request task took it, after its arrival, and hyper
+/// reads ahead of the request task: the next frame's read (its kernel stamp)
+/// may well precede that. Left so, such a response had a chunk stamped before
+/// the previous one (a negative gap; once seen as a first answer chunk after
+/// the last token, in one of 27 runs of a test). That frame keeps the
+/// previous frame's stamp instead, as an engine stamp (no delay): frames of
+/// one response arrive in order, and it arrived no earlier than that.
 #[derive(Debug, Default)]
 pub struct FrameClock {
     log: Option<Arc<ConnLog>>,
     last_seq: u64,
+    last_ts_us: i64,
 }
 
 impl FrameClock {
     /// `log`: the response's connection log (None: not an instrumented
     /// connection, so every frame gets the engine's stamp).
     pub fn new(log: Option<Arc<ConnLog>>) -> Self {
-        FrameClock { log, last_seq: 0 }
+        FrameClock {
+            log,
+            last_seq: 0,
+            last_ts_us: i64::MIN,
+        }
     }
 
     pub fn stamp(&mut self, frame: &[u8]) -> Stamp {
+        let stamp = self.read_stamp(frame);
+        if stamp.ts_us < self.last_ts_us {
+            return Stamp::from(self.last_ts_us);
+        }
+        self.last_ts_us = stamp.ts_us;
+        stamp
+    }
+
+    /// The frame's own stamp: its read's, or the engine's.
+    fn read_stamp(&mut self, frame: &[u8]) -> Stamp {
         let now = now_us();
         let Some(log) = &self.log else {
             return Stamp::from(now);
@@ -328,6 +352,40 @@ mod tests {
         log.set_h2();
         log.record(base + 3, 1);
         assert_eq!(log.response_start(), None, "HTTP/2 streams interleave");
+    }
+
+    #[test]
+    fn a_frame_read_before_a_missed_one_was_taken_is_not_stamped_before_it() {
+        // hyper has read frames 1 and 2 (kernel stamps 1 ms ago); frame 1's
+        // lookup misses (its bytes were moved), so it gets the engine's now.
+        let buf = vec![0u8; 64];
+        let base = buf.as_ptr() as usize;
+        let log = Arc::new(ConnLog::new(H1_READS));
+        let read_at = now_us() - 1_000;
+        log.set_last_rx(Some(read_at));
+        log.record(base, 64);
+        let mut clock = FrameClock::new(Some(log));
+        let moved = [0u8; 8];
+        let first = clock.stamp(&moved);
+        assert!(first.delay_us.is_none() && first.ts_us > read_at);
+        let second = clock.stamp(slice_at(&buf, 32, 64));
+        assert_eq!(
+            second,
+            Stamp::from(first.ts_us),
+            "held at the missed frame's stamp"
+        );
+        // Later frames with later reads keep their kernel stamps.
+        let later = now_us() + 1_000;
+        let more = vec![0u8; 16];
+        clock.log.as_ref().unwrap().set_last_rx(Some(later));
+        clock
+            .log
+            .as_ref()
+            .unwrap()
+            .record(more.as_ptr() as usize, 16);
+        let third = clock.stamp(&more);
+        assert_eq!(third.ts_us, later);
+        assert!(third.delay_us.is_some());
     }
 
     #[test]
