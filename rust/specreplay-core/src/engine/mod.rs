@@ -297,7 +297,10 @@ fn launch(
     };
     let (concurrency, open_loop) = match spec.load {
         LoadMode::Concurrency { concurrency } => (concurrency, false),
-        _ => (spec.max_concurrency.unwrap_or(spec::OPEN_LOOP_MAX_IDLE), true),
+        _ => (
+            spec.max_concurrency.unwrap_or(spec::OPEN_LOOP_MAX_IDLE),
+            true,
+        ),
     };
     // The pacing thread starts open-loop units and releases dependent turns.
     // It starts now (so a failure to start it is `start`'s error) and waits

@@ -358,7 +358,10 @@ mod tests {
     fn a_rate_opens_its_first_arrivals_connections_unless_told_not_to() {
         let none = serde_json::json!({});
         // ceil(rate × 250 ms), at least one.
-        assert_eq!(spec(rate(2000.0), none.clone()).preconnections().unwrap(), 500);
+        assert_eq!(
+            spec(rate(2000.0), none.clone()).preconnections().unwrap(),
+            500
+        );
         assert_eq!(spec(rate(8.0), none.clone()).preconnections().unwrap(), 2);
         assert_eq!(spec(rate(0.5), none.clone()).preconnections().unwrap(), 1);
         // No more than the point may have in flight, or the pool keeps idle.
@@ -384,7 +387,9 @@ mod tests {
         assert!(err.to_string().contains("max-concurrency"), "{err}");
         let closed = serde_json::json!({"mode": "concurrency", "concurrency": 8});
         assert_eq!(
-            spec(closed, serde_json::json!({})).preconnections().unwrap(),
+            spec(closed, serde_json::json!({}))
+                .preconnections()
+                .unwrap(),
             8
         );
     }
