@@ -22,6 +22,13 @@ import pytest
 from specreplay.analysis.finding import Finding, from_json
 from specreplay.results.schema import CHANNELS, COLUMNS, results_schema
 
+# The suite's replays share this process's engine, whose threads keep the
+# policy they started with: they stay at the normal policy however a test's
+# replay would default (real-time against the embedded simulator), so that
+# the llama.cpp and vLLM tests' servers never wait behind them. Tests of the
+# default run the CLI in a subprocess without this variable.
+os.environ["SPECREPLAY_REALTIME"] = "0"
+
 T0 = 1_750_000_000_000_000  # µs since epoch: a realistic magnitude
 DEFAULT_CHUNKS = [(100_000 + 10_000 * i, 1, "content") for i in range(11)]  # 11 tokens over 100 ms
 

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from conftest import realtime_permitted
 
 import specreplay
+from specreplay import _core
 from specreplay.cli import cli
 from specreplay.commands.replay import EXIT_INVALID, expand_list_options
 
@@ -372,22 +373,32 @@ def test_findings_cover_rows_that_no_finished_point_reported() -> None:
     assert [f.point for f in hooks.findings(pa.concat_tables([first, second]))] == ["concurrency=1", "concurrency=2"]
 
 
-@pytest.mark.parametrize("flag, policy", [("--realtime", "Fifo(2)"), (None, "Normal")])
-def test_realtime_is_opt_in(tmp_path: Path, flag: str | None, policy: str) -> None:
-    # Off by default: a server on the same machine would wait behind the
-    # client's real-time threads. The pacer reports the policy it got.
-    if flag and not realtime_permitted():
+@pytest.mark.parametrize("flags, realtime", [(["--realtime"], True), ([], True), (["--no-realtime"], False), (["--url", "SERVE"], False)])
+def test_realtime_is_the_default_only_against_the_embedded_simulator(tmp_path: Path, flags: list[str], realtime: bool) -> None:
+    # On by default when the server is the embedded simulator (it takes the
+    # engine's policy); off with --url, where a server on the same machine
+    # would wait behind the client's real-time threads. The pacer reports the
+    # policy it got.
+    if realtime and not realtime_permitted():
         pytest.skip("this process may not take real-time priority (not root, no CAP_SYS_NICE)")
+    server = None
+    if "SERVE" in flags:
+        server = _core.SimServer("127.0.0.1", 0, {"ttft_ms": 1.0, "tpot_ms": 1.0})
+        flags = [server.url if f == "SERVE" else f for f in flags]
     env = {k: v for k, v in os.environ.items() if k != "SPECREPLAY_REALTIME"} | {"SPECREPLAY_PACER_STATS": "1"}
     cmd = [sys.executable, "-m", "specreplay", "replay", "sample:reasoning-prompts", "--rate", "50", "--num-requests", "2", "--max-tokens", "4",
-           "--no-metrics", "-o", str(tmp_path / "r.arrow"), *([flag] if flag else [])]  # fmt: skip
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+           "--no-metrics", "-o", str(tmp_path / "r.arrow"), *flags]  # fmt: skip
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        if server is not None:
+            server.stop()
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert f"pacer-stats policy={policy} " in out.stdout + out.stderr
+    assert f"pacer-stats policy={'Fifo(2)' if realtime else 'Normal'} " in out.stdout + out.stderr
     # What the threads got is in the file, per point, and said in one line.
     (entry,) = json.loads(specreplay.load(tmp_path / "r.arrow").attrs["specreplay.scheduling"])
-    got = {"pacer": "SCHED_FIFO:2", "workers": "SCHED_FIFO:1"} if flag else {"pacer": "SCHED_OTHER", "workers": "SCHED_OTHER"}
-    assert entry == {"label": entry["label"], "point": "rate=50", **got, "realtime_asked": bool(flag)}
+    got = {"pacer": "SCHED_FIFO:2", "workers": "SCHED_FIFO:1"} if realtime else {"pacer": "SCHED_OTHER", "workers": "SCHED_OTHER"}
+    assert entry == {"label": entry["label"], "point": "rate=50", **got, "realtime_asked": realtime}
     said = [line for line in out.stderr.splitlines() if "engine threads ran" in line]
     assert len(said) == 1 and got["pacer"] in said[0] and got["workers"] in said[0], out.stderr
 

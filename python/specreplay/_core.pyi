@@ -28,6 +28,10 @@ __version__: str
 _Api = Literal["chat", "completions", "responses", "anthropic"]
 
 def now_us() -> int: ...
+def set_realtime(wanted: bool) -> None:
+    """Whether the engine's threads (and the embedded simulator's) ask for
+    real-time scheduling, for the rest of the process, over
+    SPECREPLAY_REALTIME. Threads already started keep theirs."""
 def is_secret_header(name: str) -> bool:
     """Whether a header's value is a secret (never recorded or written), in any case."""
 

@@ -23,6 +23,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(now_us, m)?)?;
     m.add_function(wrap_pyfunction!(is_secret_header, m)?)?;
+    m.add_function(wrap_pyfunction!(set_realtime, m)?)?;
     m.add_function(wrap_pyfunction!(replay::start_point, m)?)?;
     m.add_function(wrap_pyfunction!(decode::decode_response, m)?)?;
     m.add_function(wrap_pyfunction!(sim::sim_knee_rate, m)?)?;
@@ -50,6 +51,15 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction]
 fn now_us() -> i64 {
     specreplay_core::clock::now_us()
+}
+
+/// Whether the engine's threads (and the embedded simulator's) ask for
+/// real-time scheduling, for the rest of the process, over
+/// `SPECREPLAY_REALTIME` (`engine::priority::set_wanted`). Threads already
+/// started keep theirs.
+#[pyfunction]
+fn set_realtime(wanted: bool) {
+    specreplay_core::engine::priority::set_wanted(wanted)
 }
 
 /// Whether a header's value is a secret (never recorded or written): the

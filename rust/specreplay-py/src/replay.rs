@@ -55,7 +55,7 @@ pub struct EngineScheduling {
     pacer: Option<String>,
     /// The weakest any engine worker thread got; None before any started.
     workers: Option<String>,
-    /// Whether real-time scheduling was asked for (`SPECREPLAY_REALTIME=1`).
+    /// Whether real-time scheduling was asked for (`priority::wanted`).
     realtime_asked: bool,
 }
 

@@ -6,9 +6,10 @@
 //! issue 27). A `SCHED_FIFO` thread preempts every normal thread the moment
 //! it wakes. Only allowed for root or with `CAP_SYS_NICE` (or an
 //! `RLIMIT_RTPRIO`): elsewhere the thread stays as it was, and the caller
-//! learns which it got. Opt-in (`SPECREPLAY_REALTIME=1`, `replay
-//! --realtime`): a server on the same machine would otherwise wait behind
-//! the client. Measured: a closed loop of 1,024 streams against a mock
+//! learns which it got. Asked for by the process (`set_wanted`: the CLI's
+//! `--realtime`, on by default only against the embedded simulator, which
+//! takes the same policy) or `SPECREPLAY_REALTIME=1`: a server of its own on
+//! the same machine would otherwise wait behind the client. Measured: a closed loop of 1,024 streams against a mock
 //! server on the same two cores took 8.2-8.5 s real-time, 4.3-5.1 s at the
 //! normal policy, the same work (docs/benchmarks.md).
 //!
@@ -19,7 +20,7 @@
 //! spins at most `pacing`'s window per send, and the kernel keeps a share of
 //! every second for normal threads (`sched_rt_runtime_us`, the fair server).
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 
 /// The scheduling a thread ended up with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,9 +99,24 @@ pub const LOW_FIFO: i32 = 1;
 pub const WORKERS: i32 = LOW_FIFO;
 pub const PACER: i32 = LOW_FIFO + 1;
 
-/// Whether the engine's threads should ask for real-time scheduling.
+/// What the process decided (`set_wanted`): 0 nothing yet, 1 no, 2 yes.
+static DECIDED: AtomicU8 = AtomicU8::new(0);
+
+/// Decides for the process, over the environment: the CLI sets it from
+/// `--realtime` and where the runs' servers are, once, before the first
+/// point. (Writing the variable instead would make the next command run in
+/// the same process read its predecessor's decision as its own flag.)
+pub fn set_wanted(wanted: bool) {
+    DECIDED.store(if wanted { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+/// Whether the engine's threads should ask for real-time scheduling: as
+/// decided (`set_wanted`), else as `SPECREPLAY_REALTIME` says.
 pub fn wanted() -> bool {
-    wanted_by(std::env::var("SPECREPLAY_REALTIME").ok().as_deref())
+    match DECIDED.load(Ordering::Relaxed) {
+        0 => wanted_by(std::env::var("SPECREPLAY_REALTIME").ok().as_deref()),
+        decided => decided == 2,
+    }
 }
 
 /// Only an explicit `1` opts in.
