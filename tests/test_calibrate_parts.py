@@ -111,3 +111,30 @@ def test_multi_token_chunks_without_metrics_leave_speculation_unknown() -> None:
 
     spec, _ = fit_spec(pd.DataFrame({"name": pd.Series([], dtype=str), "value": pd.Series([], dtype=float)}), _multi_token_rows())
     assert spec.status == "unknown" and "vllm:spec_decode_" in (spec.needs or "")
+
+
+@pytest.mark.parametrize("seed", [3, 5])
+def test_the_frontend_is_at_least_the_first_byte_delay_of_requests_alone(seed: int) -> None:
+    # 24 requests alone: the server's first byte 8 ± 2 ms after the send,
+    # TTFT = 8 ms + 6 ms per prompt token at a log-normal speed (0.15, a
+    # shared machine). On these draws the free TTFT intercept is 0: the noise
+    # of 1.5 s prefills hides 8 ms. The frontend decides which requests sent
+    # close together share a prefill iteration (des.rs `queue_arrivals`), so
+    # it takes at least the measured first-byte delay, the slope refitted.
+    from specreplay.run.calibrate.fit import fit_prefill
+    from specreplay.run.calibrate.regress import robust_lstsq
+
+    rng = np.random.default_rng(seed)
+    n = 24
+    prompt = rng.integers(140, 320, n)
+    sent = np.arange(n) * 5_000_000
+    first_byte = sent + 8_000 + rng.integers(-2_000, 2_000, n)
+    ttft = (8_000 + 6_000 * prompt * np.exp(0.15 * rng.standard_normal(n))).astype(np.int64)
+    rows = pd.DataFrame({"group": "0", "sent_us": sent, "first_byte_us": first_byte, "first_token_us": sent + ttft,
+                         "end_us": sent + ttft + 100_000, "prompt_tokens": prompt, "cached_tokens": 0})
+    assert robust_lstsq(np.column_stack([np.ones(n), prompt]), ttft.astype(float))[0] == 0.0
+    frontend, per_token, _ = fit_prefill(rows)
+    delay = float(np.median(first_byte - sent))
+    assert frontend.value == pytest.approx(delay) and 6_000 <= delay <= 10_000
+    assert per_token.value == pytest.approx(6_000, rel=0.05)
+    assert "first-byte delay" in frontend.how

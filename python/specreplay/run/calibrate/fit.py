@@ -79,6 +79,33 @@ def fit_jitter(frontend: Param, prefill: Param) -> Param:
                  needs="not fitted by this version (the TTFT residual is the machine's noise more than the arrivals' spread): give it with --what-if")
 
 
+def _lstsq_above(design: np.ndarray, ttft: np.ndarray, floor: float) -> np.ndarray:
+    """robust_lstsq with the intercept (column 0) at least `floor`: refitted
+    with the intercept fixed there when the free fit put it below."""
+    coef = robust_lstsq(design, ttft)
+    if coef[0] >= floor:
+        return coef
+    return np.concatenate([[floor], robust_lstsq(design[:, 1:], ttft - floor)])
+
+
+def _first_byte_floor(alone: pd.DataFrame) -> float:
+    """The median time from send to the server's first byte of requests
+    alone: the frontend takes at least that (llama.cpp answers with its
+    headers when it launches the request's slot, 4-17 ms on this machine).
+    The TTFT intercept alone is the machine's noise at this scale (its
+    residual is hundreds of ms; it came out 0 and 9.6 ms in two sittings),
+    and the frontend decides which requests sent close together share a
+    prefill iteration (des.rs, `queue_arrivals`)."""
+    if "first_byte_us" not in alone or not alone["first_byte_us"].notna().any():
+        return 0.0
+    delay = (alone["first_byte_us"] - alone["sent_us"]).dropna().to_numpy(dtype=float)
+    return max(float(np.median(delay)), 0.0) if len(delay) else 0.0
+
+
+def _floor_note(floor: float) -> str:
+    return f", the frontend at least the median first-byte delay ({floor / 1000:.1f} ms)" if floor > 0 else ""
+
+
 def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
     """frontend_us, prefill_us_per_token and prefill_us_per_cached_token from
     the TTFT of requests alone in the server until their first token."""
@@ -107,16 +134,17 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
     has_cache = (cached > 0).sum() >= 2 and (cached != np.median(cached)).sum() >= 2
     cv = float(np.std(computed) / np.mean(computed)) if np.mean(computed) > 0 else 0.0
     how = f"TTFT of {n} requests alone in the server"
+    floor = _first_byte_floor(alone)
     if has_cache:
         design = np.column_stack([np.ones(n), computed, cached])
-        coef = robust_lstsq(design, ttft)
+        coef = _lstsq_above(design, ttft, floor)
         pred = design @ coef
         ss_res = float(((ttft - pred) ** 2).sum())
         ss_tot = float(((ttft - ttft.mean()) ** 2).sum())
         r2 = 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
         rms = float(np.sqrt(ss_res / n))
         a, b, c = (float(v) for v in coef)
-        fit = how + ": TTFT = frontend + per_token × computed + per_cached × cached, least absolute deviations"
+        fit = how + ": TTFT = frontend + per_token × computed + per_cached × cached, least absolute deviations" + _floor_note(floor)
         return (Param("frontend_us", "fitted", max(a, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_token", "fitted", max(b, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_cached_token", "fitted", max(c, 0.0), r2, rms, n, fit))
@@ -124,12 +152,12 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
                      needs="a run whose prompts hit the prefix cache (the server reports cached_tokens), e.g. the same trace replayed twice")
     if cv >= MIN_PROMPT_CV:
         design = np.column_stack([np.ones(n), computed])
-        a, b = (float(v) for v in robust_lstsq(design, ttft))
+        a, b = (float(v) for v in _lstsq_above(design, ttft, floor))
         res = ttft - (a + b * computed)
         ss_tot = float(((ttft - ttft.mean()) ** 2).sum())
         r2 = 1 - float((res ** 2).sum()) / ss_tot if ss_tot > 0 else float("nan")
         rms = float(np.sqrt(np.mean(res ** 2)))
-        fit = how + ": TTFT = frontend + per_token × prompt, least absolute deviations"
+        fit = how + ": TTFT = frontend + per_token × prompt, least absolute deviations" + _floor_note(floor)
         return (Param("frontend_us", "fitted", max(a, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_token", "fitted", max(b, 0.0), r2, rms, n, fit), no_cache)
     per_token = float(np.mean(ttft) / np.mean(computed))
