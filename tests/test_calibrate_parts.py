@@ -138,3 +138,16 @@ def test_the_frontend_is_at_least_the_first_byte_delay_of_requests_alone(seed: i
     assert frontend.value == pytest.approx(delay) and 6_000 <= delay <= 10_000
     assert per_token.value == pytest.approx(6_000, rel=0.05)
     assert "first-byte delay" in frontend.how
+
+
+def test_the_template_prefix_every_prompt_finds_cached_is_fitted() -> None:
+    # llama.cpp reports 24 cached tokens (its chat template's, left in the
+    # slot) on most requests, sometimes 0 (a slot never used), and the usage
+    # probe's prompt whole: the median of the requests not a hit of their own.
+    from specreplay.run.calibrate.fit import fit_template_cache
+
+    rows = pd.DataFrame({"prompt_tokens": [200, 250, 300, 180, 220, 301], "cached_tokens": [24, 24, 0, 24, 25, 300]})
+    p = fit_template_cache(rows, Param("prefill_us_per_cached_token", "fitted", 20.0))
+    assert (p.status, p.value, p.samples) == ("fitted", 24, 5)
+    unknown = fit_template_cache(rows, Param("prefill_us_per_cached_token", "unknown", needs="x"))
+    assert unknown.status == "unknown"

@@ -320,6 +320,7 @@ impl<'a> Des<'a> {
                     let words = hit.min(p.words.saturating_sub(1));
                     let cached = ((f64::from(words) * self.model.prompt_tokens_per_word).round()
                         as u32)
+                        .max(self.model.template_cached_tokens)
                         .min(p.prompt_tokens - 1);
                     (cached, whole)
                 }

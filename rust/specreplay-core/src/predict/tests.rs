@@ -241,3 +241,15 @@ fn a_whole_cache_hit_starts_an_idle_engine_alone_and_the_next_pair_shares_its_pr
     assert_eq!(rows[0].first_token_us, Some(50 + 880));
     assert_eq!(rows[1].first_token_us, Some(50 + 880));
 }
+
+#[test]
+fn the_template_prefix_is_cached_for_every_prompt() {
+    // 14 prompt tokens, 4 of them the chat template's, found cached in the
+    // slot whatever the prompt: 10 computed (100 µs), not 14.
+    let mut m = model(None);
+    m.prefix_caching = true;
+    m.template_cached_tokens = 4;
+    let (rows, _) = predict_point(&m, &closed_loop(1), &distinct(1, 10, 2), 0).unwrap();
+    assert_eq!(rows[0].cached_tokens, Some(4));
+    assert_eq!(rows[0].first_token_us, Some(1000 + 100));
+}
