@@ -151,3 +151,19 @@ def test_the_template_prefix_every_prompt_finds_cached_is_fitted() -> None:
     assert (p.status, p.value, p.samples) == ("fitted", 24, 5)
     unknown = fit_template_cache(rows, Param("prefill_us_per_cached_token", "unknown", needs="x"))
     assert unknown.status == "unknown"
+
+
+def test_the_frontend_spread_is_the_width_of_the_first_byte_delays() -> None:
+    # 40 requests alone, first bytes uniform 6-10 ms after the send: a 4 ms
+    # wide spread (twice the interquartile range), not the TTFT residual.
+    from specreplay.run.calibrate.fit import fit_jitter
+
+    rng = np.random.default_rng(4)
+    n = 40
+    sent = np.arange(n) * 5_000_000
+    ttft = rng.integers(800_000, 2_000_000, n)
+    rows = pd.DataFrame({"group": "0", "sent_us": sent, "first_byte_us": sent + rng.integers(6_000, 10_000, n),
+                         "first_token_us": sent + ttft, "end_us": sent + ttft + 100_000})
+    p = fit_jitter(rows)
+    assert p.status == "fitted" and p.value == pytest.approx(4_000, rel=0.2)
+    assert fit_jitter(rows.iloc[:5]).status == "unknown"

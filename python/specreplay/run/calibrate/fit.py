@@ -69,14 +69,36 @@ def _runs(paths: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[s
     return rows, metrics, configs
 
 
-def fit_jitter(frontend: Param, prefill: Param) -> Param:
-    """frontend_jitter_us is not fitted: the low-load TTFT residual is
-    mostly the machine's noise, not the spread of arrivals, and taking it as
-    one breaks up requests a real server batches together (llama.cpp
-    prefills two requests sent 3 ms apart in one batch). Unknown: requests
-    sent together reach the engine together; a what-if can spread them."""
-    return Param("frontend_jitter_us", "unknown",
-                 needs="not fitted by this version (the TTFT residual is the machine's noise more than the arrivals' spread): give it with --what-if")
+def fit_jitter(rows: pd.DataFrame) -> Param:
+    """frontend_jitter_us: the width of the uniform spread of the frontend
+    time, from the first-byte delays of requests alone (a uniform's width is
+    twice its interquartile range). Which of two requests sent together
+    reaches an idle llama.cpp loop first is a race (the usage probe's
+    cached request went alone in 5 of 9 parts, des.rs `admit`); the spread
+    makes it one in the model. Not the TTFT residual: that is the machine's
+    noise (hundreds of ms), and it broke up batches the server makes."""
+    alone = _alone(rows)
+    if "first_byte_us" not in alone or alone["first_byte_us"].notna().sum() < 8:
+        return Param("frontend_jitter_us", "unknown",
+                     needs="8 requests alone in the server with their first-byte times (a run at concurrency 1)")
+    delay = (alone["first_byte_us"] - alone["sent_us"]).dropna().to_numpy(dtype=float)
+    q1, q3 = np.percentile(delay, [25, 75])
+    return Param("frontend_jitter_us", "fitted", float(2 * (q3 - q1)), None, float(np.std(delay)), int(len(delay)),
+                 "twice the interquartile range of the first-byte delays of requests alone (a uniform's width)")
+
+
+def _alone(rows: pd.DataFrame) -> pd.DataFrame:
+    """The requests alone in the server from their send to their first token."""
+    alone_parts = []
+    for _, g in rows.groupby("group"):
+        sent = g["sent_us"].to_numpy(dtype=np.int64)
+        first = g["first_token_us"].to_numpy(dtype=np.int64)
+        # Others in the server at my send, or sent before my first token.
+        busy_at_send = _in_server(g, sent, "sent_us", "end_us") - 1
+        sent_sorted = np.sort(sent)
+        sent_between = np.searchsorted(sent_sorted, first, side="left") - np.searchsorted(sent_sorted, sent, side="right")
+        alone_parts.append(g[(busy_at_send == 0) & (sent_between == 0)])
+    return pd.concat(alone_parts) if alone_parts else rows.iloc[:0]
 
 
 def _lstsq_above(design: np.ndarray, ttft: np.ndarray, floor: float) -> np.ndarray:
@@ -109,16 +131,7 @@ def _floor_note(floor: float) -> str:
 def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
     """frontend_us, prefill_us_per_token and prefill_us_per_cached_token from
     the TTFT of requests alone in the server until their first token."""
-    alone_parts = []
-    for _, g in rows.groupby("group"):
-        sent = g["sent_us"].to_numpy(dtype=np.int64)
-        first = g["first_token_us"].to_numpy(dtype=np.int64)
-        # Others in the server at my send, or sent before my first token.
-        busy_at_send = _in_server(g, sent, "sent_us", "end_us") - 1
-        sent_sorted = np.sort(sent)
-        sent_between = np.searchsorted(sent_sorted, first, side="left") - np.searchsorted(sent_sorted, sent, side="right")
-        alone_parts.append(g[(busy_at_send == 0) & (sent_between == 0)])
-    alone = pd.concat(alone_parts) if alone_parts else rows.iloc[:0]
+    alone = _alone(rows)
     n = len(alone)
     low_load = "a run at concurrency 1 (requests alone in the server)"
     if n < 3:
@@ -421,7 +434,7 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
         spec = next(iter(specs.values()))[0]
     if len(plain) and len(drafting):
         spec.how += f"; from {paths[drafting[0]]} (the runs without drafts give step_us)"
-    jitter = fit_jitter(frontend, prefill)
+    jitter = fit_jitter(rows)
     template = fit_template_cache(rows, cached)
     params = {p.name: p for p in (frontend, jitter, prefill, cached, template, step, batch_cost, factors, max_seqs, budget, kv, ratio, delivery, spec, spec_cost,
                                   speed, window)}
