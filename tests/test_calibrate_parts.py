@@ -111,3 +111,59 @@ def test_multi_token_chunks_without_metrics_leave_speculation_unknown() -> None:
 
     spec, _ = fit_spec(pd.DataFrame({"name": pd.Series([], dtype=str), "value": pd.Series([], dtype=float)}), _multi_token_rows())
     assert spec.status == "unknown" and "vllm:spec_decode_" in (spec.needs or "")
+
+
+@pytest.mark.parametrize("seed", [3, 5])
+def test_the_frontend_is_at_least_the_first_byte_delay_of_requests_alone(seed: int) -> None:
+    # 24 requests alone: the server's first byte 8 ± 2 ms after the send,
+    # TTFT = 8 ms + 6 ms per prompt token at a log-normal speed (0.15, a
+    # shared machine). On these draws the free TTFT intercept is 0: the noise
+    # of 1.5 s prefills hides 8 ms. The frontend decides which requests sent
+    # close together share a prefill iteration (des.rs `queue_arrivals`), so
+    # it takes at least the measured first-byte delay, the slope refitted.
+    from specreplay.run.calibrate.fit import fit_prefill
+    from specreplay.run.calibrate.regress import robust_lstsq
+
+    rng = np.random.default_rng(seed)
+    n = 24
+    prompt = rng.integers(140, 320, n)
+    sent = np.arange(n) * 5_000_000
+    first_byte = sent + 8_000 + rng.integers(-2_000, 2_000, n)
+    ttft = (8_000 + 6_000 * prompt * np.exp(0.15 * rng.standard_normal(n))).astype(np.int64)
+    rows = pd.DataFrame({"group": "0", "sent_us": sent, "first_byte_us": first_byte, "first_token_us": sent + ttft,
+                         "end_us": sent + ttft + 100_000, "prompt_tokens": prompt, "cached_tokens": 0})
+    assert robust_lstsq(np.column_stack([np.ones(n), prompt]), ttft.astype(float))[0] == 0.0
+    frontend, per_token, _ = fit_prefill(rows)
+    delay = float(np.median(first_byte - sent))
+    assert frontend.value == pytest.approx(delay) and 6_000 <= delay <= 10_000
+    assert per_token.value == pytest.approx(6_000, rel=0.05)
+    assert "first-byte delay" in frontend.how
+
+
+def test_the_template_prefix_every_prompt_finds_cached_is_fitted() -> None:
+    # llama.cpp reports 24 cached tokens (its chat template's, left in the
+    # slot) on most requests, sometimes 0 (a slot never used), and the usage
+    # probe's prompt whole: the median of the requests not a hit of their own.
+    from specreplay.run.calibrate.fit import fit_template_cache
+
+    rows = pd.DataFrame({"prompt_tokens": [200, 250, 300, 180, 220, 301], "cached_tokens": [24, 24, 0, 24, 25, 300]})
+    p = fit_template_cache(rows, Param("prefill_us_per_cached_token", "fitted", 20.0))
+    assert (p.status, p.value, p.samples) == ("fitted", 24, 5)
+    unknown = fit_template_cache(rows, Param("prefill_us_per_cached_token", "unknown", needs="x"))
+    assert unknown.status == "unknown"
+
+
+def test_the_frontend_spread_is_the_width_of_the_first_byte_delays() -> None:
+    # 40 requests alone, first bytes uniform 6-10 ms after the send: a 4 ms
+    # wide spread (twice the interquartile range), not the TTFT residual.
+    from specreplay.run.calibrate.fit import fit_jitter
+
+    rng = np.random.default_rng(4)
+    n = 40
+    sent = np.arange(n) * 5_000_000
+    ttft = rng.integers(800_000, 2_000_000, n)
+    rows = pd.DataFrame({"group": "0", "sent_us": sent, "first_byte_us": sent + rng.integers(6_000, 10_000, n),
+                         "first_token_us": sent + ttft, "end_us": sent + ttft + 100_000})
+    p = fit_jitter(rows)
+    assert p.status == "fitted" and p.value == pytest.approx(4_000, rel=0.2)
+    assert fit_jitter(rows.iloc[:5]).status == "unknown"

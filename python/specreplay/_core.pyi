@@ -333,6 +333,7 @@ class ServerModel(TypedDict, total=False):
     max_num_batched_tokens: int | None
     kv_cache_tokens: int | None
     prefix_caching: bool
+    template_cached_tokens: int
     prompt_tokens_per_word: float
     steps_per_chunk: float
     spec_acceptance: list[float]

@@ -94,6 +94,16 @@ def loop(
             t = trace(workdir, name, per_part, input_len, output_len, seed * 100 + 50 + k + 1000 * r)
             runs[name] = measure(url, t, workdir / f"{name}.arrow", **load)
             parts.setdefault(point, []).append((runs[name], t, load))
+    return check(workdir, calibration, parts, runs)
+
+
+Parts = dict[str, list[tuple[Path, str, dict[str, Any]]]]
+
+
+def check(workdir: Path, calibration: list[Path], parts: Parts, runs: dict[str, Path] | None = None) -> LoopResult:
+    """Calibrates from the `calibration` runs, predicts every held-out part
+    on its own trace and load, and compares each point's joined parts."""
+    runs = dict(runs or {})
     model = calibrate([str(p) for p in calibration])
     model_path = workdir / "server.toml"
     model.write(model_path)
@@ -107,3 +117,24 @@ def loop(
             predicted.append(specreplay.load(out))
         found += errors(join_parts(predicted), join_parts(measured))
     return LoopResult(model_path, found, runs, model.calibration, [p.describe() for p in model.params.values()])
+
+
+def recheck(workdir: Path) -> LoopResult:
+    """`check` again on the runs a `loop` kept in `workdir` (no server): the
+    same real runs predicted by this commit's model, so that two versions of
+    the model are compared on one sitting's measurements."""
+    # In the order `loop` made them (round by round), so that the fit sees them as it did.
+    calibration = sorted(workdir.glob("calibrate-*.arrow"), key=lambda p: (p.stem.rpartition("-part")[2], p.stem))
+    parts: Parts = {}
+    for path in sorted(workdir.glob("held-out-*.arrow")):
+        if path.stem.endswith("-predicted"):
+            continue
+        point = path.stem.split("-part")[0]
+        key = point.removeprefix("held-out-")
+        if key.startswith("concurrency"):
+            load: dict[str, Any] = {"concurrency": [int(key.removeprefix("concurrency"))]}
+        else:
+            rate, _, seed = key.removeprefix("rate").partition("-seed")
+            load = {"rate": [float(rate)], "seed": int(seed)}
+        parts.setdefault(point, []).append((path, str(path.with_suffix(".jsonl")), load))
+    return check(workdir, calibration, parts)

@@ -69,19 +69,26 @@ def _runs(paths: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict[s
     return rows, metrics, configs
 
 
-def fit_jitter(frontend: Param, prefill: Param) -> Param:
-    """frontend_jitter_us is not fitted: the low-load TTFT residual is
-    mostly the machine's noise, not the spread of arrivals, and taking it as
-    one breaks up requests a real server batches together (llama.cpp
-    prefills two requests sent 3 ms apart in one batch). Unknown: requests
-    sent together reach the engine together; a what-if can spread them."""
-    return Param("frontend_jitter_us", "unknown",
-                 needs="not fitted by this version (the TTFT residual is the machine's noise more than the arrivals' spread): give it with --what-if")
+def fit_jitter(rows: pd.DataFrame) -> Param:
+    """frontend_jitter_us: the width of the uniform spread of the frontend
+    time, from the first-byte delays of requests alone (a uniform's width is
+    twice its interquartile range). Which of two requests sent together
+    reaches an idle llama.cpp loop first is a race (the usage probe's
+    cached request went alone in 5 of 9 parts, des.rs `admit`); the spread
+    makes it one in the model. Not the TTFT residual: that is the machine's
+    noise (hundreds of ms), and it broke up batches the server makes."""
+    alone = _alone(rows)
+    if "first_byte_us" not in alone or alone["first_byte_us"].notna().sum() < 8:
+        return Param("frontend_jitter_us", "unknown",
+                     needs="8 requests alone in the server with their first-byte times (a run at concurrency 1)")
+    delay = (alone["first_byte_us"] - alone["sent_us"]).dropna().to_numpy(dtype=float)
+    q1, q3 = np.percentile(delay, [25, 75])
+    return Param("frontend_jitter_us", "fitted", float(2 * (q3 - q1)), None, float(np.std(delay)), int(len(delay)),
+                 "twice the interquartile range of the first-byte delays of requests alone (a uniform's width)")
 
 
-def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
-    """frontend_us, prefill_us_per_token and prefill_us_per_cached_token from
-    the TTFT of requests alone in the server until their first token."""
+def _alone(rows: pd.DataFrame) -> pd.DataFrame:
+    """The requests alone in the server from their send to their first token."""
     alone_parts = []
     for _, g in rows.groupby("group"):
         sent = g["sent_us"].to_numpy(dtype=np.int64)
@@ -91,7 +98,40 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
         sent_sorted = np.sort(sent)
         sent_between = np.searchsorted(sent_sorted, first, side="left") - np.searchsorted(sent_sorted, sent, side="right")
         alone_parts.append(g[(busy_at_send == 0) & (sent_between == 0)])
-    alone = pd.concat(alone_parts) if alone_parts else rows.iloc[:0]
+    return pd.concat(alone_parts) if alone_parts else rows.iloc[:0]
+
+
+def _lstsq_above(design: np.ndarray, ttft: np.ndarray, floor: float) -> np.ndarray:
+    """robust_lstsq with the intercept (column 0) at least `floor`: refitted
+    with the intercept fixed there when the free fit put it below."""
+    coef = robust_lstsq(design, ttft)
+    if coef[0] >= floor:
+        return coef
+    return np.concatenate([[floor], robust_lstsq(design[:, 1:], ttft - floor)])
+
+
+def _first_byte_floor(alone: pd.DataFrame) -> float:
+    """The median time from send to the server's first byte of requests
+    alone: the frontend takes at least that (llama.cpp answers with its
+    headers when it launches the request's slot, 4-17 ms on this machine).
+    The TTFT intercept alone is the machine's noise at this scale (its
+    residual is hundreds of ms; it came out 0 and 9.6 ms in two sittings),
+    and the frontend decides which requests sent close together share a
+    prefill iteration (des.rs, `queue_arrivals`)."""
+    if "first_byte_us" not in alone or not alone["first_byte_us"].notna().any():
+        return 0.0
+    delay = (alone["first_byte_us"] - alone["sent_us"]).dropna().to_numpy(dtype=float)
+    return max(float(np.median(delay)), 0.0) if len(delay) else 0.0
+
+
+def _floor_note(floor: float) -> str:
+    return f", the frontend at least the median first-byte delay ({floor / 1000:.1f} ms)" if floor > 0 else ""
+
+
+def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
+    """frontend_us, prefill_us_per_token and prefill_us_per_cached_token from
+    the TTFT of requests alone in the server until their first token."""
+    alone = _alone(rows)
     n = len(alone)
     low_load = "a run at concurrency 1 (requests alone in the server)"
     if n < 3:
@@ -107,16 +147,17 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
     has_cache = (cached > 0).sum() >= 2 and (cached != np.median(cached)).sum() >= 2
     cv = float(np.std(computed) / np.mean(computed)) if np.mean(computed) > 0 else 0.0
     how = f"TTFT of {n} requests alone in the server"
+    floor = _first_byte_floor(alone)
     if has_cache:
         design = np.column_stack([np.ones(n), computed, cached])
-        coef = robust_lstsq(design, ttft)
+        coef = _lstsq_above(design, ttft, floor)
         pred = design @ coef
         ss_res = float(((ttft - pred) ** 2).sum())
         ss_tot = float(((ttft - ttft.mean()) ** 2).sum())
         r2 = 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
         rms = float(np.sqrt(ss_res / n))
         a, b, c = (float(v) for v in coef)
-        fit = how + ": TTFT = frontend + per_token × computed + per_cached × cached, least absolute deviations"
+        fit = how + ": TTFT = frontend + per_token × computed + per_cached × cached, least absolute deviations" + _floor_note(floor)
         return (Param("frontend_us", "fitted", max(a, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_token", "fitted", max(b, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_cached_token", "fitted", max(c, 0.0), r2, rms, n, fit))
@@ -124,12 +165,12 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
                      needs="a run whose prompts hit the prefix cache (the server reports cached_tokens), e.g. the same trace replayed twice")
     if cv >= MIN_PROMPT_CV:
         design = np.column_stack([np.ones(n), computed])
-        a, b = (float(v) for v in robust_lstsq(design, ttft))
+        a, b = (float(v) for v in _lstsq_above(design, ttft, floor))
         res = ttft - (a + b * computed)
         ss_tot = float(((ttft - ttft.mean()) ** 2).sum())
         r2 = 1 - float((res ** 2).sum()) / ss_tot if ss_tot > 0 else float("nan")
         rms = float(np.sqrt(np.mean(res ** 2)))
-        fit = how + ": TTFT = frontend + per_token × prompt, least absolute deviations"
+        fit = how + ": TTFT = frontend + per_token × prompt, least absolute deviations" + _floor_note(floor)
         return (Param("frontend_us", "fitted", max(a, 0.0), r2, rms, n, fit),
                 Param("prefill_us_per_token", "fitted", max(b, 0.0), r2, rms, n, fit), no_cache)
     per_token = float(np.mean(ttft) / np.mean(computed))
@@ -139,6 +180,27 @@ def fit_prefill(rows: pd.DataFrame) -> tuple[Param, Param, Param]:
             Param("prefill_us_per_token", "fitted", per_token, None, rms, n,
                   how + f" over prompts of one length ({np.mean(computed):.0f} tokens): the frontend's time is folded in"),
             no_cache)
+
+
+def fit_template_cache(rows: pd.DataFrame, cached: Param) -> Param:
+    """template_cached_tokens: the median cached count of requests that were
+    not a cache hit of their own prompt (under half of it cached). llama.cpp
+    finds its chat template's first tokens (24 for SmolLM2) in the slot
+    whatever the prompt; the model's prefix cache matches whole prompts'
+    blocks only, so without this it charged each prefill 24 tokens more
+    than the fit's slope was measured on (150 ms at 6.4 ms a token, +8% of
+    a 1.9 s TTFT)."""
+    name = "template_cached_tokens"
+    if cached.status == "unknown":
+        return Param(name, "unknown", needs="a server that reports cached prompt tokens (prefill_us_per_cached_token first)")
+    c = rows["cached_tokens"].to_numpy(dtype=float) if "cached_tokens" in rows else np.array([])
+    prompt = rows["prompt_tokens"].to_numpy(dtype=float) if len(c) else np.array([])
+    ok = ~np.isnan(c) & ~np.isnan(prompt) & (c < 0.5 * prompt)
+    if not ok.any():
+        return Param(name, "unknown", needs="requests whose cached count the server reports, not whole cache hits")
+    value = int(np.median(c[ok]))
+    return Param(name, "fitted", value, None, float(np.sqrt(np.mean((c[ok] - value) ** 2))), int(ok.sum()),
+                 "the median cached_tokens of requests not a hit of their own prompt (under half of it cached)")
 
 
 def fit_token_budget(rows: pd.DataFrame, frontend: Param, prefill: Param, step: Param, batch_cost: Param, factors: Param) -> Param:
@@ -372,8 +434,9 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
         spec = next(iter(specs.values()))[0]
     if len(plain) and len(drafting):
         spec.how += f"; from {paths[drafting[0]]} (the runs without drafts give step_us)"
-    jitter = fit_jitter(frontend, prefill)
-    params = {p.name: p for p in (frontend, jitter, prefill, cached, step, batch_cost, factors, max_seqs, budget, kv, ratio, delivery, spec, spec_cost,
+    jitter = fit_jitter(rows)
+    template = fit_template_cache(rows, cached)
+    params = {p.name: p for p in (frontend, jitter, prefill, cached, template, step, batch_cost, factors, max_seqs, budget, kv, ratio, delivery, spec, spec_cost,
                                   speed, window)}
     in_flight = 0
     for _, g in rows.groupby("group"):

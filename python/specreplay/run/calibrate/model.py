@@ -29,6 +29,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "frontend_jitter_us": ("µs", "width of the uniform spread of the frontend time around frontend_us"),
     "prefill_us_per_token": ("µs/token", "prefill cost per computed prompt token"),
     "prefill_us_per_cached_token": ("µs/token", "prefill cost per prompt token served from the prefix cache"),
+    "template_cached_tokens": ("tokens", "prompt tokens every request finds cached whatever its prompt (llama.cpp's chat-template prefix, left in its slot)"),
     "step_us": ("µs", "decode step with one sequence in the batch"),
     "batch_step_cost": ("fraction", "extra step time per further decoding sequence, as a fraction of step_us"),
     "batch_step_factors": ("fraction", "decode step per batch size 1, 2, …, as a multiple of step_us (interpolated between sizes; beyond the last, batch_step_cost per sequence)"),
@@ -48,7 +49,7 @@ RESIDUAL_OF: dict[str, str] = {
     "frontend_us": "µs of TTFT", "frontend_jitter_us": "µs of TTFT", "prefill_us_per_token": "µs of TTFT",
     "prefill_us_per_cached_token": "µs of TTFT", "step_us": "µs per step", "batch_step_cost": "µs per step",
     "batch_step_factors": "µs per step (a seen size's median against the table)",
-    "max_num_seqs": "requests", "max_num_batched_tokens": "tokens per iteration", "prompt_tokens_per_word": "prompt tokens", "steps_per_chunk": "tokens per chunk", "spec_step_cost": "µs per step",
+    "template_cached_tokens": "cached tokens", "max_num_seqs": "requests", "max_num_batched_tokens": "tokens per iteration", "prompt_tokens_per_word": "prompt tokens", "steps_per_chunk": "tokens per chunk", "spec_step_cost": "µs per step",
 }
 
 #: Parameters a prediction cannot run without (the others have a stated
@@ -210,6 +211,7 @@ class ServerModel:
             "max_num_batched_tokens": None if self.params["max_num_batched_tokens"].status == "unknown" else int(self.params["max_num_batched_tokens"].value),
             "kv_cache_tokens": None if self.params["kv_cache_tokens"].status == "unknown" else int(self.params["kv_cache_tokens"].value),
             "prefix_caching": self.params["prefill_us_per_cached_token"].status != "unknown",
+            "template_cached_tokens": int(value("template_cached_tokens", 0)),
             "prompt_tokens_per_word": float(value("prompt_tokens_per_word", 1.0)),
             "steps_per_chunk": float(value("steps_per_chunk", 1.0)),
             "spec_acceptance": [float(a) for a in value("spec_acceptance", [])],

@@ -16,7 +16,7 @@ use crate::decode::Channel;
 use crate::engine::record::{Chunk, ChunkTokenSource, ErrorKind, RequestRecord, TokenSource};
 use crate::engine::RunSpec;
 use crate::sim::capacity::Capacity;
-use crate::sim::prefix::PrefixCache;
+use crate::sim::prefix::{PrefixCache, BLOCK_TOKENS};
 
 /// What the prediction saw of its own server: to tell when it went beyond
 /// what the calibration measured.
@@ -170,7 +170,8 @@ impl<'a> Des<'a> {
         let mut last_end: Option<i64> = None;
         loop {
             self.start_pending_units(units);
-            let start = if self.running.is_empty() && self.waiting.is_empty() {
+            let idle = self.running.is_empty() && self.waiting.is_empty();
+            let start = if idle {
                 let Some(&Reverse((ready, _))) = self.arriving.peek() else {
                     break;
                 };
@@ -178,14 +179,8 @@ impl<'a> Des<'a> {
             } else {
                 last_end.expect("a busy engine has run an iteration")
             };
-            while let Some(&Reverse((ready, r))) = self.arriving.peek() {
-                if ready > start {
-                    break;
-                }
-                self.arriving.pop();
-                self.waiting.push_back(r);
-            }
-            let cached_us = self.admit();
+            self.queue_arrivals(start);
+            let cached_us = self.admit(idle);
             let decoding = self.running.iter().filter(|l| l.decoding).count();
             let prefill_us = self.prefill(decoding) + cached_us;
             let busy = self.capacity.decode_step_us(self.step_us, decoding) + prefill_us;
@@ -220,6 +215,42 @@ impl<'a> Des<'a> {
             self.speed_until = (at.div_euclid(window) + 1) * window;
         }
         self.speed
+    }
+
+    /// Queues the requests that reached the server by `start`. When one is
+    /// queued, so are those sent by `start` and still in their frontend
+    /// time: the loop takes about as long to launch a queued request as a
+    /// request takes to reach it (llama.cpp: 3–5 ms to launch an uncached
+    /// slot, 4–17 ms from send to first byte), so a closed loop's next
+    /// request, sent on its predecessor's last chunk, is launched with the
+    /// one queued behind it (two llama.cpp requests sent 14 ms apart, one
+    /// iteration, shared their prefill and stayed in lockstep).
+    fn queue_arrivals(&mut self, start: i64) {
+        while let Some(&Reverse((ready, r))) = self.arriving.peek() {
+            if ready > start {
+                break;
+            }
+            self.arriving.pop();
+            self.waiting.push_back(r);
+        }
+        if self.waiting.is_empty() {
+            return;
+        }
+        let horizon =
+            start + (self.model.frontend_us + self.model.frontend_jitter_us / 2.0).ceil() as i64;
+        let mut later = Vec::new();
+        while let Some(&Reverse((ready, r))) = self.arriving.peek() {
+            if ready > horizon {
+                break;
+            }
+            self.arriving.pop();
+            if self.records[r].sent_us.is_some_and(|sent| sent <= start) {
+                self.waiting.push_back(r);
+            } else {
+                later.push(Reverse((ready, r)));
+            }
+        }
+        self.arriving.extend(later);
     }
 
     /// The usage probe's request ran before the point: its prompt is cached.
@@ -261,24 +292,41 @@ impl<'a> Des<'a> {
     /// Admits from the head of the queue while a slot and KV room are free;
     /// returns the cost of the admitted prompts' cached tokens, µs (their
     /// computed tokens are charged by `prefill`, chunk by chunk).
-    fn admit(&mut self) -> u64 {
+    ///
+    /// `idle`: the engine had nothing to run, so this iteration starts at
+    /// the first arrival. A prompt found cached whole then starts it alone:
+    /// llama.cpp's loop launches a slot that holds the prompt in 0.2 ms and
+    /// runs the iteration at once, before a request sent in the same
+    /// millisecond is queued (an uncached prompt's launch, 3–5 ms while its
+    /// slot's old prompt goes to the cache, lets those queue and join). The
+    /// usage probe's first request meets it at every closed loop's start:
+    /// the requests sent with it are prefilled in its first decode gap.
+    fn admit(&mut self, idle: bool) -> u64 {
         let mut prefill = 0.0;
+        let mut alone = false;
         while let Some(&r) = self.waiting.front() {
             let p = &self.planned[r];
             let kv = u64::from(p.prompt_tokens) + u64::from(p.reasoning + p.content);
-            if !self.capacity.admits(self.running.len(), self.kv_used, kv) {
+            if alone || !self.capacity.admits(self.running.len(), self.kv_used, kv) {
                 break;
             }
             self.waiting.pop_front();
-            let cached = match &mut self.prefix {
+            let (cached, whole) = match &mut self.prefix {
                 // As in vLLM (and the simulator), the last prompt token is always computed.
                 Some(cache) => {
-                    let words = cache.admit(&p.prefix_blocks).min(p.words.saturating_sub(1));
-                    ((f64::from(words) * self.model.prompt_tokens_per_word).round() as u32)
-                        .min(p.prompt_tokens - 1)
+                    let hit = cache.admit(&p.prefix_blocks);
+                    let whole = !p.prefix_blocks.is_empty()
+                        && hit as usize >= p.prefix_blocks.len() * BLOCK_TOKENS as usize;
+                    let words = hit.min(p.words.saturating_sub(1));
+                    let cached = ((f64::from(words) * self.model.prompt_tokens_per_word).round()
+                        as u32)
+                        .max(self.model.template_cached_tokens)
+                        .min(p.prompt_tokens - 1);
+                    (cached, whole)
                 }
-                None => 0,
+                None => (0, false),
             };
+            alone = idle && whole && self.running.is_empty();
             let computed = p.prompt_tokens - cached;
             prefill += self.model.prefill_us_per_cached_token * f64::from(cached);
             let record = &mut self.records[r];

@@ -65,6 +65,12 @@ pub struct ServerModel {
     /// `prefill_us_per_cached_token` per token).
     #[serde(default)]
     pub prefix_caching: bool,
+    /// Prompt tokens every request finds cached whatever its prompt, with
+    /// prefix caching: llama.cpp's chat-template prefix (24 tokens for
+    /// SmolLM2), left in its slot by the request before. A prompt's cached
+    /// tokens are the prefix cache's hit or these, the larger.
+    #[serde(default)]
+    pub template_cached_tokens: u32,
     /// Server prompt tokens per token the simulator's rule counts (one per
     /// word, four per chat message): the tokenizer's ratio.
     #[serde(default = "one")]

@@ -195,3 +195,61 @@ fn a_speed_spread_varies_the_steps_by_window_and_repeats_with_the_seed() {
     m.seed = 7;
     assert_ne!(a, gaps(&m));
 }
+
+/// `n` requests of `words` words each, no two sharing a prompt block.
+fn distinct(n: usize, words: usize, tokens: u32) -> Vec<(PreparedRequest, u64)> {
+    (0..n)
+        .map(|i| {
+            let content: String = (0..words).map(|k| format!("r{i}w{k} ")).collect();
+            let body = serde_json::json!({
+                "messages": [{"role": "user", "content": content}],
+                "max_tokens": tokens, "ignore_eos": true,
+            });
+            let url = "http://x.invalid/v1/chat/completions";
+            let req =
+                PreparedRequest::new(format!("r{i}"), "chat", url, body.to_string().into(), 0.0);
+            (req.unwrap(), 0)
+        })
+        .collect()
+}
+
+#[test]
+fn a_whole_cache_hit_starts_an_idle_engine_alone_and_the_next_pair_shares_its_prefill() {
+    // A 50 µs frontend. The usage probe left r0's prompt cached: 44 tokens,
+    // 32 in cached blocks, 12 computed (120 µs). llama.cpp runs that
+    // iteration alone and prefills r1 (44 tokens, 440 µs) in r0's first
+    // decode gap (100 µs): r1's first token with r0's second.
+    let mut m = model(None);
+    m.frontend_us = 50.0;
+    m.prefix_caching = true;
+    m.usage_probe = true;
+    let (rows, _) = predict_point(&m, &closed_loop(2), &distinct(4, 40, 3), 0).unwrap();
+    let stamps: Vec<i64> = rows[0].chunks.iter().map(|c| c.ts_us).collect();
+    assert_eq!(stamps, vec![170, 710, 860]);
+    assert_eq!(
+        (rows[1].first_token_us, rows[1].end_us),
+        (Some(710), Some(960))
+    );
+    // r2, sent at r0's end (860), misses r1's last step; r3, sent at r1's end
+    // (960) and still in its frontend time, is launched with r2: one
+    // prefill iteration for the two (880 µs), the pair in lockstep again.
+    assert_eq!(rows[2].first_token_us, Some(960 + 880));
+    assert_eq!(rows[3].first_token_us, Some(960 + 880));
+    // Nothing cached: the two sent together share their prefill iteration.
+    m.usage_probe = false;
+    let (rows, _) = predict_point(&m, &closed_loop(2), &distinct(2, 40, 3), 0).unwrap();
+    assert_eq!(rows[0].first_token_us, Some(50 + 880));
+    assert_eq!(rows[1].first_token_us, Some(50 + 880));
+}
+
+#[test]
+fn the_template_prefix_is_cached_for_every_prompt() {
+    // 14 prompt tokens, 4 of them the chat template's, found cached in the
+    // slot whatever the prompt: 10 computed (100 µs), not 14.
+    let mut m = model(None);
+    m.prefix_caching = true;
+    m.template_cached_tokens = 4;
+    let (rows, _) = predict_point(&m, &closed_loop(1), &distinct(1, 10, 2), 0).unwrap();
+    assert_eq!(rows[0].cached_tokens, Some(4));
+    assert_eq!(rows[0].first_token_us, Some(1000 + 100));
+}
