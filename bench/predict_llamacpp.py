@@ -100,14 +100,28 @@ def predict_ladder(model: Path, work: Path, rates: list[float], n: int, input_le
 
 def max_rate_check(url: str, work: Path, model: Path, best: float, slo_ms: float, n: int, input_len: str, output_len: int) -> list[str]:
     """The highest rate of the ladder whose p90 TTFT meets the SLO, found on
-    the model (every rung predicted on the same draws), then checked
-    for real at that rung and the next: both right means the measured
-    highest rung is the predicted one (within one search step)."""
+    the model, then checked for real at that rung and the next: both right
+    means the measured highest rung is the predicted one (within one search
+    step).
+
+    Every rung, predicted and measured, replays one draw: the same trace and
+    arrival seed (its Poisson draws scaled by the rate), as a user runs the
+    same search on the model and then on the server. The p90 of 12 requests
+    moves more with the draw (about its longest prompts) than with a step of
+    the rate, so a model judged on other draws than the measured one is
+    judged on the draw: at 13b3e04 the ladder's median over other draws put
+    the top at 0.361 req/s, which measured 3,874 ms against a 2,843 ms SLO,
+    while the same draw predicted 4,680 ms (a miss, as measured). The
+    median over PREDICT_REPEATS other draws is printed beside it."""
     rates = [round(best * s, 3) for s in LADDER]
-    predicted = predict_ladder(model, work, rates, n, input_len, output_len)
+    drawn, seed = trace(work, "ladder", n, input_len, output_len, 900), 900
+    predicted = {r: p90_ttft(predict(model, drawn, work / f"ladder-{k}-predicted.arrow", rate=[r], seed=seed)) for k, r in enumerate(rates)}
+    others = predict_ladder(model, work, rates, n, input_len, output_len)
     passing = [r for r in rates if predicted[r] < slo_ms]
-    lines = [f"SLO p90 TTFT < {slo_ms:,.0f} ms; ladder {', '.join(f'{r:g}' for r in rates)} req/s (step {rates[1] - rates[0]:.3f})",
-             "predicted p90 TTFT per rung: " + ", ".join(f"{r:g}: {predicted[r]:,.0f}" for r in rates)]
+    lines = [f"SLO p90 TTFT < {slo_ms:,.0f} ms; ladder {', '.join(f'{r:g}' for r in rates)} req/s (step {rates[1] - rates[0]:.3f}); "
+             f"every rung predicted and measured on one draw ({n} requests, trace seed 900, arrival seed {seed})",
+             "predicted p90 TTFT per rung: " + ", ".join(f"{r:g}: {predicted[r]:,.0f}" for r in rates),
+             f"  (median over {PREDICT_REPEATS} other draws: " + ", ".join(f"{r:g}: {others[r]:,.0f}" for r in rates) + ")"]
     top = max(passing) if passing else None
     lines.append(f"predicted highest rate under the SLO: {top if top is not None else 'none (the lowest rung fails)'}")
     # The predicted top rung should meet the SLO and the next miss it (no top: the lowest should miss).
@@ -115,14 +129,11 @@ def max_rate_check(url: str, work: Path, model: Path, best: float, slo_ms: float
     verdicts = []
     for rate in check:
         k = rates.index(rate)
-        t = trace(work, f"ladder-{k}", n, input_len, output_len, 900 + k)
-        measured = p90_ttft(measure(url, t, work / f"ladder-{k}.arrow", rate=[rate], seed=k))
-        # The same draw (trace and arrivals) predicted: a p90 of 12 requests moves more with the draw than a rung.
-        own = p90_ttft(predict(model, t, work / f"ladder-{k}-own-predicted.arrow", rate=[rate], seed=k))
+        measured = p90_ttft(measure(url, drawn, work / f"ladder-{k}.arrow", rate=[rate], seed=seed))
         ok = measured < slo_ms
         verdicts.append((rate, ok))
-        lines.append(f"measured at {rate:g} req/s: p90 TTFT {measured:,.0f} ms (predicted {predicted[rate]:,.0f}; on this run's own "
-                     f"trace and arrivals {own:,.0f}): {'meets' if ok else 'misses'} the SLO")
+        lines.append(f"measured at {rate:g} req/s: p90 TTFT {measured:,.0f} ms (predicted {predicted[rate]:,.0f}; over other draws "
+                     f"{others[rate]:,.0f}): {'meets' if ok else 'misses'} the SLO")
     want = [(r, r == top) for r, _ in verdicts]
     held = [ok for _, ok in verdicts] == [w for _, w in want]
     lines.append("within one search step: " + ("yes (the measured runs bracket the predicted highest rate)" if held else "no"))
