@@ -193,7 +193,10 @@ def build(path: Path, rows: int, seed: int) -> None:
         for label in LABELS:
             for concurrency in CONCURRENCY:
                 columns = _point_rows(rng, label, index, concurrency, per_point, start)
-                batch = pa.RecordBatch.from_arrays([columns[c.name] for c in COLUMNS], schema=schema)
+                n = len(columns["end_us"])
+                # What this bench does not model (one worker, single-turn text requests, no kernel
+                # stamps or connections, no tool calls or media) is null, as in such a run's file.
+                batch = pa.RecordBatch.from_arrays([columns.get(c.name, pa.nulls(n, c.type)) for c in COLUMNS], schema=schema)
                 writer.write_batch(batch)
                 start = int(pc.max(batch.column("end_us")).as_py()) + 1_000_000
                 index += 1  # point_index counts on across runs, as in a config file's A/B

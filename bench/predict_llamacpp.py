@@ -104,22 +104,25 @@ def max_rate_check(url: str, work: Path, model: Path, best: float, slo_ms: float
     means the measured highest rung is the predicted one (within one search
     step).
 
-    Every rung, predicted and measured, replays one draw: the same trace and
-    arrival seed (its Poisson draws scaled by the rate), as a user runs the
-    same search on the model and then on the server. The p90 of 12 requests
-    moves more with the draw (about its longest prompts) than with a step of
-    the rate, so a model judged on other draws than the measured one is
-    judged on the draw: at 13b3e04 the ladder's median over other draws put
-    the top at 0.361 req/s, which measured 3,874 ms against a 2,843 ms SLO,
-    while the same draw predicted 4,680 ms (a miss, as measured). The
-    median over PREDICT_REPEATS other draws is printed beside it."""
+    Every rung is predicted on the draw it is measured on (its own trace
+    and arrival seed), as a user runs the same search on the model and then
+    on the server. The p90 of 12 requests moves more with the draw (about
+    its longest prompts) than with a step of the rate, so a model judged on
+    other draws than the measured one is judged on the draw: at 13b3e04 the
+    ladder's median over other draws put the top at 0.361 req/s, which
+    measured 3,874 ms against a 2,843 ms SLO, while its own draw predicted
+    4,680 ms (a miss, as measured). Each rung has a trace of its own: one
+    trace at every rung (c8e726b) made llama.cpp's prompt cache answer the
+    second measured rung (p90 TTFT 46 ms). The median over PREDICT_REPEATS
+    other draws is printed beside it."""
     rates = [round(best * s, 3) for s in LADDER]
-    drawn, seed = trace(work, "ladder", n, input_len, output_len, 900), 900
-    predicted = {r: p90_ttft(predict(model, drawn, work / f"ladder-{k}-predicted.arrow", rate=[r], seed=seed)) for k, r in enumerate(rates)}
+    drawn = {r: (trace(work, f"ladder-{k}", n, input_len, output_len, 900 + k), k) for k, r in enumerate(rates)}
+    predicted = {r: p90_ttft(predict(model, t, work / f"ladder-{k}-predicted.arrow", rate=[r], seed=seed))
+                 for k, (r, (t, seed)) in enumerate(drawn.items())}
     others = predict_ladder(model, work, rates, n, input_len, output_len)
     passing = [r for r in rates if predicted[r] < slo_ms]
     lines = [f"SLO p90 TTFT < {slo_ms:,.0f} ms; ladder {', '.join(f'{r:g}' for r in rates)} req/s (step {rates[1] - rates[0]:.3f}); "
-             f"every rung predicted and measured on one draw ({n} requests, trace seed 900, arrival seed {seed})",
+             f"each rung predicted on the draw it is measured on ({n} requests, its own trace and arrival seed)",
              "predicted p90 TTFT per rung: " + ", ".join(f"{r:g}: {predicted[r]:,.0f}" for r in rates),
              f"  (median over {PREDICT_REPEATS} other draws: " + ", ".join(f"{r:g}: {others[r]:,.0f}" for r in rates) + ")"]
     top = max(passing) if passing else None
@@ -129,7 +132,8 @@ def max_rate_check(url: str, work: Path, model: Path, best: float, slo_ms: float
     verdicts = []
     for rate in check:
         k = rates.index(rate)
-        measured = p90_ttft(measure(url, drawn, work / f"ladder-{k}.arrow", rate=[rate], seed=seed))
+        t, seed = drawn[rate]
+        measured = p90_ttft(measure(url, t, work / f"ladder-{k}.arrow", rate=[rate], seed=seed))
         ok = measured < slo_ms
         verdicts.append((rate, ok))
         lines.append(f"measured at {rate:g} req/s: p90 TTFT {measured:,.0f} ms (predicted {predicted[rate]:,.0f}; over other draws "

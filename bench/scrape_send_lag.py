@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_util import provenance
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
@@ -159,7 +161,7 @@ def main() -> None:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     policy = "normal" if os.sched_getscheduler(0) == os.SCHED_OTHER else "fifo"
     path = RESULTS / f"scrape-{policy}-{stamp}.json"
-    path.write_text(json.dumps({"host": platform.node(), "cpus": os.cpu_count(), "client_policy": policy, "runs": runs}, indent=1))
+    path.write_text(json.dumps({"provenance": provenance(), "host": platform.node(), "cpus": os.cpu_count(), "client_policy": policy, "runs": runs}, indent=1))
     print(f"\nraw figures: {path}")
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from bench_util import write_result  # noqa: E402
 from scrape_send_lag import PAGE, PAGE_SERVER, start  # noqa: E402
 
 from specreplay.results.server_samples import SampleLog  # noqa: E402
@@ -77,6 +78,8 @@ def main() -> None:
         print(f"  {kind:12} {spread(values)}")
     ratio = statistics.median(costs["fetch+parse"]) / statistics.median(costs["fetch"])
     print(f"  a tick now costs 1/{ratio:.1f} of what it did (medians)")
+    figures = {kind: {"median_ms": statistics.median(v), "p90_ms": sorted(v)[int(0.9 * (len(v) - 1))], "max_ms": max(v)} for kind, v in costs.items()}
+    print(f"wrote {write_result('scrape-tick-cpu', {'ticks': args.ticks, 'page_samples': 474, 'cpu': figures})}")
 
 
 if __name__ == "__main__":

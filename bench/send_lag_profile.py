@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from bench_util import provenance
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SPECREPLAY = [sys.executable, "-m", "specreplay"]
@@ -231,7 +233,7 @@ def main() -> None:
         serve.terminate()
         serve.wait(timeout=10)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    doc = {"command": " ".join(sys.argv), "commit": commit, "started": started, "loadavg_end": loadavg(), "results": results}
+    doc = {"provenance": provenance(), "command": " ".join(sys.argv), "commit": commit, "started": started, "loadavg_end": loadavg(), "results": results}
     out_dir = HERE / "results"
     out_dir.mkdir(exist_ok=True)
     path = out_dir / f"send-lag-profile-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_util import provenance
+
 HERE = Path(__file__).resolve().parent
 SPECREPLAY = [sys.executable, "-m", "specreplay"]
 #: The CLI with the streamed feed forced (the "without" of issue 27's change).
@@ -145,7 +147,7 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent, capture_output=True, text=True).stdout.strip()
     out = HERE / "results" / f"vllm-bench-cost-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "commit": commit, "started": started, "rows": rows}, indent=1))
+    out.write_text(json.dumps({"provenance": provenance(), "command": " ".join(sys.argv), "commit": commit, "started": started, "rows": rows}, indent=1))
     print(f"wrote {out}")
 
 
