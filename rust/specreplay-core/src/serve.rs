@@ -8,18 +8,36 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hyper_util::server::graceful::GracefulConnection;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::error::CoreError;
 
-/// Binds `addr` (port 0 picks a free port); returns the listener and the
-/// address actually bound.
+/// The listen backlog: connections the kernel holds for the accept loop.
+/// A client that opens its connections before its clock (specreplay's own
+/// preconnect: 1,024 for a fast rate or a closed loop of 1,024) overflowed
+/// the 128 that `TcpListener::bind` asks for whenever the accept loop lagged:
+/// the kernel drops the handshake's last ACK, the client thinks it is
+/// connected, and its request waits for TCP's retransmits (a 5,000/s point
+/// against `specreplay serve` hung with 44 such connections). The kernel
+/// caps it at `net.core.somaxconn` (4,096 by default since Linux 5.4).
+const BACKLOG: u32 = 4096;
+
+/// Binds `addr` (port 0 picks a free port) with [`BACKLOG`]; returns the
+/// listener and the address actually bound.
 pub async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), CoreError> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| CoreError::io(format!("cannot bind {addr}"), e))?;
+    let cannot = |e| CoreError::io(format!("cannot bind {addr}"), e);
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(cannot)?;
+    // As TcpListener::bind: a restarted server can take its port back at once.
+    socket.set_reuseaddr(true).map_err(cannot)?;
+    socket.bind(addr).map_err(cannot)?;
+    let listener = socket.listen(BACKLOG).map_err(cannot)?;
     let bound = listener
         .local_addr()
         .map_err(|e| CoreError::io("cannot read the bound address", e))?;
@@ -116,4 +134,35 @@ pub async fn until_stopped<C: GracefulConnection>(conn: C, stop: watch::Receiver
     }
     conn.as_mut().graceful_shutdown();
     let _ = conn.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_kernel_queues_a_preconnect_burst_for_the_accept_loop() {
+        // 300 connections opened before anything accepts, as a client's
+        // preconnect does: every one is queued (the old backlog of 128 held
+        // 129; the rest waited for TCP's retransmits).
+        let (listener, addr) = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(4096);
+        let n = 300.min(somaxconn);
+        // Bounded: past a full queue a handshake waits for a retry (seconds).
+        let clients: Vec<_> = (0..n)
+            .filter_map(|_| {
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()
+            })
+            .collect();
+        let listener = listener.into_std().unwrap();
+        let mut queued = 0;
+        while listener.accept().is_ok() {
+            queued += 1; // non-blocking: stops at the first WouldBlock
+        }
+        assert_eq!(queued, n, "{n} connections opened, {queued} queued");
+        drop(clients);
+    }
 }
