@@ -6,7 +6,7 @@ and at an open-loop rate (both held out), each on a fresh trace. Writes
 the error table to docs/predict-accuracy.md with the command, the commit
 and the load average.
 
-    .venv/bin/python bench/predict_llamacpp.py [--requests 24] [--rounds 3] [--input-len uniform:100:300] [--output-len 32] [--keep DIR]
+    .venv/bin/python bench/predict_llamacpp.py [--requests 24] [--rounds 3] [--slo-requests 12] [--input-len uniform:100:300] [--output-len 32] [--keep DIR]
     .venv/bin/python bench/predict_llamacpp.py --from DIR     # re-predict a kept sitting's runs with this commit's model
 
 The calibration runs' answers vary in length around the held-out runs'
@@ -147,6 +147,8 @@ def max_rate_check(url: str, work: Path, model: Path, best: float, slo_ms: float
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=24)
+    ap.add_argument("--slo-requests", type=int, default=12,
+                    help="requests per rung of the SLO check: the p90 of 12 moves more with the draw than with a rung (docs/predict.md)")
     ap.add_argument("--input-len", default="uniform:100:300")
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3, help="interleave every point's runs in this many parts (docs/predict.md)")
@@ -175,7 +177,7 @@ def main() -> None:
             c1 = [specreplay.load(p) for name, p in result.runs.items() if name.startswith("calibrate-concurrency1")]
             alone = float(sum(float(summarize(df)["ttft_p50_ms"].iloc[0]) for df in c1) / len(c1))
             best = max(float(summarize(specreplay.load(p))["achieved_rate_rps"].max()) for name, p in result.runs.items() if name.startswith("calibrate-"))
-            search = max_rate_check(server.api_url, work, result.model_path, best, SLO_FACTOR * alone, max(args.requests // 2, 8),
+            search = max_rate_check(server.api_url, work, result.model_path, best, SLO_FACTOR * alone, args.slo_requests,
                                     args.input_len, args.output_len)
             print("\n".join(search), flush=True)
     took = time.monotonic() - started
