@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,6 +29,13 @@ from specreplay.results.schema import CHANNELS, COLUMNS, results_schema
 # the llama.cpp and vLLM tests' servers never wait behind them. Tests of the
 # default run the CLI in a subprocess without this variable.
 os.environ["SPECREPLAY_REALTIME"] = "0"
+
+# A shell without job control starts background commands with SIGINT
+# ignored (POSIX), and an ignored signal stays ignored across exec: the
+# CLIs these tests interrupt would then never see their Ctrl-C. A handled
+# one is reset to the default in every child, as a terminal's user has it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 T0 = 1_750_000_000_000_000  # µs since epoch: a realistic magnitude
 DEFAULT_CHUNKS = [(100_000 + 10_000 * i, 1, "content") for i in range(11)]  # 11 tokens over 100 ms
