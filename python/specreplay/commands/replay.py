@@ -372,8 +372,8 @@ def wants_realtime(asked: bool | None, configs: list[ReplayConfig]) -> bool:
     would (a closed loop of 1,024 streams took 8.2-8.5 s against 4.3-5.1 s,
     docs/benchmarks.md), and the client's threads cannot tell where it runs.
     At 4,000/s of short requests against the embedded simulator the normal
-    policy's send lag p99 was 1.7-3.3 ms (`client_saturated`), real-time's
-    0.12-0.16 ms."""
+    policy's send lag p99 was 1.2-1.6 ms (`client_saturated`), real-time's
+    94-291 us in 5 of 6 runs (`bench/open_loop_warmup.py`, docs/benchmarks.md)."""
     if asked is not None:
         return asked
     return all(config.url is None for config in configs)

@@ -262,9 +262,9 @@ impl RunSpec {
     /// Without them a high rate's first requests each open a connection, the
     /// handshakes slow the requests they should serve, so more requests find
     /// no idle connection and open one too: at 4,000/s of short requests the
-    /// first 0.2 s opened about 680 connections (connect p99 5–24 ms) where
-    /// fewer than 100 were ever in use, and the send lag of those 0.2 s made
-    /// the whole point `client_saturated` (docs/benchmarks.md). Recorded
+    /// first 0.2 s opened about 680 connections (connect p99 5–24 ms), and
+    /// the send lag of those 0.2 s made the whole point `client_saturated`
+    /// (docs/benchmarks.md). Recorded
     /// timing (`speedup`) has no rate to size them by and connects as it
     /// arrives, as do rates asked not to (`--no-preconnect`).
     pub fn preconnections(&self) -> Result<usize, CoreError> {
