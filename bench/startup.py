@@ -5,8 +5,15 @@ token to the embedded simulator: imports, trace scan, preflight, simulator
 start, results file), and its CPU up to the moment the engine starts the
 first point (after the point's opening metrics scrape). Each run is a fresh process; medians of --runs.
 
+Bytecode is cached (in a temporary PYTHONPYCACHEPREFIX) as it is for an
+installed wheel, whose modules pip compiles at install, even where the shell
+sets PYTHONDONTWRITEBYTECODE (this machine's does): compiling specreplay's
+modules from source again in every process cost about 0.1 s of CPU here.
+`--no-bytecode-cache` measures the way earlier figures were taken.
+
     .venv/bin/python bench/startup.py                 # this tree
     .venv/bin/python bench/startup.py --pythonpath /tmp/base/python --tag before
+    .venv/bin/python bench/startup.py --env OPENBLAS_NUM_THREADS=2 --tag blas-pool   # the CLI's BLAS default undone
 
 Writes bench/results/startup-<time>.json (bench_util.write_result). Asserts nothing.
 """
@@ -77,17 +84,24 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--pythonpath", help="measure the specreplay package in this directory instead")
     parser.add_argument("--tag", default="head")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="set in every measured process (repeatable)")
+    parser.add_argument("--no-bytecode-cache", action="store_true", help="compile from source in every process, as PYTHONDONTWRITEBYTECODE does")
     opts = parser.parse_args()
-    env = {**os.environ}
+    env = {**os.environ, **dict(item.split("=", 1) for item in opts.env)}
     if opts.pythonpath:
         env["PYTHONPATH"] = opts.pythonpath
     with tempfile.TemporaryDirectory() as tmp:
+        if opts.no_bytecode_cache:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+        else:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")  # filled by the warm-up runs below
         measure(["--help"], env, tmp)  # warm the page cache
         help_runs = [measure(["--help"], env, tmp) for _ in range(opts.runs)]
         replay_args = ["replay", str(TRACE), "--concurrency", "1", "--num-requests", "1", "--max-tokens", "1", "-o", "r.arrow"]
         measure(replay_args, env, tmp)
         replay_runs = [measure(replay_args, env, tmp) for _ in range(max(3, opts.runs // 2))]
-    figures = {"tag": opts.tag, "pythonpath": opts.pythonpath, "help": medians(help_runs), "replay_one_request": medians(replay_runs),
+    figures = {"tag": opts.tag, "pythonpath": opts.pythonpath, "env": opts.env, "bytecode_cache": not opts.no_bytecode_cache, "help": medians(help_runs), "replay_one_request": medians(replay_runs),
                "help_samples": help_runs, "replay_samples": replay_runs}
     path = write_result(f"startup-{opts.tag}", figures)
     h, r = figures["help"], figures["replay_one_request"]

@@ -5,6 +5,7 @@ Its time is measured by bench/startup.py, not here."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -102,3 +103,28 @@ def test_a_replay_loads_its_analysis_before_its_first_point_not_during_it(tmp_pa
     assert "pandas" in before and "specreplay.analysis.analyse" in before
     assert {m for m in after - before if m.split(".")[0] in ("pandas", "numpy", "pyarrow")} <= {"pyarrow.feather"}
     assert seen["code"] in (None, 0) and "2 requests: 2 ok" in out.stdout
+
+
+BLAS_PROBE = """
+import os, sys
+from specreplay.cli import main
+try:
+    main(args=sys.argv[1:], prog_name="specreplay")
+except SystemExit:
+    pass
+import numpy  # what the analysis imports first; OpenBLAS starts its pool here
+print(len(os.listdir("/proc/self/task")), os.cpu_count())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_the_cli_starts_no_blas_thread_pool_on_the_engines_cores() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", BLAS_PROBE, "--version"], capture_output=True, text=True, timeout=60, env=env, check=True)
+    threads, cpus = (int(v) for v in out.stdout.split()[-2:])
+    assert threads == 1, f"{threads} threads after numpy's import on {cpus} CPUs: OpenBLAS started its pool"
+    # A user's own setting still wins (the pool is then started as asked).
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    out = subprocess.run([sys.executable, "-c", BLAS_PROBE, "--version"], capture_output=True, text=True, timeout=60, env=env, check=True)
+    if (os.cpu_count() or 1) >= 2:
+        assert int(out.stdout.split()[-2]) == 2

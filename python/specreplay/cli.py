@@ -5,6 +5,7 @@ so everything is reachable from Python too."""
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import click
@@ -79,6 +80,12 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 def main(**kwargs: Any) -> None:
     """The `specreplay` command: the process ends when it returns."""
+    # numpy's OpenBLAS starts a worker thread per core at import, which spins
+    # for its first work: 50 ms of CPU at numpy's import, 0.14 s by pandas'
+    # end, on a 2-core box (docs/benchmarks.md, "Start-up"), on the cores the
+    # engine measures with. The analysis's matrices are a few thousand rows
+    # (the calibration's fits): one thread does them. A user's own setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         cli(**kwargs)
     finally:
