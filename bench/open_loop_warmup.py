@@ -12,7 +12,9 @@ that the with/without pairs share the machine's state:
 
 Per run: send lag (`sent_us - scheduled_us`) p50 / p99 over the run, p99 in
 the first 0.25 s and after it, how many requests opened a connection during
-the run, and the findings the run stored. Asserts nothing.
+the run, and the findings the run stored; beside each run the machine's own
+stalls, as a real-time canary saw them (`machine_stalls.py`), and how many of
+the sends late by > 1 ms were due in one. Asserts nothing.
 
     .venv/bin/python bench/open_loop_warmup.py                         # 4,000/s, 3 s, 3 repeats: about 1 min
     .venv/bin/python bench/open_loop_warmup.py --rate 2000 --repeats 5
@@ -34,6 +36,7 @@ import numpy as np
 import specreplay
 
 from bench_util import write_result
+from machine_stalls import MachineStalls, attribute
 
 HERE = Path(__file__).resolve().parent
 SPECREPLAY = Path(sys.executable).with_name("specreplay")
@@ -46,7 +49,7 @@ SETTINGS = {
 WARMUP_S = 0.25
 
 
-def figures(path: Path) -> dict[str, Any]:
+def figures(path: Path, stalls: list[list[int]]) -> dict[str, Any]:
     df = specreplay.load(path)
     lag = (df["sent_us"] - df["scheduled_us"]).to_numpy(dtype=float)
     since = (df["scheduled_us"] - df["scheduled_us"].min()).to_numpy(dtype=float) / 1e6
@@ -60,6 +63,7 @@ def figures(path: Path) -> dict[str, Any]:
         "after_warmup_lag_p99_us": round(float(np.percentile(late, 99)), 1) if late.size else None,
         "connected_during_run": int(df["connect_us"].notna().sum()),
         "findings": sorted({f["code"] for f in validity if isinstance(f, dict) and "code" in f}),
+        "late_sends": attribute(df["scheduled_us"].to_numpy(dtype=float), lag, stalls),
     }
 
 
@@ -82,10 +86,13 @@ def main() -> None:
                 out = Path(tmp) / f"{name}-{repeat}.arrow"
                 cmd = [str(SPECREPLAY), "replay", str(trace), "--rate", str(args.rate), "--arrival", "constant",
                        "--num-requests", str(n), "--no-metrics", "-o", str(out), *SETTINGS[name]]  # fmt: skip
-                done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
-                run = {"setting": name, "repeat": repeat, "exit": done.returncode}
+                with MachineStalls() as canary:
+                    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+                machine = canary.result()
+                run = {"setting": name, "repeat": repeat, "exit": done.returncode,
+                       "machine": {k: v for k, v in machine.items() if k != "stalls"} | {"stalls_ms": [length / 1e3 for _, length in machine["stalls"]]}}  # fmt: skip
                 if out.exists():
-                    run |= figures(out)
+                    run |= figures(out, machine["stalls"])
                 runs.append(run)
                 print(json.dumps(run))
     print(f"wrote {write_result('open-loop-warmup', {'rate': args.rate, 'seconds': args.seconds, 'runs': runs})}")

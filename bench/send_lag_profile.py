@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from bench_util import provenance
+from machine_stalls import MachineStalls, attribute
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -110,25 +111,38 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def p99_under_us(counts: list[int]) -> int:
+    """The upper edge of the log2 µs bucket holding the 99th percentile
+    (bucket k holds [2^(k-1), 2^k) µs)."""
+    total, cum = sum(counts) or 1, 0
+    for k, c in enumerate(counts):
+        cum += c
+        if cum >= 0.99 * total:
+            return int(2**k)
+    return int(2 ** (len(counts) - 1))
+
+
 def pacer_stats(output: str) -> dict[str, Any]:
     """The pacing thread's own account (SPECREPLAY_PACER_STATS): its
-    scheduling policy, sleeps, wake-up overshoot (log2 µs buckets: bucket k
-    holds overshoots in [2^(k-1), 2^k) µs) and time spent spinning."""
+    scheduling policy, sleeps, wake-up overshoot (log2 µs buckets) and time
+    spent spinning; and each send's hand-over, where the build prints it:
+    due time to `runtime.spawn` on the pacer, spawn to the unit's task first
+    running on a worker."""
+    stats: dict[str, Any] = {}
     for line in output.splitlines():
         if line.startswith("pacer-stats "):
             head, buckets = line.split(" late_log2us=")
             kv = dict(item.split("=", 1) for item in head.split()[1:])
             counts = json.loads(buckets)
-            total = sum(counts) or 1
-            cum, p99_bucket = 0, 0
-            for k, c in enumerate(counts):
-                cum += c
-                if cum >= 0.99 * total:
-                    p99_bucket = k
-                    break
-            return {"policy": kv["policy"], "sleeps": int(kv["sleeps"]), "late_max_us": int(kv["late_max_us"]),
-                    "spun_s": int(kv["spun_ms"]) / 1e3, "late_log2us": counts, "late_p99_under_us": 2**p99_bucket}  # fmt: skip
-    return {}
+            stats |= {"policy": kv["policy"], "sleeps": int(kv["sleeps"]), "late_max_us": int(kv["late_max_us"]),
+                      "spun_s": int(kv["spun_ms"]) / 1e3, "late_log2us": counts, "late_p99_under_us": p99_under_us(counts)}  # fmt: skip
+        elif line.startswith("handover-stats "):
+            kv = dict(item.split("=", 1) for item in line.split(" ")[1:])
+            due, run = json.loads(kv["due_to_spawn_log2us"]), json.loads(kv["spawn_to_run_log2us"])
+            stats |= {"due_to_spawn_log2us": due, "due_to_spawn_p99_under_us": p99_under_us(due),
+                      "spawn_to_run_log2us": run, "spawn_to_run_p99_under_us": p99_under_us(run),
+                      "spawn_to_run_max_us": int(kv["spawn_to_run_max_us"])}  # fmt: skip
+    return stats
 
 
 def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: str, extra: str, out: Path, serve_pid: int) -> dict[str, Any]:
@@ -140,26 +154,29 @@ def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: 
     cmd = [*launcher, "replay", str(trace), "--url", url, "--model", "specreplay-sim", "--rate", f"{rate:g}",
            "--arrival", "constant", "--num-requests", str(n), "--no-metrics", "-o", str(out)]  # fmt: skip
     serve_cpu0 = process_cpu_s(serve_pid)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     first: dict[int, tuple[str, float, float, int, int]] = {}
     last: dict[int, tuple[str, float, float, int, int]] = {}
-    while proc.poll() is None:
-        sample = thread_sample(proc.pid)
-        if sample:
-            # The point's threads exist once the engine runs: start counting there.
-            if not first and any(name.startswith("specreplay-disp") for name, *_ in sample.values()):
-                first = sample
-            if first:
-                # Counters only grow: a thread's last sample stands after it exits.
-                last.update(sample)
-        time.sleep(0.05)
+    with MachineStalls() as canary:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        while proc.poll() is None:
+            sample = thread_sample(proc.pid)
+            if sample:
+                # The point's threads exist once the engine runs: start counting there.
+                if not first and any(name.startswith("specreplay-disp") for name, *_ in sample.values()):
+                    first = sample
+                if first:
+                    # Counters only grow: a thread's last sample stands after it exits.
+                    last.update(sample)
+            time.sleep(0.05)
     output = proc.stdout.read().decode() if proc.stdout else ""
     serve_cpu = process_cpu_s(serve_pid) - serve_cpu0
     import pyarrow.feather as feather
 
     table = feather.read_table(out, columns=["scheduled_us", "sent_us", "error_kind"])
-    lag = (np.asarray(table["sent_us"].to_numpy(zero_copy_only=False), dtype=float) - np.asarray(table["scheduled_us"].to_numpy(), dtype=float))
-    lag = lag[~np.isnan(lag)]
+    scheduled = np.asarray(table["scheduled_us"].to_numpy(), dtype=float)
+    lag = np.asarray(table["sent_us"].to_numpy(zero_copy_only=False), dtype=float) - scheduled
+    scheduled, lag = scheduled[~np.isnan(lag)], lag[~np.isnan(lag)]
+    machine = canary.result()
     sent = np.asarray(table["sent_us"].to_numpy(zero_copy_only=False), dtype=float)
     span_s = (np.nanmax(sent) - np.nanmin(sent)) / 1e6 if len(lag) > 1 else float("nan")
     errors = int(sum(1 for e in table["error_kind"].to_pylist() if e is not None))
@@ -177,6 +194,10 @@ def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: 
         "client_saturated": "client_saturated" in output,
         "threads_profile": by_name(first, last) if first else {},
         "pacer": pacer_stats(output),
+        # The canary's stalls (machine_stalls.py), and how many of the sends
+        # late by > 1 ms were due in one of them.
+        "machine": {k: v for k, v in machine.items() if k != "stalls"} | {"stalls_ms": [length / 1e3 for _, length in machine["stalls"]]},
+        "late_sends": attribute(scheduled, lag, machine["stalls"]),
         "serve_cpu_s": serve_cpu,
         "serve_cpu_us_per_request": 1e6 * serve_cpu / max(int(table.num_rows), 1),
         "returncode": proc.returncode,
@@ -227,6 +248,12 @@ def main() -> None:
                             if pacer:
                                 print(f"      pacer {pacer['policy']}: wake-up overshoot p99 < {pacer['late_p99_under_us']} µs, max {pacer['late_max_us']} µs, spun {pacer['spun_s']:.2f} s; "
                                       f"serve CPU {row['serve_cpu_s']:.2f} s ({row['serve_cpu_us_per_request']:.0f} µs/request)")  # fmt: skip
+                                m, late = row["machine"], row["late_sends"]
+                                print(f"      machine ({m['policy']} canary): {m['stall_count']} stalls >= 0.5 ms, {m['stalled_ms']:.1f} ms in all, worst {m['worst_us'] / 1e3:.1f} ms; "
+                                      f"sends late > 1 ms: {late['late']}, {late['late_in_stalls']} of them due in a stall")  # fmt: skip
+                                if "spawn_to_run_log2us" in pacer:
+                                    print(f"      hand-over: due to spawn p99 < {pacer['due_to_spawn_p99_under_us']} µs; spawn to the task running p99 < "
+                                          f"{pacer['spawn_to_run_p99_under_us']} µs, max {pacer['spawn_to_run_max_us']} µs")  # fmt: skip
                             for name, t in list(row["threads_profile"].items())[:6]:
                                 print(f"      {name:<18} x{t['threads']:<2.0f} nice {t['nice']:>3.0f}  cpu {t['cpu_s']:6.2f} s  runqueue wait {t['wait_s']:6.3f} s  ({t['wait_us_per_slice']:6.1f} µs/slice)")
     finally:

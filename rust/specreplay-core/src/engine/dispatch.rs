@@ -120,6 +120,9 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
     let policy = priority::raise(priority::PACER);
     shared.progress.pacer.set(policy);
     let mut waits = pacing::WakeStats::default();
+    let handover = std::env::var_os("SPECREPLAY_PACER_STATS")
+        .is_some()
+        .then(|| Arc::new(pacing::HandoverStats::default()));
     let feed: &Feed = &shared.feed;
     let releases = &shared.releases;
     let cancel = shared.ctx.cancel.clone();
@@ -150,7 +153,18 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
         if let (Some(at), Some(_)) = (unit_at, &next) {
             if at <= Instant::now() {
                 let unit = next.take().expect("checked");
-                runtime.spawn(run_unit(shared.clone(), unit, instant_to_us(at)));
+                let (shared, due_us) = (shared.clone(), instant_to_us(at));
+                match &handover {
+                    None => drop(runtime.spawn(run_unit(shared, unit, due_us))),
+                    Some(stats) => {
+                        let (stats, spawned) = (stats.clone(), Instant::now());
+                        stats.spawned(spawned - at);
+                        runtime.spawn(async move {
+                            stats.ran(spawned.elapsed());
+                            run_unit(shared, unit, due_us).await
+                        });
+                    }
+                }
             }
         }
     }
@@ -171,6 +185,14 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
             st.spun.as_millis(),
             st.late_buckets
         );
+        if let Some(h) = &handover {
+            eprintln!(
+                "handover-stats due_to_spawn_log2us={} spawn_to_run_log2us={} spawn_to_run_max_us={}",
+                pacing::HandoverStats::counts(&h.due_to_spawn),
+                pacing::HandoverStats::counts(&h.spawn_to_run),
+                h.spawn_to_run_max_us.load(std::sync::atomic::Ordering::Relaxed)
+            );
+        }
     }
 }
 

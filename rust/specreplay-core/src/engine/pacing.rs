@@ -8,6 +8,7 @@
 //! `Condvar::wait_timeout` is a futex wait to an absolute CLOCK_MONOTONIC
 //! time in ns: no rounding; what overshoots is the wake-up.)
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,15 +30,53 @@ pub struct WakeStats {
     pub spun: Duration,
 }
 
+/// The log2 µs bucket of a duration: [0], [1], [2, 4), … [2^14, ∞).
+fn log2_bucket(d: Duration) -> usize {
+    (64 - (d.as_micros() as u64).leading_zeros() as usize).min(15)
+}
+
 impl WakeStats {
     fn add(&mut self, late: Duration) {
-        let us = late.as_micros() as u64;
         self.sleeps += 1;
-        self.late_max_us = self.late_max_us.max(us);
-        let bucket = (64 - us.leading_zeros() as usize).min(15);
-        self.late_buckets[bucket] += 1;
+        self.late_max_us = self.late_max_us.max(late.as_micros() as u64);
+        self.late_buckets[log2_bucket(late)] += 1;
+    }
+}
+
+/// Where a send's lag goes after the pacer's wake-up, for
+/// bench/send_lag_profile.py (SPECREPLAY_PACER_STATS): from the due time to
+/// the pacer's hand-over (`runtime.spawn`), and from the hand-over to the
+/// unit's task first running on a worker. log2 µs buckets; shared by the
+/// workers, so atomics.
+#[derive(Debug, Default)]
+pub struct HandoverStats {
+    pub due_to_spawn: [AtomicU64; 16],
+    pub spawn_to_run: [AtomicU64; 16],
+    pub spawn_to_run_max_us: AtomicU64,
+}
+
+impl HandoverStats {
+    pub fn spawned(&self, late: Duration) {
+        self.due_to_spawn[log2_bucket(late)].fetch_add(1, Ordering::Relaxed);
     }
 
+    pub fn ran(&self, waited: Duration) {
+        self.spawn_to_run[log2_bucket(waited)].fetch_add(1, Ordering::Relaxed);
+        self.spawn_to_run_max_us
+            .fetch_max(waited.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// `[c0,c1,…]`: a JSON list with no spaces (one `key=value` field).
+    pub fn counts(buckets: &[AtomicU64; 16]) -> String {
+        let counts: Vec<String> = buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed).to_string())
+            .collect();
+        format!("[{}]", counts.join(","))
+    }
+}
+
+impl WakeStats {
     /// [`wait_until`], counting each sleep's overshoot and each spin.
     pub fn wait_until(
         &mut self,
