@@ -40,17 +40,27 @@ TRACE = HERE.parent / "traces" / "reasoning-prompts.jsonl"
 #: right after it (`replay._run_point`).
 DRIVER = """
 import resource, sys
+from specreplay.cli import limit_blas_threads, main
+limit_blas_threads()  # what main() does first
+def cpu_mark(name):
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    sys.stderr.write(f"\\nBENCH_CPU {name} {u.ru_utime + u.ru_stime}\\n")
+cpu_mark("interpreter")
+# The stages' order is the CLI's own: the command's module, then the analysis
+# (run_replay imports it before the first point), then the point.
+import specreplay.commands.replay
+cpu_mark("command_imported")
+import specreplay.analysis.analyse
+cpu_mark("analysis_imported")
 from specreplay.servermetrics import scrape
 start_point = scrape.Scraper.start_point
 def after_start_scrape(self, *args, **kwargs):
     out = start_point(self, *args, **kwargs)
     if not getattr(scrape, "_bench_seen", False):
         scrape._bench_seen = True
-        u = resource.getrusage(resource.RUSAGE_SELF)
-        sys.stderr.write(f"\\nBENCH_CPU_AT_FIRST_POINT {u.ru_utime + u.ru_stime}\\n")
+        cpu_mark("first_point")
     return out
 scrape.Scraper.start_point = after_start_scrape
-from specreplay.cli import main
 main(args=sys.argv[1:], prog_name="specreplay")
 """
 
@@ -69,9 +79,11 @@ def measure(args: list[str], env: dict[str, str], cwd: str) -> dict[str, float]:
         raise RuntimeError(f"specreplay {' '.join(args)} failed: {err[-2000:]!r}")
     figures = {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "user_s": usage.ru_utime,
                "sys_s": usage.ru_stime, "max_rss_mib": usage.ru_maxrss / 1024}
-    marks = [line.split()[1] for line in err.splitlines() if line.startswith("BENCH_CPU_AT_FIRST_POINT")]
-    if marks:
-        figures["cpu_before_first_send_s"] = float(marks[0])
+    marks = dict(line.split()[1:3] for line in err.splitlines() if line.startswith("BENCH_CPU "))
+    if "first_point" in marks:
+        figures["cpu_before_first_send_s"] = float(marks["first_point"])
+        # Where it went: the process's CPU at each stage's end.
+        figures |= {f"cpu_at_{name}_s": float(value) for name, value in marks.items() if name != "first_point"}
     return figures
 
 
@@ -108,6 +120,9 @@ def main() -> None:
     print(f"--help: {h['wall_s'] * 1000:.0f} ms wall, {h['cpu_s'] * 1000:.0f} ms CPU, {h['max_rss_mib']:.1f} MiB peak RSS")
     print(f"replay of one 1-token request: {r['cpu_before_first_send_s'] * 1000:.0f} ms CPU before the first send, "
           f"{r['cpu_s'] * 1000:.0f} ms CPU in all, {r['wall_s'] * 1000:.0f} ms wall, {r['max_rss_mib']:.1f} MiB")
+    print(f"  CPU by the end of: the interpreter's start {r['cpu_at_interpreter_s'] * 1000:.0f} ms, the replay command's imports "
+          f"{r['cpu_at_command_imported_s'] * 1000:.0f}, the analysis's {r['cpu_at_analysis_imported_s'] * 1000:.0f}, "
+          f"the first point's start {r['cpu_before_first_send_s'] * 1000:.0f}, the process {r['cpu_s'] * 1000:.0f}")
     print(f"wrote {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
 
 

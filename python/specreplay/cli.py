@@ -78,14 +78,21 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.meta["specreplay.debug"] = debug
 
 
+def limit_blas_threads() -> None:
+    """One OpenBLAS thread, unless the user's environment says otherwise; to
+    take effect, before numpy is imported.
+
+    numpy's OpenBLAS starts a worker thread per core at import, which spins
+    for its first work: 50 ms of CPU at numpy's import, 0.14 s by pandas'
+    end, on a 2-core box (docs/benchmarks.md, "Start-up"), on the cores the
+    engine measures with. The analysis's matrices are a few thousand rows
+    (the calibration's fits): one thread does them."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def main(**kwargs: Any) -> None:
     """The `specreplay` command: the process ends when it returns."""
-    # numpy's OpenBLAS starts a worker thread per core at import, which spins
-    # for its first work: 50 ms of CPU at numpy's import, 0.14 s by pandas'
-    # end, on a 2-core box (docs/benchmarks.md, "Start-up"), on the cores the
-    # engine measures with. The analysis's matrices are a few thousand rows
-    # (the calibration's fits): one thread does them. A user's own setting wins.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    limit_blas_threads()
     try:
         cli(**kwargs)
     finally:
