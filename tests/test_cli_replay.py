@@ -23,7 +23,8 @@ from conftest import realtime_permitted
 import specreplay
 from specreplay import _core
 from specreplay.cli import cli
-from specreplay.commands.replay import EXIT_INVALID, expand_list_options
+from specreplay.commands.replay import expand_list_options
+from specreplay.errors import EXIT_INVALID
 
 ROOT = Path(__file__).resolve().parent.parent
 REASONING = str(ROOT / "traces" / "reasoning-prompts.jsonl")

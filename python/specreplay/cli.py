@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from specreplay.errors import SpecreplayError
+from specreplay.errors import EXIT_INTERRUPTED, SpecreplayError
 
 #: name -> (module, attribute, one-line help). A command's module is imported
 #: only when the command runs (or its own --help is asked for), so that
@@ -61,6 +61,12 @@ class SpecreplayGroup(click.Group):
             if ctx.meta.get("specreplay.debug"):
                 raise
             raise click.ClickException(str(e)) from None
+        except KeyboardInterrupt:
+            # Where a command has something to keep (a replay's finished
+            # rows), it handles Ctrl-C itself; elsewhere the shell's usual
+            # 128 + SIGINT, not click's "Aborted!" and 1.
+            click.echo("interrupted", err=True)
+            raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 @click.group(cls=SpecreplayGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,4 +1,4 @@
-"""specreplay's exceptions. Defined in Python so each can also subclass the
+"""specreplay's exceptions, and the CLI's exit statuses. Exceptions are defined in Python so each can also subclass the
 natural stdlib type (`except ValueError` keeps working); the Rust extension
 raises these same classes (`rust/specreplay-py/src/errors.rs`).
 
@@ -6,6 +6,11 @@ This module must not import `specreplay._core`: the extension imports it.
 """
 
 from __future__ import annotations
+
+#: The run's validity checks failed under --strict (`replay`, `compare`).
+EXIT_INVALID = 3
+#: Stopped by Ctrl-C: 128 + SIGINT, as shells report it.
+EXIT_INTERRUPTED = 130
 
 
 class SpecreplayError(Exception):

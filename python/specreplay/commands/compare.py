@@ -23,9 +23,7 @@ from specreplay.comparison import compare as comparison
 from specreplay.comparison.compare import Run
 from specreplay.present.compare_tables import print_capacity_comparison, print_comparison
 from specreplay.present.console import cli_console, print_findings
-
-#: Exit status when a run's validity checks failed and --force was not given.
-EXIT_INVALID = 3
+from specreplay.errors import EXIT_INVALID
 
 
 def load_runs(specs: tuple[str, ...]) -> list[Run]:

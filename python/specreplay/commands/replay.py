@@ -20,7 +20,7 @@ from specreplay.settings.config import Point, ReplayConfig
 from specreplay.settings.config_file import apply_overrides, env_overrides, load_config_file
 from specreplay.run.capacity import Answer
 from specreplay.present.console import cli_console, is_tty, print_capacity, print_per_request, print_summary, print_verdict
-from specreplay.errors import ConfigError
+from specreplay.errors import EXIT_INTERRUPTED, EXIT_INVALID, ConfigError
 from specreplay.present.live import PLAIN_INTERVAL_S, LiveView
 from specreplay.run.plan import FinishedPoint, Progress
 from specreplay.run.replay import Hooks, run_replay
@@ -30,11 +30,6 @@ from specreplay.settings.thresholds import ValidityThresholds
 from specreplay.run.target import Target
 from specreplay.settings.tomlfile import read_toml
 from specreplay.analysis.finding import Finding, is_fatal, to_json  # no pandas: the analysis itself is imported after the first point
-
-#: Exit status when the user interrupted the run (128 + SIGINT, like a shell).
-EXIT_INTERRUPTED = 130
-#: Exit status when `--strict` turned validity findings into a failure.
-EXIT_INVALID = 3
 
 
 def parse_header(value: str) -> tuple[str, str]:
