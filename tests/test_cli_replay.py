@@ -399,7 +399,11 @@ def test_realtime_is_the_default_only_against_the_embedded_simulator(tmp_path: P
     # What the threads got is in the file, per point, and said in one line.
     (entry,) = json.loads(specreplay.load(tmp_path / "r.arrow").attrs["specreplay.scheduling"])
     got = {"pacer": "SCHED_FIFO:2", "workers": "SCHED_FIFO:1"} if realtime else {"pacer": "SCHED_OTHER", "workers": "SCHED_OTHER"}
+    late_max, late_p99 = entry.pop("pacer_late_max_us"), entry.pop("pacer_late_p99_us")
     assert entry == {"label": entry["label"], "point": "rate=50", **got, "realtime_asked": realtime}
+    # And how late its sleeps ended: the largest, and the p99's log2 bucket edge.
+    assert isinstance(late_max, int) and isinstance(late_p99, int) and late_p99 & (late_p99 - 1) == 0, (late_max, late_p99)
+    assert late_max >= late_p99 // 2  # the largest is at least in the p99's bucket, [p99/2, p99)
     said = [line for line in out.stderr.splitlines() if "engine threads ran" in line]
     assert len(said) == 1 and got["pacer"] in said[0] and got["workers"] in said[0], out.stderr
 

@@ -115,6 +115,29 @@ def test_client_saturated_by_send_lag_on_open_loop_points_only(make_results: Mak
     assert "2.000 ms" in finding.message
 
 
+@pytest.mark.parametrize(
+    ("pacer", "late_max_us", "said"),
+    [
+        ("SCHED_FIFO:2", 30_000, "woke up to 30.0 ms late, real-time: the machine held the process up"),
+        ("SCHED_OTHER", 4_000, "woke up to 4.0 ms late: it waited for a CPU"),
+        ("SCHED_FIFO:2", 300, None),  # woke in time: the lag came after it
+        (None, None, None),  # not recorded (a file from before, or no pacer)
+    ],
+)
+def test_client_saturated_says_when_the_pacer_itself_was_held_up(
+    make_results: MakeResults, pacer: str | None, late_max_us: int | None, said: str | None
+) -> None:
+    scheduling = [{"label": "test", "point": "rate=8", "pacer": pacer, "workers": pacer, "realtime_asked": True,
+                   "pacer_late_max_us": late_max_us, "pacer_late_p99_us": 64}]  # fmt: skip
+    df = make_results(lagging("rate=8", 2_000), {"specreplay.scheduling": json.dumps(scheduling)})
+    message = only(check(df, FEW), "client_saturated").message
+    assert "2.000 ms" in message
+    if said is None:
+        assert "pacing thread" not in message
+    else:
+        assert said in message
+
+
 def test_client_saturated_when_sending_slower_than_the_schedule(make_results: MakeResults) -> None:
     # Scheduled 8/s, sent 4/s: the point did not offer the load it names.
     rows = [{"point": "rate=8", "scheduled_us": T0 + 125_000 * i, "sent_us": T0 + 250_000 * i} for i in range(10)]

@@ -201,6 +201,12 @@ class EngineScheduling:
     def workers(self) -> str | None: ...
     @property
     def realtime_asked(self) -> bool: ...
+    @property
+    def pacer_late_max_us(self) -> int | None:
+        """The pacing thread's largest wake-up overshoot (µs); None: no pacer, or it never slept."""
+    @property
+    def pacer_late_p99_us(self) -> int | None:
+        """The upper edge (µs) of the log2 bucket holding its overshoots' 99th percentile."""
 
 @final
 class EngineRun:

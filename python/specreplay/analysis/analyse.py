@@ -47,7 +47,7 @@ from specreplay.analysis.slo import TargetVerdict, verdicts
 from specreplay.analysis.summary_row import SummarisedPoint
 from specreplay.results import derived
 from specreplay.results import server_samples as server_store
-from specreplay.results.files import PREDICTED_KEY, config_points, run_config_of
+from specreplay.results.files import PREDICTED_KEY, SCHEDULING_KEY, config_points, run_config_of
 from specreplay.settings.objectives import Slo
 from specreplay.settings.thresholds import ValidityThresholds
 
@@ -129,6 +129,7 @@ def analyse(
         points = config_points(df)
     samples: pd.DataFrame = server_store.from_metadata(df.attrs).to_pandas()
     predictions = _predictions(df)
+    scheduling = _scheduling(df)
     runs = []
     for label, rows in by_label(df):
         config = run_config_of(df, label)
@@ -142,6 +143,7 @@ def analyse(
                 slo=Slo.from_table(dict(config.get("slo") or {})),
                 samples=samples[samples["label"] == label],
                 predictions={p: v for (lab, p), v in predictions.items() if lab == label},
+                scheduling={p: v for (lab, p), v in scheduling.items() if lab == label},
             )
         )
     return runs
@@ -165,6 +167,12 @@ def _predictions(df: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
+def _scheduling(df: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (label, point), what its engine threads got (`SCHEDULING_KEY`)."""
+    entries = json.loads(df.attrs.get(SCHEDULING_KEY) or "[]")
+    return {(str(e["label"]), str(e["point"])): e for e in entries if isinstance(e, dict) and "point" in e}
+
+
 def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) else None
 
@@ -179,9 +187,11 @@ def analyse_run(
     slo: Slo = Slo(),
     samples: pd.DataFrame | None = None,
     predictions: dict[str, dict[str, Any]] | None = None,
+    scheduling: dict[str, dict[str, Any]] | None = None,
 ) -> RunAnalysis:
     """The analysis of `df`, the rows of one run, with `samples`, the
-    server's metrics scraped during it (none if not given)."""
+    server's metrics scraped during it (none if not given), and per point
+    what was predicted and what the engine's threads got (none if not given)."""
     data = derived.request_figures(measured(df), thresholds.burst_us_per_token)
     ok = is_ok(data).to_numpy(dtype=bool)
     out = []
@@ -202,6 +212,7 @@ def analyse_run(
                 slo=slo,
                 **({} if samples is None else {"server_samples": samples[samples["point"] == point]}),
                 prediction=(predictions or {}).get(point),
+                scheduling=(scheduling or {}).get(point),
             )
         )
     return RunAnalysis(label=label, rows=data, points=tuple(out), thresholds=thresholds, max_tokens=max_tokens, slo=slo)

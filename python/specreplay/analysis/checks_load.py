@@ -7,6 +7,7 @@ kept up (queue_growing), and whether a worker or the engine was lost
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,7 @@ def client_saturated(point: SummarisedPoint) -> Finding | None:
         problems.append(
             f"send lag p99 is {lag_p99:.3f} ms (limit {thresholds.send_lag_p99_ms:g} ms): "
             "requests left later than scheduled, so the offered load was lower and burstier than planned"
+            + pacer_held_up(point.scheduling, thresholds.send_lag_p99_ms)
         )
     scheduled = float(summary_row["scheduled_rate_rps"])
     rate = float(summary_row["send_rate_rps"])
@@ -54,6 +56,20 @@ def client_saturated(point: SummarisedPoint) -> Finding | None:
         count=int(rows["sent_us"].notna().sum()),
         message="The client could not keep up: " + "; ".join(problems) + ". Lower the load per client host, or check that it is not a debug build or a busy machine.",
     )
+
+
+def pacer_held_up(scheduling: dict[str, Any] | None, limit_ms: float) -> str:
+    """What the pacing thread's own wake-ups say of a late point (`specreplay.scheduling`):
+    a pacer that woke later than the limit was itself kept from the CPU.
+    Real-time, nothing in user space can keep it: the machine did (the kernel,
+    the hypervisor, a real-time tenant). At the normal policy, anything could."""
+    late_max = (scheduling or {}).get("pacer_late_max_us")
+    if not isinstance(late_max, int) or late_max < limit_ms * 1000:
+        return ""
+    said = f" (the pacing thread itself woke up to {late_max / 1000:.1f} ms late"
+    if str(scheduling.get("pacer") if scheduling else "").startswith("SCHED_FIFO"):
+        return said + ", real-time: the machine held the process up (the kernel, the hypervisor or a real-time tenant), so part of this lag is the machine's, not the client's load)"
+    return said + ": it waited for a CPU behind other threads or processes; --realtime, where permitted, puts it ahead of them)"
 
 
 def dependent_turns_late(point: SummarisedPoint) -> Finding | None:

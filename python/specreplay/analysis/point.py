@@ -79,6 +79,8 @@ class PointRows:
     """The server's Prometheus samples scraped during the point (`specreplay.load(path, metrics=True)`'s rows of it)."""
     prediction: dict[str, Any] | None = None
     """A predicted point: what it was predicted from (`results.files.PREDICTED_KEY`'s entry for it); None when measured."""
+    scheduling: dict[str, Any] | None = None
+    """What the point's engine threads got (`results.files.SCHEDULING_KEY`'s entry for it); None when not recorded."""
 
     @cached_property
     def ok_rows(self) -> pd.DataFrame:

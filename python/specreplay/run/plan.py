@@ -78,6 +78,7 @@ class FinishedPoint:
                 slo=config.slo_settings(),
                 samples=samples,
                 predictions=predictions_of(df, self.label),
+                scheduling=None if self.scheduling is None else {point.name: self.scheduling},
             )
         ]
 

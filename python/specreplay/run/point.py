@@ -246,7 +246,8 @@ def scheduling_of(run: Any, label: str, point: str) -> dict[str, Any] | None:
     if not isinstance(run, _core.EngineRun):
         return None
     got = run.scheduling()
-    return {"label": label, "point": point, "pacer": got.pacer, "workers": got.workers, "realtime_asked": got.realtime_asked}
+    return {"label": label, "point": point, "pacer": got.pacer, "workers": got.workers, "realtime_asked": got.realtime_asked,
+            "pacer_late_max_us": got.pacer_late_max_us, "pacer_late_p99_us": got.pacer_late_p99_us}  # fmt: skip
 
 
 def scheduling_note(entry: dict[str, Any]) -> str:

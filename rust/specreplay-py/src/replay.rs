@@ -57,6 +57,11 @@ pub struct EngineScheduling {
     workers: Option<String>,
     /// Whether real-time scheduling was asked for (`priority::wanted`).
     realtime_asked: bool,
+    /// The pacing thread's largest wake-up overshoot, µs (how much later
+    /// than asked one of its sleeps ended); None: no pacer, or it never slept.
+    pacer_late_max_us: Option<u64>,
+    /// The upper edge (µs) of the log2 bucket holding its 99th percentile.
+    pacer_late_p99_us: Option<u64>,
 }
 
 /// Starts a point: `spec` is the `RunSpec` mapping, `requests` a record
@@ -141,10 +146,13 @@ impl EngineRun {
     /// The scheduling its threads got (read once the point is over: the
     /// pacing thread records its own as it starts).
     fn scheduling(&self) -> EngineScheduling {
+        let late = self.progress.pacer_late_us();
         EngineScheduling {
             pacer: self.progress.pacer.get().map(Policy::name),
             workers: priority::workers().map(Policy::name),
             realtime_asked: priority::wanted(),
+            pacer_late_max_us: late.map(|(max, _)| max),
+            pacer_late_p99_us: late.map(|(_, p99)| p99),
         }
     }
 

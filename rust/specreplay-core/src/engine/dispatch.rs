@@ -12,6 +12,7 @@
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -175,6 +176,13 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
     }
     feed.stop();
     releases.clear();
+    if let Some(p99) = waits.late_p99_under_us() {
+        let progress = &shared.progress;
+        progress.pacer_late_p99_us.store(p99, Ordering::Relaxed);
+        progress
+            .pacer_late_max_us
+            .store(waits.late_max_us, Ordering::Relaxed);
+    }
     // A benchmarking aid (bench/send_lag_profile.py): how the waits went.
     if std::env::var_os("SPECREPLAY_PACER_STATS").is_some() {
         let st = &waits;
@@ -190,7 +198,7 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
                 "handover-stats due_to_spawn_log2us={} spawn_to_run_log2us={} spawn_to_run_max_us={}",
                 pacing::HandoverStats::counts(&h.due_to_spawn),
                 pacing::HandoverStats::counts(&h.spawn_to_run),
-                h.spawn_to_run_max_us.load(std::sync::atomic::Ordering::Relaxed)
+                h.spawn_to_run_max_us.load(Ordering::Relaxed)
             );
         }
     }

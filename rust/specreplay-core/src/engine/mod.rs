@@ -53,7 +53,7 @@ pub use spec::{Arrival, LoadMode, PreparedRequest, RunSpec, SessionMode, Share};
 const START_LEAD: Duration = Duration::from_millis(20);
 
 /// Live counters for a progress display.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Progress {
     pub scheduled: AtomicU64,
     pub sent: AtomicU64,
@@ -63,9 +63,39 @@ pub struct Progress {
     /// The scheduling the point's pacing thread got (none: it has none, or
     /// it never started).
     pub pacer: priority::PolicyCell,
+    /// How late the pacing thread's sleeps ended, once it is over: the
+    /// largest overshoot and the 99th percentile's bucket edge, in µs
+    /// (`u64::MAX`: not yet, or it never slept). A real-time pacer held up by
+    /// milliseconds was held up by the machine (`checks_load.client_saturated`).
+    pub pacer_late_max_us: AtomicU64,
+    pub pacer_late_p99_us: AtomicU64,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            scheduled: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            output_tokens: AtomicU64::new(0),
+            pacer: priority::PolicyCell::new(),
+            pacer_late_max_us: AtomicU64::new(u64::MAX),
+            pacer_late_p99_us: AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 impl Progress {
+    /// The pacing thread's wake-up record (`pacer_late_*`): (max, p99) µs.
+    pub fn pacer_late_us(&self) -> Option<(u64, u64)> {
+        let (max, p99) = (
+            self.pacer_late_max_us.load(Ordering::Relaxed),
+            self.pacer_late_p99_us.load(Ordering::Relaxed),
+        );
+        (max != u64::MAX).then_some((max, p99))
+    }
+
     pub fn snapshot(&self) -> ProgressSnapshot {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         ProgressSnapshot {

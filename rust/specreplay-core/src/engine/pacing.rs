@@ -41,6 +41,19 @@ impl WakeStats {
         self.late_max_us = self.late_max_us.max(late.as_micros() as u64);
         self.late_buckets[log2_bucket(late)] += 1;
     }
+
+    /// The upper edge (µs) of the log2 bucket holding the 99th percentile of
+    /// the wake-up overshoots; None before the first sleep.
+    pub fn late_p99_under_us(&self) -> Option<u64> {
+        let mut below = 0;
+        for (k, count) in self.late_buckets.iter().enumerate() {
+            below += count;
+            if below > 0 && below * 100 >= self.sleeps * 99 {
+                return Some(1 << k);
+            }
+        }
+        None
+    }
 }
 
 /// Where a send's lag goes after the pacer's wake-up, for
@@ -199,6 +212,23 @@ mod tests {
         want[15] = 1;
         assert_eq!(st.late_buckets, want);
         assert_eq!((st.sleeps, st.late_max_us), (7, 1 << 20));
+        // 7 sleeps: the 99th percentile is the largest, in the last bucket.
+        assert_eq!(st.late_p99_under_us(), Some(1 << 15));
+    }
+
+    #[test]
+    fn the_p99_overshoot_is_the_bucket_holding_it() {
+        let mut st = WakeStats::default();
+        assert_eq!(st.late_p99_under_us(), None);
+        for _ in 0..990 {
+            st.add(Duration::from_micros(50)); // [32, 64)
+        }
+        for _ in 0..10 {
+            st.add(Duration::from_micros(5000)); // [4096, 8192)
+        }
+        assert_eq!(st.late_p99_under_us(), Some(64));
+        st.add(Duration::from_micros(5000));
+        assert_eq!(st.late_p99_under_us(), Some(8192));
     }
 
     #[test]
