@@ -6,7 +6,7 @@ and at an open-loop rate (both held out), each on a fresh trace. Writes
 the error table to docs/predict-accuracy.md with the command, the commit
 and the load average.
 
-    .venv/bin/python bench/predict_llamacpp.py [--requests 24] [--rounds 3] [--slo-requests 12] [--input-len uniform:100:300] [--output-len 32] [--keep DIR]
+    .venv/bin/python bench/predict_llamacpp.py [--requests 24] [--rounds 3] [--slo-requests 12] [--input-len uniform:100:300] [--output-len 32] [--draws 9] [--keep DIR]
     .venv/bin/python bench/predict_llamacpp.py --from DIR     # re-predict a kept sitting's runs with this commit's model
 
 The calibration runs' answers vary in length around the held-out runs'
@@ -229,7 +229,7 @@ trace per part so the prompt cache does not hit. Calibrated from concurrency
 1 and 6 (above the 4 slots: the batch limit shows); the held-out points are concurrency 2 and an open-loop Poisson rate
 at 60% of the highest throughput the first round's calibration saw, each
 part predicted on its own trace and arrival seed, the parts joined end to
-end; "over N draws": each figure's median over N predictions of every part with other draws of the
+end; "over {args.draws} draws": each figure's median over {args.draws} predictions of every part with other draws of the
 model's own random numbers (`--predict-draw`: which of two requests sent together reaches the server
 first, the speed spread), the arrivals kept. Targets (issue 26): |error| ≤ 15% at p50 and p90 of TTFT and
 TPOT, ≤ 25% at p99 (E2E and tokens/s have none).
