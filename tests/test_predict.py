@@ -264,3 +264,24 @@ def test_acceptance_of_the_first_position_is_per_decode_step_when_some_steps_dra
     assert 1 + a[0] + a[0] * a[1] + a[0] * a[1] * a[2] + a[0] * a[1] * a[2] * a[3] == pytest.approx(2.8)
     assert per_drafting_step == pytest.approx(1 + 36 / 10), "a drafting step's tokens, for the chunk gaps of the drafting run"
     assert "50% of which drafted" in acceptance.how
+
+
+def test_another_draw_of_the_model_keeps_the_arrivals(calibrated: tuple[Path, ServerModel], tmp_path: Path) -> None:
+    """`predict_draw` reseeds the model's own draws (here the speed spread,
+    made wide) and not the schedule: the same sends, other latencies; draw 0
+    is the prediction without it; without `predict` it is refused."""
+    tmp, _ = calibrated
+    t = trace(tmp_path, "held", seed=7)
+    frames = {}
+    for draw in (None, 0, 1):
+        out = tmp_path / f"d{draw}.arrow"
+        extra = {} if draw is None else {"predict_draw": draw}
+        run_replay(ReplayConfig(trace=t, predict=str(tmp / "server.toml"), rate=[20.0], seed=5, what_if={"speed_spread": 0.5},
+                                output=str(out), **extra))
+        frames[draw] = specreplay.load(out).sort_values("trace_id").reset_index(drop=True)
+    assert frames[0]["sent_us"].diff().equals(frames[None]["sent_us"].diff())
+    assert frames[0]["end_us"].sub(frames[0]["sent_us"]).equals(frames[None]["end_us"].sub(frames[None]["sent_us"]))
+    assert frames[1]["sent_us"].diff().equals(frames[0]["sent_us"].diff())
+    assert not frames[1]["end_us"].sub(frames[1]["sent_us"]).equals(frames[0]["end_us"].sub(frames[0]["sent_us"]))
+    with pytest.raises(ConfigError, match="predict_draw"):
+        run_replay(ReplayConfig(trace=t, sim=SIM, predict_draw=1, concurrency=[1], output=str(tmp_path / "x.arrow")))

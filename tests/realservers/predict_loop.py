@@ -11,6 +11,7 @@ schedule (same seed), then compared figure by figure.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,10 @@ class LoopResult:
     runs: dict[str, Path] = field(default_factory=dict)
     calibration: dict[str, Any] = field(default_factory=dict)
     described: list[str] = field(default_factory=list)
+    #: Each figure's median over `draws` predictions of every part (the
+    #: model's own draws reseeded, the arrivals kept); empty for one draw.
+    over_draws: list[Error] = field(default_factory=list)
+    draws: int = 1
 
 
 def trace(workdir: Path, name: str, n: int, input_len: str, output_len: int | str, seed: int) -> str:
@@ -54,7 +59,7 @@ def loop(
     url: str, workdir: Path, *, n: int, input_len: str, output_len: int,
     calibrate_at: tuple[dict[str, Any], ...] = ({"concurrency": [1]}, {"concurrency": [4]}),
     held_out_concurrency: int = 2, held_out_rate_share: float | None = 0.6, seed: int = 1, rounds: int = 1,
-    calibrate_output_len: str | None = None,
+    calibrate_output_len: str | None = None, draws: int = 1,
 ) -> LoopResult:
     """Calibrates from runs at `calibrate_at`, then predicts and measures a
     held-out concurrency and a rate at `held_out_rate_share` of the highest
@@ -72,7 +77,11 @@ def loop(
     apart, so that every batch size up to the concurrency decodes for a
     while and the step table is measured at each (with fixed lengths a
     llama.cpp batch runs in lockstep: all start and end together, and only
-    sizes 1 and 4 show)."""
+    sizes 1 and 4 show).
+
+    `draws` > 1: each part is also predicted with `draws` − 1 other draws of
+    the model's own random numbers (`predict_draw`), and `over_draws` has
+    each figure's median over them (`check`)."""
     runs: dict[str, Path] = {}
     calibration: list[Path] = []
     held_out: list[dict[str, Any]] = [{"concurrency": [held_out_concurrency]}]
@@ -94,32 +103,54 @@ def loop(
             t = trace(workdir, name, per_part, input_len, output_len, seed * 100 + 50 + k + 1000 * r)
             runs[name] = measure(url, t, workdir / f"{name}.arrow", **load)
             parts.setdefault(point, []).append((runs[name], t, load))
-    return check(workdir, calibration, parts, runs)
+    return check(workdir, calibration, parts, runs, draws=draws)
 
 
 Parts = dict[str, list[tuple[Path, str, dict[str, Any]]]]
 
 
-def check(workdir: Path, calibration: list[Path], parts: Parts, runs: dict[str, Path] | None = None) -> LoopResult:
+def check(workdir: Path, calibration: list[Path], parts: Parts, runs: dict[str, Path] | None = None, draws: int = 1) -> LoopResult:
     """Calibrates from the `calibration` runs, predicts every held-out part
-    on its own trace and load, and compares each point's joined parts."""
+    on its own trace and load, and compares each point's joined parts.
+
+    With `draws` > 1 every part is predicted again with other draws of the
+    model's own random numbers (`predict_draw`: which of two requests sent
+    together reaches the server first, the speed spread), the arrivals
+    kept, and `over_draws` has each figure's median over the draws: one
+    draw decides a closed loop's first race per part, and at concurrency 2
+    the same three traces split the probe's pair in every sitting
+    (docs/predict.md, "The c=2 TPOT tail is one draw")."""
     runs = dict(runs or {})
     model = calibrate([str(p) for p in calibration])
     model_path = workdir / "server.toml"
     model.write(model_path)
     found: list[Error] = []
+    drawn: list[list[Error]] = []
     for point, made in parts.items():
-        measured, predicted = [], []
-        for path, t, load in made:
-            out = predict(model_path, t, path.with_name(path.stem + "-predicted.arrow"), **load)
-            runs[out.stem] = out
-            measured.append(specreplay.load(path))
-            predicted.append(specreplay.load(out))
-        found += errors(join_parts(predicted), join_parts(measured))
-    return LoopResult(model_path, found, runs, model.calibration, [p.describe() for p in model.params.values()])
+        measured = join_parts([specreplay.load(path) for path, _, _ in made])
+        per_draw = []
+        for draw in range(draws):
+            predicted = []
+            for path, t, load in made:
+                name = path.stem + "-predicted" + (f"-draw{draw}" if draw else "")
+                out = predict(model_path, t, path.with_name(name + ".arrow"), predict_draw=draw, **load)
+                runs[out.stem] = out
+                predicted.append(specreplay.load(out))
+            per_draw.append(errors(join_parts(predicted), measured))
+        found += per_draw[0]
+        drawn.append(per_draw)
+    over = [] if draws == 1 else [median_error(per_draw) for per_draw in drawn]
+    return LoopResult(model_path, found, runs, model.calibration, [p.describe() for p in model.params.values()],
+                      [e for point in over for e in point], draws)
 
 
-def recheck(workdir: Path) -> LoopResult:
+def median_error(per_draw: list[list[Error]]) -> list[Error]:
+    """Figure by figure, the median of the draws' predictions against the measurement."""
+    return [Error(first.point, first.figure, float(statistics.median(d[k].predicted for d in per_draw)), first.measured)
+            for k, first in enumerate(per_draw[0])]
+
+
+def recheck(workdir: Path, draws: int = 1) -> LoopResult:
     """`check` again on the runs a `loop` kept in `workdir` (no server): the
     same real runs predicted by this commit's model, so that two versions of
     the model are compared on one sitting's measurements."""
@@ -127,7 +158,7 @@ def recheck(workdir: Path) -> LoopResult:
     calibration = sorted(workdir.glob("calibrate-*.arrow"), key=lambda p: (p.stem.rpartition("-part")[2], p.stem))
     parts: Parts = {}
     for path in sorted(workdir.glob("held-out-*.arrow")):
-        if path.stem.endswith("-predicted"):
+        if "-predicted" in path.stem:
             continue
         point = path.stem.split("-part")[0]
         key = point.removeprefix("held-out-")
@@ -137,4 +168,4 @@ def recheck(workdir: Path) -> LoopResult:
             rate, _, seed = key.removeprefix("rate").partition("-seed")
             load = {"rate": [float(rate)], "seed": int(seed)}
         parts.setdefault(point, []).append((path, str(path.with_suffix(".jsonl")), load))
-    return check(workdir, calibration, parts)
+    return check(workdir, calibration, parts, draws=draws)

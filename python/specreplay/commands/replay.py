@@ -330,6 +330,7 @@ class ListOptionsCommand(click.Command):
 @click.option("--search-tolerance", type=float, help="--find-max-rate stops when the highest rate that held and the lowest that did not are this close (relative). Default 0.05.")
 @click.option("--search-budget", type=float, help="--find-max-rate stops after this many seconds. Default 1800.")
 @click.option("--predict", type=click.Path(dir_okay=False, exists=True), help="Predict every point from this server model (`specreplay calibrate` writes it) on a virtual clock instead of sending anything; the run is labelled predicted.")
+@click.option("--predict-draw", "predict_draw", type=click.IntRange(min=0), help="With --predict: another draw of the model's own random numbers (which of two requests sent together reaches the server first, its speed, output lengths) on the same arrivals (--seed); 0, the default, draws them from --seed.")
 @click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE", help="With --predict: change one parameter of the server model (max_num_seqs=8, batch_step_cost=0.05, spec_draft_len=3, spec_acceptance=0.7, …). Repeatable.")
 @click.option("--status-interval", type=float, default=10.0, show_default=True, help="When the output is not a terminal: seconds between two status lines.")
 @click.option("--realtime/--no-realtime", envvar="SPECREPLAY_REALTIME", default=None,

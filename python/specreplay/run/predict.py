@@ -32,6 +32,16 @@ if TYPE_CHECKING:
 PREDICT_URL = "http://predicted.invalid/v1"
 
 
+def model_seed(seed: int, draw: int) -> int:
+    """The seed of a prediction's own draws (which of two requests sent
+    together reaches the server first, the speed spread, output lengths):
+    `seed` for draw 0, mixed with the draw number for another, so that
+    draws of the model on the same arrivals (`seed`) differ."""
+    if draw == 0:
+        return seed
+    return (seed ^ (draw * 0x9E37_79B9_7F4A_7C15)) % 2**64
+
+
 def predicted_label(label: str) -> str:
     """A predicted run's label: `predicted`, or `LABEL-predicted`."""
     if label.endswith("predicted"):

@@ -226,11 +226,11 @@ def _predictor(config: ReplayConfig) -> Predictor | None:
     """With `predict`: the server model (what-ifs applied) its points are
     predicted from; the run is relabelled and scrapes nothing."""
     if config.predict is None:
-        if config.what_if:
-            raise ConfigError("what_if changes a prediction's server model: give predict (--predict server.toml) too")
+        if config.what_if or config.predict_draw:
+            raise ConfigError("what_if and predict_draw change a prediction: give predict (--predict server.toml) too")
         return None
     from specreplay.run.calibrate.model import ServerModel
-    from specreplay.run.predict import Predictor, predicted_label
+    from specreplay.run.predict import Predictor, model_seed, predicted_label
 
     if config.url is not None or config.ray is not None or config.tokenizer or config.server_tokenize:
         raise ConfigError("predict: a prediction sends nothing: drop url, ray, tokenizer and server_tokenize")
@@ -240,7 +240,7 @@ def _predictor(config: ReplayConfig) -> Predictor | None:
     model.core_mapping(config.seed)  # refuses now, before any point, when a required parameter is unknown
     config.label = predicted_label(config.label)
     config.metrics = False
-    return Predictor(model, config.seed)
+    return Predictor(model, model_seed(config.seed, config.predict_draw))
 
 
 def _runs_metadata(runs: list[_Run]) -> dict[str, str]:

@@ -114,6 +114,10 @@ class ReplayConfig:
     predict: str | None = None
     #: What-if values for the prediction's server model (parameter → value).
     what_if: dict[str, Any] = field(default_factory=dict)
+    #: Which draw of the prediction's own random numbers (the race of requests
+    #: sent together, the server's speed, output lengths): 0 draws them from
+    #: `seed`; another number, another draw on the same arrivals.
+    predict_draw: int = 0
     #: Set by the probe before a run when the server is llama.cpp: requests
     #: then ask for `timings_per_token` (its per-chunk token counts). Not an
     #: option: never read from a file, never written.
@@ -357,4 +361,5 @@ FIELDS: dict[str, FieldSpec] = {
     "search_budget": FieldSpec("float", positive=True),
     "predict": FieldSpec("str", optional=True),
     "what_if": FieldSpec("table"),
+    "predict_draw": FieldSpec("int", minimum=0),
 }
