@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import math
 import re
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -67,6 +66,7 @@ import pandas as pd
 
 from specreplay.results import derived
 from specreplay.settings.latencies import LATENCIES
+from specreplay.analysis.draws import draw, draw_batches, rng
 from specreplay.analysis.point import PointRows
 from specreplay.analysis.quantiles import QUANTILES, UnitQuantiles, weighted_quantiles
 from specreplay.trace.records import RETRIEVAL_APIS
@@ -137,11 +137,6 @@ def holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - k) * p_values[i]))
         out[i] = running
     return out
-
-
-def rng(seed: int, point: str) -> np.random.Generator:
-    """The generator of a point's resamples: the same files give the same intervals."""
-    return np.random.default_rng([seed, zlib.crc32(point.encode())])
 
 
 def overlap(a: list[str], b: list[str]) -> float:
@@ -256,13 +251,6 @@ def units(ids: list[str], keys: list[str] | None = None) -> tuple[np.ndarray, in
     return np.array([position[i] for i in ids], dtype="int64"), len(keys)
 
 
-def draw(generator: np.random.Generator, n: int, size: int) -> np.ndarray:
-    """`size` resamples of n units with replacement, as counts per unit."""
-    if n == 0:
-        return np.zeros((size, 0), dtype="int64")
-    return generator.multinomial(n, np.full(n, 1.0 / n), size=size)
-
-
 def _quantilers(data: PointSample, unit_of_request: np.ndarray, n_units: int, prefixes: Iterable[str] | None = None) -> dict[str, UnitQuantiles]:
     wanted = data.samples if prefixes is None else prefixes
     return {p: UnitQuantiles(data.samples[p].values, unit_of_request[data.samples[p].request], data.samples[p].weights, n_units) for p in wanted}
@@ -302,22 +290,14 @@ def pair_ratios(base: PointSample, other: PointSample, paired: bool, resamples: 
     else:
         (map_b, n_b), (map_o, n_o) = units(base.ids), units(other.ids)
     side_b, side_o = _Side(base, map_b, n_b), _Side(other, map_o, n_o)
-    # Draws come in blocks whose size (and, unpaired, the turns of base and
-    # other) is part of what a seed reproduces; the figures are computed a
-    # block at a time, so that each matrix product is worth its call.
-    biggest = max([len(s.values) for s in (*base.samples.values(), *other.samples.values())] + [len(base.ids), len(other.ids), 1])
-    block = max(1, min(resamples, 2_000_000 // biggest))
+    biggest = max([len(s.values) for s in (*base.samples.values(), *other.samples.values())] + [len(base.ids), len(other.ids)])
+    widest = max(len(base.ids), len(other.ids), n_b, n_o)
     out: dict[str, list[np.ndarray]] = {m: [] for m in figure_names()}
-    done = 0
-    while done < resamples:
-        size = min(block, resamples - done)
-        counts_b = draw(generator, n_b, size)
-        counts_o = counts_b if paired else draw(generator, n_o, size)
-        fig_b, fig_o = side_b.figures(counts_b), side_o.figures(counts_o)
+    for counts in draw_batches(generator, [n_b] if paired else [n_b, n_o], resamples, biggest, widest):
+        fig_b, fig_o = side_b.figures(counts[0]), side_o.figures(counts[-1])
         with np.errstate(divide="ignore", invalid="ignore"):
             for metric in out:
                 out[metric].append(fig_o[metric] / fig_b[metric])
-        done += size
     return {m: np.concatenate(v) for m, v in out.items()}
 
 
@@ -405,12 +385,8 @@ def point_intervals(
     drawn.update({name: [] for name in shares})
     drawn.update({f"rate:{name}": [] for name in rates})
     amounts = {name: np.where(data.ok, np.nan_to_num(np.asarray(amount, dtype="float64")), 0.0) for name, amount in rates.items()}
-    biggest = max([len(data.samples[p].values) for p in wanted] + [len(data.ids), 1])
-    block = max(1, min(resamples, 2_000_000 // biggest))
-    done = 0
-    while done < resamples:
-        size = min(block, resamples - done)
-        counts = draw(generator, n_units, size)
+    biggest = max([len(data.samples[p].values) for p in wanted] + [len(data.ids)])
+    for (counts,) in draw_batches(generator, [n_units], resamples, biggest, max(len(data.ids), n_units)):
         for prefix, qs in wanted.items():
             for q, figures in zip(qs, quantiles[prefix](counts, qs)):
                 drawn[(prefix, q)].append(figures)
@@ -422,7 +398,6 @@ def point_intervals(
                 duration = data.durations(per_request.astype("float64"))
                 for name, amount in amounts.items():
                     drawn[f"rate:{name}"].append(per_request @ amount / duration * 1e6)
-        done += size
     ones = np.ones((1, n_units), dtype="int64")
     ok_units = data.n_units
 
