@@ -6,6 +6,7 @@ same figure computed one resample at a time, bit for bit."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,3 +69,15 @@ def test_slo_intervals_on_a_batch_equal_those_of_one_resample_at_a_time(monkeypa
     single = resampling.point_intervals(point, latencies, shares, rates, resamples=300)
     assert batched == single
     assert all(np.isfinite(low) and low < high for _, low, high in batched.latencies.values())
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_durations_from_unit_sums_equal_those_summed_over_requests(closed: bool) -> None:
+    data = dataclasses.replace(_points(4, looped=True), closed=closed)
+    unit_of_request, n_units = resampling.units(data.ids)
+    assert n_units < len(data.ids)
+    counts = draws.draw(draws.rng(0, "p"), n_units, 200)
+    per_request = counts[:, unit_of_request].astype("float64")
+    assert np.array_equal(data.durations(counts, unit_of_request), data.durations(per_request))
+    tokens = data.tokens["output_tokens"]
+    assert np.array_equal(counts @ resampling.per_unit(tokens, unit_of_request, n_units), per_request @ tokens)
