@@ -34,9 +34,10 @@ def draw_batches(generator: np.random.Generator, n_units: Sequence[int], resampl
     taking turns: the blocks' sizes and turns are what a seed reproduces.
     The figures are computed on batches of blocks (`_ELEMENTS // widest`
     resamples), so that each matrix product is worth its call: one resample
-    at a time (blocks of one, on a million-sample point), OpenBLAS's thread
-    pool cost more than the products, and the Python around each call more
-    still."""
+    at a time (blocks of one, on a million-sample point) `compare` of the
+    100,000-request bench file took 41-45 s of CPU with one BLAS thread and
+    90-273 s with OpenBLAS's two on a shared box, on batches 11-18 s
+    (docs/benchmarks.md, "Analysis of a large results file")."""
     block = max(1, min(resamples, _ELEMENTS // max(biggest, 1)))
     batch = max(block, min(resamples, _ELEMENTS // max(widest, 1)))
     pending: list[list[np.ndarray]] = [[] for _ in n_units]
