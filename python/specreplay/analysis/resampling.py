@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import math
 import re
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -67,6 +66,7 @@ import pandas as pd
 
 from specreplay.results import derived
 from specreplay.settings.latencies import LATENCIES
+from specreplay.analysis.draws import draw, draw_batches, rng
 from specreplay.analysis.point import PointRows
 from specreplay.analysis.quantiles import QUANTILES, UnitQuantiles, weighted_quantiles
 from specreplay.trace.records import RETRIEVAL_APIS
@@ -137,11 +137,6 @@ def holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - k) * p_values[i]))
         out[i] = running
     return out
-
-
-def rng(seed: int, point: str) -> np.random.Generator:
-    """The generator of a point's resamples: the same files give the same intervals."""
-    return np.random.default_rng([seed, zlib.crc32(point.encode())])
 
 
 def overlap(a: list[str], b: list[str]) -> float:
@@ -236,16 +231,30 @@ class PointSample:
         """Distinct trace records among the successful requests: what a percentile's sample count is."""
         return len({i for i, ok in zip(self.ids, self.ok) if ok})
 
-    def durations(self, counts: np.ndarray) -> np.ndarray:
-        """The point's duration (µs) under per-request `counts` (resamples ×
-        requests; see the module doc)."""
+    def durations(self, counts: np.ndarray, unit_of_request: np.ndarray | None = None) -> np.ndarray:
+        """The point's duration (µs) under `counts` (resamples × units) of
+        the units of `unit_of_request` (default: one unit per request; see
+        the module doc)."""
+        unit = np.arange(len(self.ids)) if unit_of_request is None else unit_of_request
+        n = counts.shape[1]
         e2e_total = float(self.e2e.sum())
+        # The latest end of each unit's requests: a unit drawn ends as late as its latest.
+        latest = np.full(n, -np.inf)
+        np.maximum.at(latest, unit, np.nan_to_num(self.overhang, nan=-np.inf))
         with np.errstate(divide="ignore", invalid="ignore"):
-            work = counts @ self.e2e
-            span = self.span * work / e2e_total if self.closed else counts @ self.gap
-            ends = np.where(counts > 0, np.nan_to_num(self.overhang, nan=-np.inf), -np.inf)
+            work = counts @ per_unit(self.e2e, unit, n)
+            span = self.span * work / e2e_total if self.closed else counts @ per_unit(self.gap, unit, n)
+            ends = np.where(counts > 0, latest, -np.inf)
             tail = np.maximum(ends.max(axis=1, initial=-np.inf), 0.0)
         return np.asarray(span + tail, dtype="float64")
+
+
+def per_unit(amount: np.ndarray, unit_of_request: np.ndarray, n_units: int) -> np.ndarray:
+    """A per-request amount summed per unit, so that a resample's total is
+    its unit counts times these sums, not a sum over its requests. Every
+    amount summed (µs, tokens, 0/1 indicators) is a whole number below
+    2**53 in float64, so both sums are exact and equal, bit for bit."""
+    return np.bincount(unit_of_request, weights=np.asarray(amount, dtype="float64"), minlength=n_units)
 
 
 def units(ids: list[str], keys: list[str] | None = None) -> tuple[np.ndarray, int]:
@@ -254,13 +263,6 @@ def units(ids: list[str], keys: list[str] | None = None) -> tuple[np.ndarray, in
     keys = keys if keys is not None else list(dict.fromkeys(ids))
     position = {key: i for i, key in enumerate(keys)}
     return np.array([position[i] for i in ids], dtype="int64"), len(keys)
-
-
-def draw(generator: np.random.Generator, n: int, size: int) -> np.ndarray:
-    """`size` resamples of n units with replacement, as counts per unit."""
-    if n == 0:
-        return np.zeros((size, 0), dtype="int64")
-    return generator.multinomial(n, np.full(n, 1.0 / n), size=size)
 
 
 def _quantilers(data: PointSample, unit_of_request: np.ndarray, n_units: int, prefixes: Iterable[str] | None = None) -> dict[str, UnitQuantiles]:
@@ -274,6 +276,7 @@ class _Side:
     def __init__(self, data: PointSample, unit_of_request: np.ndarray, n_units: int) -> None:
         self.data, self.unit_of_request, self.n_units = data, unit_of_request, n_units
         self.quantiles = _quantilers(data, unit_of_request, n_units)
+        self.tokens = {column: per_unit(data.tokens[column], unit_of_request, n_units) for _, _, column in THROUGHPUT_METRICS}
 
     def figures(self, unit_counts: np.ndarray) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
@@ -281,11 +284,10 @@ class _Side:
             values = self.quantiles[prefix](unit_counts, list(LATENCY_STATS.values()))
             for i, stat in enumerate(LATENCY_STATS):
                 out[f"{prefix}_{stat}_ms"] = values[i]
-        counts = unit_counts[:, self.unit_of_request].astype("float64")
-        duration = self.data.durations(counts)
+        duration = self.data.durations(unit_counts, self.unit_of_request)
         with np.errstate(divide="ignore", invalid="ignore"):
             for metric, _, column in THROUGHPUT_METRICS:
-                out[metric] = (counts @ self.data.tokens[column]) / duration * 1e6
+                out[metric] = (unit_counts @ self.tokens[column]) / duration * 1e6
         return out
 
 
@@ -302,22 +304,14 @@ def pair_ratios(base: PointSample, other: PointSample, paired: bool, resamples: 
     else:
         (map_b, n_b), (map_o, n_o) = units(base.ids), units(other.ids)
     side_b, side_o = _Side(base, map_b, n_b), _Side(other, map_o, n_o)
-    # Draws come in blocks whose size (and, unpaired, the turns of base and
-    # other) is part of what a seed reproduces; the figures are computed a
-    # block at a time, so that each matrix product is worth its call.
-    biggest = max([len(s.values) for s in (*base.samples.values(), *other.samples.values())] + [len(base.ids), len(other.ids), 1])
-    block = max(1, min(resamples, 2_000_000 // biggest))
+    biggest = max([len(s.values) for s in (*base.samples.values(), *other.samples.values())] + [len(base.ids), len(other.ids)])
+    widest = max(len(base.ids), len(other.ids), n_b, n_o)
     out: dict[str, list[np.ndarray]] = {m: [] for m in figure_names()}
-    done = 0
-    while done < resamples:
-        size = min(block, resamples - done)
-        counts_b = draw(generator, n_b, size)
-        counts_o = counts_b if paired else draw(generator, n_o, size)
-        fig_b, fig_o = side_b.figures(counts_b), side_o.figures(counts_o)
+    for counts in draw_batches(generator, [n_b] if paired else [n_b, n_o], resamples, biggest, widest):
+        fig_b, fig_o = side_b.figures(counts[0]), side_o.figures(counts[-1])
         with np.errstate(divide="ignore", invalid="ignore"):
             for metric in out:
                 out[metric].append(fig_o[metric] / fig_b[metric])
-        done += size
     return {m: np.concatenate(v) for m, v in out.items()}
 
 
@@ -405,24 +399,21 @@ def point_intervals(
     drawn.update({name: [] for name in shares})
     drawn.update({f"rate:{name}": [] for name in rates})
     amounts = {name: np.where(data.ok, np.nan_to_num(np.asarray(amount, dtype="float64")), 0.0) for name, amount in rates.items()}
-    biggest = max([len(data.samples[p].values) for p in wanted] + [len(data.ids), 1])
-    block = max(1, min(resamples, 2_000_000 // biggest))
-    done = 0
-    while done < resamples:
-        size = min(block, resamples - done)
-        counts = draw(generator, n_units, size)
+    unit_shares = {name: per_unit(indicator, unit_of_request, n_units) for name, indicator in shares.items()}
+    unit_amounts = {name: per_unit(amount, unit_of_request, n_units) for name, amount in amounts.items()}
+    requests = per_unit(np.ones(len(data.ids)), unit_of_request, n_units)
+    biggest = max([len(data.samples[p].values) for p in wanted] + [len(data.ids)])
+    for (counts,) in draw_batches(generator, [n_units], resamples, biggest, max(len(data.ids), n_units)):
         for prefix, qs in wanted.items():
             for q, figures in zip(qs, quantiles[prefix](counts, qs)):
                 drawn[(prefix, q)].append(figures)
-        per_request = counts[:, unit_of_request]
         with np.errstate(divide="ignore", invalid="ignore"):
-            for name, indicator in shares.items():
-                drawn[name].append(per_request @ np.asarray(indicator, dtype="float64") / per_request.sum(axis=1))
+            for name, indicator in unit_shares.items():
+                drawn[name].append(counts @ indicator / (counts @ requests))
             if amounts:
-                duration = data.durations(per_request.astype("float64"))
-                for name, amount in amounts.items():
-                    drawn[f"rate:{name}"].append(per_request @ amount / duration * 1e6)
-        done += size
+                duration = data.durations(counts, unit_of_request)
+                for name, amount in unit_amounts.items():
+                    drawn[f"rate:{name}"].append(counts @ amount / duration * 1e6)
     ones = np.ones((1, n_units), dtype="int64")
     ok_units = data.n_units
 

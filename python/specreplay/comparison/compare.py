@@ -48,6 +48,7 @@ import pandas as pd
 
 from specreplay.analysis.analyse import PointAnalysis
 from specreplay.errors import InvalidRunError
+from specreplay.analysis.draws import rng
 from specreplay.analysis.resampling import (
     CONFIDENCE,
     LATENCY_METRICS,
@@ -63,7 +64,6 @@ from specreplay.analysis.resampling import (
     p_value,
     pair_ratios,
     record_id,
-    rng,
     samples_needed,
     session_ratios,
 )
