@@ -127,21 +127,29 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
     let feed: &Feed = &shared.feed;
     let releases = &shared.releases;
     let cancel = shared.ctx.cancel.clone();
-    let mut next: Option<Unit> = None;
+    // The unit to start next, and how long before its due time to hand it
+    // over (`pacing::spawn_lead`: at low rates the worker's wake-up).
+    let mut next: Option<(Unit, Duration)> = None;
+    let due = |u: &Unit| start_at + Duration::from_micros(u.offset_us.max(0) as u64);
     loop {
         if starts_units && next.is_none() {
             match feed.pop() {
-                Popped::Unit(unit) => next = Some(unit),
+                Popped::Unit(unit) => {
+                    let gap = due(&unit).saturating_duration_since(Instant::now());
+                    next = Some((unit, pacing::spawn_lead(gap)));
+                }
                 Popped::Empty | Popped::Ended => {}
             }
         }
         if next.is_none() && releases.is_empty() && feed.is_over() {
             break;
         }
-        let unit_at = next
+        let unit_at = next.as_ref().map(|(u, _)| due(u));
+        let spawn_at = next
             .as_ref()
-            .map(|u| start_at + Duration::from_micros(u.offset_us.max(0) as u64));
-        let deadline = match (unit_at, releases.next()) {
+            .zip(unit_at)
+            .map(|((_, lead), at)| at.checked_sub(*lead).unwrap_or(at));
+        let deadline = match (spawn_at, releases.next()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -151,27 +159,30 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
             Waited::Due => {}
         }
         releases.release_due(Instant::now());
-        if let (Some(at), Some(_)) = (unit_at, &next) {
-            if at <= Instant::now() {
-                let unit = next.take().expect("checked");
+        if let (Some(at), Some(spawn_at)) = (unit_at, spawn_at) {
+            if spawn_at <= Instant::now() {
+                let (unit, _) = next.take().expect("checked");
                 let (shared, due_us) = (shared.clone(), instant_to_us(at));
-                match &handover {
-                    None => drop(runtime.spawn(run_unit(shared, unit, due_us))),
-                    Some(stats) => {
-                        let (stats, spawned) = (stats.clone(), Instant::now());
-                        stats.spawned(spawned - at);
-                        runtime.spawn(async move {
-                            stats.ran(spawned.elapsed());
-                            run_unit(shared, unit, due_us).await
-                        });
-                    }
+                let stats = handover.clone();
+                let spawned = Instant::now();
+                if let Some(stats) = &stats {
+                    stats.spawned(spawned.saturating_duration_since(at));
                 }
+                runtime.spawn(async move {
+                    if let Some(stats) = stats {
+                        stats.ran(spawned.elapsed());
+                    }
+                    // Handed over early: the task, now on an awake worker,
+                    // waits out the rest (at most the lead: 250 µs).
+                    pacing::spin_until(at);
+                    run_unit(shared, unit, due_us).await
+                });
             }
         }
     }
     // Cancelled: units not yet due are not sent (no row), and turns waiting
     // for their moment see the thread gone.
-    if let Some(_unit) = next.take() {
+    if let Some((_unit, _)) = next.take() {
         feed.finished();
     }
     feed.stop();

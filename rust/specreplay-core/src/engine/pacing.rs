@@ -12,13 +12,51 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long before a deadline to stop sleeping and start spinning. Under
-/// `SCHED_FIFO` (`priority`) 99 % of wake-ups here came within 64–128 µs of
-/// the sleep's end; a longer window only burns CPU the workers and the server
-/// need (150 µs: 0.5–2 s of a core per 3 s point at 2,000–5,000/s), and one
-/// that follows the overshoots seen grew to a millisecond on a loaded box and
-/// spun most of a core (docs/benchmarks.md, issue 27).
+/// How long before a deadline to stop sleeping and start spinning, at
+/// least. Under `SCHED_FIFO` (`priority`) 99 % of wake-ups here came within
+/// 64–128 µs of the sleep's end at thousands of sends a second; a longer
+/// window there only burns CPU the workers and the server need (150 µs:
+/// 0.5–2 s of a core per 3 s point at 2,000–5,000/s), and one that follows
+/// the overshoots seen grew to a millisecond on a loaded box and spun most
+/// of a core (docs/benchmarks.md, issue 27).
 const SPIN_WINDOW: Duration = Duration::from_micros(50);
+
+/// The longest window (`spin_window`). A sleep of a second ends 64–128 µs
+/// late on this VM (an idle vCPU's wake-up: `bench/send_lag_profile.py`'s
+/// overshoot buckets at a few sends a second), later than the floor covers.
+const SPIN_WINDOW_MAX: Duration = Duration::from_micros(250);
+
+/// The spin window for a wait of `gap` in all: 1/50 of it between the floor
+/// and the cap, so that spinning never takes more than 2 % of the time
+/// between two sends beyond the floor's, and the long waits of a low rate,
+/// whose wake-ups overshoot most, end spinning instead of late.
+fn spin_window(gap: Duration) -> Duration {
+    (gap / 50).clamp(SPIN_WINDOW, SPIN_WINDOW_MAX)
+}
+
+/// How long before a unit's due time the pacing thread hands it to a
+/// worker, for a wait of `gap`: nothing at high rates, where a worker is
+/// awake (16–64 µs from the spawn to the task running, typically); the spin
+/// window at low rates, where a parked worker on this VM took 64–256 µs to
+/// wake and the task then spins until the due time (`spin_until`) on a
+/// worker that is already running. Bounded like the window: at most 2 % of
+/// the time between two sends.
+pub fn spawn_lead(gap: Duration) -> Duration {
+    let window = spin_window(gap);
+    if window > SPIN_WINDOW {
+        window
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// Spins until `at` (returns at once when it has passed): the last
+/// microseconds of an early hand-over, on the worker that runs the send.
+pub fn spin_until(at: Instant) {
+    while Instant::now() < at {
+        std::hint::spin_loop();
+    }
+}
 
 /// What the waits of one thread cost: wake-up overshoots (log2 µs buckets)
 /// and time spent spinning. Read by bench/send_lag_profile.py.
@@ -97,6 +135,9 @@ impl WakeStats {
         bell: &Doorbell,
         stop: impl Fn() -> bool,
     ) -> Waited {
+        let window = deadline.map_or(SPIN_WINDOW, |d| {
+            spin_window(d.saturating_duration_since(Instant::now()))
+        });
         loop {
             if stop() {
                 return Waited::Stopped;
@@ -105,10 +146,10 @@ impl WakeStats {
             let left = match deadline {
                 Some(d) if now >= d => return Waited::Due,
                 Some(d) => d - now,
-                None => STOP_POLL + SPIN_WINDOW,
+                None => STOP_POLL + window,
             };
-            if left > SPIN_WINDOW {
-                let nap = (left - SPIN_WINDOW).min(STOP_POLL);
+            if left > window {
+                let nap = (left - window).min(STOP_POLL);
                 if bell.wait(nap) {
                     return Waited::Rung;
                 }
@@ -229,6 +270,42 @@ mod tests {
         assert_eq!(st.late_p99_under_us(), Some(64));
         st.add(Duration::from_micros(5000));
         assert_eq!(st.late_p99_under_us(), Some(8192));
+    }
+
+    #[test]
+    fn the_spin_window_is_a_fiftieth_of_the_wait_between_its_bounds() {
+        assert_eq!(spin_window(Duration::from_micros(250)), SPIN_WINDOW); // 4,000/s
+        assert_eq!(
+            spin_window(Duration::from_millis(5)),
+            Duration::from_micros(100)
+        ); // 200/s
+        assert_eq!(spin_window(Duration::from_secs(1)), SPIN_WINDOW_MAX); // 1/s
+    }
+
+    #[test]
+    fn units_are_handed_over_early_only_at_low_rates() {
+        assert_eq!(spawn_lead(Duration::from_micros(250)), Duration::ZERO); // 4,000/s
+        assert_eq!(spawn_lead(Duration::from_millis(2)), Duration::ZERO); // 500/s: the floor
+        assert_eq!(
+            spawn_lead(Duration::from_millis(5)),
+            Duration::from_micros(100)
+        );
+        assert_eq!(spawn_lead(Duration::from_secs(1)), SPIN_WINDOW_MAX);
+        let at = Instant::now() + Duration::from_micros(300);
+        spin_until(at);
+        assert!(Instant::now() >= at);
+    }
+
+    #[test]
+    fn a_long_wait_never_returns_before_the_deadline() {
+        tighten_timer_slack();
+        let bell = Doorbell::default();
+        let mut st = WakeStats::default();
+        for _ in 0..3 {
+            let deadline = Instant::now() + Duration::from_millis(30);
+            assert_eq!(st.wait_until(Some(deadline), &bell, || false), Waited::Due);
+            assert!(Instant::now() >= deadline);
+        }
     }
 
     #[test]
