@@ -17,7 +17,8 @@ normal policy and says so: its stalls then include ordinary scheduling.
 
     with MachineStalls() as canary:
         ...                       # the measurement
-    stalls = canary.result()      # {"policy", "wakes", "stalls": [[start_us, length_us], ...], ...}
+    canary.result()               # {"policy", "wakes", "worst_us", "stall_count", "stalled_ms", "stalls_ms"}
+    canary.stalls                 # [[wall-clock µs, length µs], ...], for `attribute`
 """
 
 from __future__ import annotations
@@ -81,9 +82,17 @@ class MachineStalls:
         out, _ = self._proc.communicate(timeout=10)
         self._result = json.loads(out.strip().splitlines()[-1])
 
+    @property
+    def stalls(self) -> list[list[int]]:
+        """Each stall: [the wake-up it delayed, wall-clock µs; how late, µs] (`attribute`'s input)."""
+        stalls: list[list[int]] = self._result.get("stalls", [])
+        return stalls
+
     def result(self) -> dict[str, Any]:
-        stalls = self._result.get("stalls", [])
-        return {**self._result, "stall_count": len(stalls), "stalled_ms": sum(length for _, length in stalls) / 1e3}
+        """The canary's record for a result file: its policy, wake-ups, worst, and each stall's length in ms."""
+        lengths = [length for _, length in self.stalls]
+        return {k: v for k, v in self._result.items() if k != "stalls"} | {
+            "stall_count": len(lengths), "stalled_ms": sum(lengths) / 1e3, "stalls_ms": [length / 1e3 for length in lengths]}
 
 
 def attribute(scheduled_us: np.ndarray, lag_us: np.ndarray, stalls: list[list[int]], late_us: float = 1000.0, recovery_us: float = 2000.0) -> dict[str, Any]:

@@ -88,11 +88,9 @@ def main() -> None:
                        "--num-requests", str(n), "--no-metrics", "-o", str(out), *SETTINGS[name]]  # fmt: skip
                 with MachineStalls() as canary:
                     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
-                machine = canary.result()
-                run = {"setting": name, "repeat": repeat, "exit": done.returncode,
-                       "machine": {k: v for k, v in machine.items() if k != "stalls"} | {"stalls_ms": [length / 1e3 for _, length in machine["stalls"]]}}  # fmt: skip
+                run = {"setting": name, "repeat": repeat, "exit": done.returncode, "machine": canary.result()}
                 if out.exists():
-                    run |= figures(out, machine["stalls"])
+                    run |= figures(out, canary.stalls)
                 runs.append(run)
                 print(json.dumps(run))
     print(f"wrote {write_result('open-loop-warmup', {'rate': args.rate, 'seconds': args.seconds, 'runs': runs})}")

@@ -176,7 +176,6 @@ def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: 
     scheduled = np.asarray(table["scheduled_us"].to_numpy(), dtype=float)
     lag = np.asarray(table["sent_us"].to_numpy(zero_copy_only=False), dtype=float) - scheduled
     scheduled, lag = scheduled[~np.isnan(lag)], lag[~np.isnan(lag)]
-    machine = canary.result()
     sent = np.asarray(table["sent_us"].to_numpy(zero_copy_only=False), dtype=float)
     span_s = (np.nanmax(sent) - np.nanmin(sent)) / 1e6 if len(lag) > 1 else float("nan")
     errors = int(sum(1 for e in table["error_kind"].to_pylist() if e is not None))
@@ -196,9 +195,9 @@ def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: 
         "pacer": pacer_stats(output),
         # The canary's stalls (machine_stalls.py), and how many of the sends
         # late by > 1 ms (and > 200 µs, the 2,000/s target) were due in one.
-        "machine": {k: v for k, v in machine.items() if k != "stalls"} | {"stalls_ms": [length / 1e3 for _, length in machine["stalls"]]},
-        "late_sends": attribute(scheduled, lag, machine["stalls"]),
-        "late_sends_200us": attribute(scheduled, lag, machine["stalls"], late_us=200.0, recovery_us=1000.0),
+        "machine": canary.result(),
+        "late_sends": attribute(scheduled, lag, canary.stalls),
+        "late_sends_200us": attribute(scheduled, lag, canary.stalls, late_us=200.0, recovery_us=1000.0),
         "serve_cpu_s": serve_cpu,
         "serve_cpu_us_per_request": 1e6 * serve_cpu / max(int(table.num_rows), 1),
         "returncode": proc.returncode,

@@ -63,11 +63,12 @@ def pacer_held_up(scheduling: dict[str, Any] | None, limit_ms: float) -> str:
     a pacer that woke later than the limit was itself kept from the CPU.
     Real-time, nothing in user space can keep it: the machine did (the kernel,
     the hypervisor, a real-time tenant). At the normal policy, anything could."""
-    late_max = (scheduling or {}).get("pacer_late_max_us")
+    got = scheduling or {}
+    late_max = got.get("pacer_late_max_us")
     if not isinstance(late_max, int) or late_max < limit_ms * 1000:
         return ""
     said = f" (the pacing thread itself woke up to {late_max / 1000:.1f} ms late"
-    if str(scheduling.get("pacer") if scheduling else "").startswith("SCHED_FIFO"):
+    if str(got.get("pacer")).startswith("SCHED_FIFO"):
         return said + ", real-time: the machine held the process up (the kernel, the hypervisor or a real-time tenant), so part of this lag is the machine's, not the client's load)"
     return said + ": it waited for a CPU behind other threads or processes; --realtime, where permitted, puts it ahead of them)"
 

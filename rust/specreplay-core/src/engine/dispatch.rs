@@ -113,6 +113,30 @@ impl Releases {
     }
 }
 
+/// Starts `unit`, due at `at`, on a worker. Handed over early
+/// (`pacing::spawn_lead`), its task, on a worker now awake, waits out the
+/// rest (at most the lead: 250 µs). With `handover`, counts both steps.
+fn hand_over(
+    runtime: &Handle,
+    shared: Arc<Shared>,
+    unit: Unit,
+    at: Instant,
+    handover: Option<&Arc<pacing::HandoverStats>>,
+) {
+    let counted = handover.map(|stats| {
+        let spawned = Instant::now();
+        stats.spawned(spawned.saturating_duration_since(at));
+        (stats.clone(), spawned)
+    });
+    runtime.spawn(async move {
+        if let Some((stats, spawned)) = counted {
+            stats.ran(spawned.elapsed());
+        }
+        pacing::spin_until(at);
+        run_unit(shared, unit, instant_to_us(at)).await
+    });
+}
+
 /// The pacing thread's loop: starts open-loop units at their due times
 /// (`starts_units`), releases dependent turns, and ends when the feed is
 /// over and nothing is pending, or when the run is cancelled.
@@ -121,9 +145,9 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
     let policy = priority::raise(priority::PACER);
     shared.progress.pacer.set(policy);
     let mut waits = pacing::WakeStats::default();
-    let handover = std::env::var_os("SPECREPLAY_PACER_STATS")
-        .is_some()
-        .then(|| Arc::new(pacing::HandoverStats::default()));
+    // A benchmarking aid (bench/send_lag_profile.py): how the waits went.
+    let stats_wanted = std::env::var_os("SPECREPLAY_PACER_STATS").is_some();
+    let handover = stats_wanted.then(|| Arc::new(pacing::HandoverStats::default()));
     let feed: &Feed = &shared.feed;
     let releases = &shared.releases;
     let cancel = shared.ctx.cancel.clone();
@@ -162,21 +186,7 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
         if let (Some(at), Some(spawn_at)) = (unit_at, spawn_at) {
             if spawn_at <= Instant::now() {
                 let (unit, _) = next.take().expect("checked");
-                let (shared, due_us) = (shared.clone(), instant_to_us(at));
-                let stats = handover.clone();
-                let spawned = Instant::now();
-                if let Some(stats) = &stats {
-                    stats.spawned(spawned.saturating_duration_since(at));
-                }
-                runtime.spawn(async move {
-                    if let Some(stats) = stats {
-                        stats.ran(spawned.elapsed());
-                    }
-                    // Handed over early: the task, now on an awake worker,
-                    // waits out the rest (at most the lead: 250 µs).
-                    pacing::spin_until(at);
-                    run_unit(shared, unit, due_us).await
-                });
+                hand_over(&runtime, shared.clone(), unit, at, handover.as_ref());
             }
         }
     }
@@ -194,8 +204,7 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
             .pacer_late_max_us
             .store(waits.late_max_us, Ordering::Relaxed);
     }
-    // A benchmarking aid (bench/send_lag_profile.py): how the waits went.
-    if std::env::var_os("SPECREPLAY_PACER_STATS").is_some() {
+    if stats_wanted {
         let st = &waits;
         eprintln!(
             "pacer-stats policy={policy:?} sleeps={} late_max_us={} spun_ms={} late_log2us={:?}",
