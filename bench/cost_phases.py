@@ -6,8 +6,17 @@ phase (issue 27, section 4): run as the CLI itself,
 and it prints one line per phase on stderr (and, with SPECREPLAY_PHASES=FILE,
 writes them there as JSON). The phases, in process order:
 
-- `start`: the interpreter, the imports, the config, the trace scanned and
-  the feed built: everything before the first point's engine starts;
+- `cli`: the interpreter, the imports of the CLI and the replay command, the
+  options and the config read: everything up to `run_replay`;
+- `analysis_import`: what `run_replay` does before the runs are prepared:
+  the analysis (pandas) imported;
+- `prepare`: each run prepared (`_prepare_run`: the trace scanned, the
+  feed built, the plan);
+- `reach`: the targets reached (`_reach_targets`: the model list, the
+  usage and metrics probes against a server; the embedded simulator
+  started);
+- `start`: the rest before the first point's engine starts (the results
+  file opened, the scraper);
 - `point`: the engine's run and the Python drain, with the main (Python)
   thread's share of the CPU (`main_cpu_s`) apart from the engine threads';
 - `analysis`: the end-of-point analysis (`FinishedPoint.runs`: the rows to
@@ -102,7 +111,25 @@ def _phase(name: str, before: str | None = None) -> Callable[[Callable[..., Any]
     return wrap
 
 
+def _ends(before: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Wraps a function whose call ends the phase `before` (and begins the
+    next, which a later boundary names)."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            _end(before)
+            return fn(*args, **kwargs)
+
+        return inner
+
+    return wrap
+
+
 def _patch_replay(m: ModuleType) -> None:
+    m.run_replay = _ends("cli")(m.run_replay)
+    m._prepare_run = _phase("prepare", before="analysis_import")(m._prepare_run)
+    m._reach_targets = _phase("reach", before="between")(m._reach_targets)
     m.run_point = _phase("point", before="start")(m.run_point)
 
 

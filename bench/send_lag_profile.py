@@ -60,9 +60,13 @@ def loadavg() -> str:
     return Path("/proc/loadavg").read_text().strip()
 
 
-def thread_sample(pid: int) -> dict[int, tuple[str, float, float, int, int]]:
-    """Per thread id: (name, CPU s, run-queue wait s, timeslices, nice)."""
-    out: dict[int, tuple[str, float, float, int, int]] = {}
+#: Per thread id: (name, CPU s, run-queue wait s, timeslices, nice, minor page faults).
+Sample = dict[int, tuple[str, float, float, int, int, int]]
+
+
+def thread_sample(pid: int) -> Sample:
+    """Every thread of `pid` now (`Sample`)."""
+    out: Sample = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -76,22 +80,24 @@ def thread_sample(pid: int) -> dict[int, tuple[str, float, float, int, int]]:
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat.rsplit(")", 1)[1].split()
         cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-        out[int(tid)] = (name, cpu, int(sched[1]) / 1e9, int(sched[2]), int(fields[16]))
+        out[int(tid)] = (name, cpu, int(sched[1]) / 1e9, int(sched[2]), int(fields[16]), int(fields[7]))
     return out
 
 
-def by_name(first: dict[int, tuple[str, float, float, int, int]], last: dict[int, tuple[str, float, float, int, int]]) -> dict[str, dict[str, float]]:
-    """CPU, run-queue wait and timeslices between two samples, summed per
-    thread name (a thread born between them counts from zero)."""
+def by_name(first: Sample, last: Sample) -> dict[str, dict[str, float]]:
+    """CPU, run-queue wait, timeslices and minor page faults between two
+    samples, summed per thread name (a thread born between them counts from
+    zero)."""
     names: dict[str, dict[str, float]] = {}
-    for tid, (name, cpu, wait, slices, nice) in last.items():
-        name0, cpu0, wait0, slices0, _ = first.get(tid, (name, 0.0, 0.0, 0, nice))
-        row = names.setdefault(name, {"threads": 0, "cpu_s": 0.0, "wait_s": 0.0, "slices": 0, "nice": nice})
+    for tid, (name, cpu, wait, slices, nice, faults) in last.items():
+        name0, cpu0, wait0, slices0, _, faults0 = first.get(tid, (name, 0.0, 0.0, 0, nice, 0))
+        row = names.setdefault(name, {"threads": 0, "cpu_s": 0.0, "wait_s": 0.0, "slices": 0, "nice": nice, "minor_faults": 0})
         row["nice"] = min(row["nice"], nice)
         row["threads"] += 1
         row["cpu_s"] += cpu - cpu0
         row["wait_s"] += wait - wait0
         row["slices"] += slices - slices0
+        row["minor_faults"] += faults - faults0
     for row in names.values():
         row["wait_us_per_slice"] = 1e6 * row["wait_s"] / row["slices"] if row["slices"] else 0.0
     return dict(sorted(names.items(), key=lambda kv: -kv[1]["cpu_s"]))
@@ -154,8 +160,8 @@ def replay_once(trace: Path, url: str, rate: float, n: int, threads: int, feed: 
     cmd = [*launcher, "replay", str(trace), "--url", url, "--model", "specreplay-sim", "--rate", f"{rate:g}",
            "--arrival", "constant", "--num-requests", str(n), "--no-metrics", "-o", str(out)]  # fmt: skip
     serve_cpu0 = process_cpu_s(serve_pid)
-    first: dict[int, tuple[str, float, float, int, int]] = {}
-    last: dict[int, tuple[str, float, float, int, int]] = {}
+    first: Sample = {}
+    last: Sample = {}
     with MachineStalls() as canary:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         while proc.poll() is None:
@@ -249,7 +255,7 @@ def main() -> None:
                                 print(f"      pacer {pacer['policy']}: wake-up overshoot p99 < {pacer['late_p99_under_us']} µs, max {pacer['late_max_us']} µs, spun {pacer['spun_s']:.2f} s; "
                                       f"serve CPU {row['serve_cpu_s']:.2f} s ({row['serve_cpu_us_per_request']:.0f} µs/request)")  # fmt: skip
                                 m, late, late200 = row["machine"], row["late_sends"], row["late_sends_200us"]
-                                print(f"      machine ({m['policy']} canary): {m['stall_count']} stalls >= 0.25 ms, {m['stalled_ms']:.1f} ms in all, worst {m['worst_us'] / 1e3:.1f} ms; "
+                                print(f"      machine ({m['policy']} canary): {m['stall_count']} stalls >= 0.25 ms, {m['stalled_ms']:.1f} ms in all ({m['queued_ms']:.1f} on the guest's run queue), worst {m['worst_us'] / 1e3:.1f} ms, steal {m['steal_ms']:.0f} ms; "
                                       f"sends late > 1 ms: {late['late']}, {late['late_in_stalls']} due in a stall; > 200 µs: {late200['late']}, {late200['late_in_stalls']}")  # fmt: skip
                                 if "spawn_to_run_log2us" in pacer:
                                     print(f"      hand-over: due to spawn p99 < {pacer['due_to_spawn_p99_under_us']} µs; spawn to the task running p99 < "

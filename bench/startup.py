@@ -5,10 +5,9 @@ token to the embedded simulator: imports, trace scan, preflight, simulator
 start, results file), and its CPU up to the moment the engine starts the
 first point (after the point's opening metrics scrape). Each run is a fresh process; medians of --runs.
 
-Bytecode is cached (in a temporary PYTHONPYCACHEPREFIX) as it is for an
-installed wheel, whose modules pip compiles at install, even where the shell
-sets PYTHONDONTWRITEBYTECODE (this machine's does): compiling specreplay's
-modules from source again in every process cost about 0.1 s of CPU here.
+Bytecode is cached (`bench_util.cached_bytecode`) as it is for an installed
+wheel, whose modules pip compiles at install, even where the shell sets
+PYTHONDONTWRITEBYTECODE (this machine's does).
 `--no-bytecode-cache` measures the way earlier figures were taken.
 
     .venv/bin/python bench/startup.py                 # this tree
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_util import HERE, write_result
+from bench_util import HERE, cached_bytecode, write_result
 
 TRACE = HERE.parent / "traces" / "reasoning-prompts.jsonl"
 
@@ -42,12 +41,23 @@ DRIVER = """
 import resource, sys
 from specreplay.cli import limit_blas_threads, main
 limit_blas_threads()  # what main() does first
+def rss_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
 def cpu_mark(name):
     u = resource.getrusage(resource.RUSAGE_SELF)
-    sys.stderr.write(f"\\nBENCH_CPU {name} {u.ru_utime + u.ru_stime}\\n")
+    sys.stderr.write(f"\\nBENCH_CPU {name} {u.ru_utime + u.ru_stime} {rss_mib()}\\n")
 cpu_mark("interpreter")
-# The stages' order is the CLI's own: the command's module, then the analysis
-# (run_replay imports it before the first point), then the point.
+# The stages' order is the CLI's own: the command's module (numpy, pyarrow and
+# rich first, each on its own, which the command would import anyway), then
+# the analysis (run_replay imports it before the first point), then the point.
+import numpy
+cpu_mark("numpy_imported")
+import pyarrow
+cpu_mark("pyarrow_imported")
+import rich.console
+cpu_mark("rich_imported")
 import specreplay.commands.replay
 cpu_mark("command_imported")
 import specreplay.analysis.analyse
@@ -79,11 +89,13 @@ def measure(args: list[str], env: dict[str, str], cwd: str) -> dict[str, float]:
         raise RuntimeError(f"specreplay {' '.join(args)} failed: {err[-2000:]!r}")
     figures = {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "user_s": usage.ru_utime,
                "sys_s": usage.ru_stime, "max_rss_mib": usage.ru_maxrss / 1024}
-    marks = dict(line.split()[1:3] for line in err.splitlines() if line.startswith("BENCH_CPU "))
+    marks = {line.split()[1]: line.split()[2:4] for line in err.splitlines() if line.startswith("BENCH_CPU ")}
     if "first_point" in marks:
-        figures["cpu_before_first_send_s"] = float(marks["first_point"])
-        # Where it went: the process's CPU at each stage's end.
-        figures |= {f"cpu_at_{name}_s": float(value) for name, value in marks.items() if name != "first_point"}
+        figures["cpu_before_first_send_s"] = float(marks["first_point"][0])
+        figures["rss_before_first_send_mib"] = float(marks["first_point"][1])
+        # Where it went: the process's CPU and RSS at each stage's end.
+        figures |= {f"cpu_at_{name}_s": float(cpu) for name, (cpu, _rss) in marks.items() if name != "first_point"}
+        figures |= {f"rss_at_{name}_mib": float(rss) for name, (_cpu, rss) in marks.items() if name != "first_point"}
     return figures
 
 
@@ -106,8 +118,7 @@ def main() -> None:
         if opts.no_bytecode_cache:
             env["PYTHONDONTWRITEBYTECODE"] = "1"
         else:
-            env.pop("PYTHONDONTWRITEBYTECODE", None)
-            env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")  # filled by the warm-up runs below
+            env = cached_bytecode(env, Path(tmp) / "pycache")
         measure(["--help"], env, tmp)  # warm the page cache
         help_runs = [measure(["--help"], env, tmp) for _ in range(opts.runs)]
         replay_args = ["replay", str(TRACE), "--concurrency", "1", "--num-requests", "1", "--max-tokens", "1", "-o", "r.arrow"]
@@ -120,9 +131,13 @@ def main() -> None:
     print(f"--help: {h['wall_s'] * 1000:.0f} ms wall, {h['cpu_s'] * 1000:.0f} ms CPU, {h['max_rss_mib']:.1f} MiB peak RSS")
     print(f"replay of one 1-token request: {r['cpu_before_first_send_s'] * 1000:.0f} ms CPU before the first send, "
           f"{r['cpu_s'] * 1000:.0f} ms CPU in all, {r['wall_s'] * 1000:.0f} ms wall, {r['max_rss_mib']:.1f} MiB")
-    print(f"  CPU by the end of: the interpreter's start {r['cpu_at_interpreter_s'] * 1000:.0f} ms, the replay command's imports "
-          f"{r['cpu_at_command_imported_s'] * 1000:.0f}, the analysis's {r['cpu_at_analysis_imported_s'] * 1000:.0f}, "
-          f"the first point's start {r['cpu_before_first_send_s'] * 1000:.0f}, the process {r['cpu_s'] * 1000:.0f}")
+    stages = [("the interpreter's start", "interpreter"), ("numpy", "numpy_imported"), ("pyarrow", "pyarrow_imported"),
+              ("rich", "rich_imported"), ("the rest of the replay command's imports", "command_imported"),
+              ("the analysis's (pandas)", "analysis_imported")]
+    print("  CPU and RSS by the end of: " + ", ".join(
+        f"{label} {r[f'cpu_at_{key}_s'] * 1000:.0f} ms {r[f'rss_at_{key}_mib']:.0f} MiB" for label, key in stages)
+        + f", the first point's start {r['cpu_before_first_send_s'] * 1000:.0f} ms {r['rss_before_first_send_mib']:.0f} MiB,"
+        f" the process {r['cpu_s'] * 1000:.0f} ms (peak {r['max_rss_mib']:.0f} MiB)")
     print(f"wrote {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
 
 
