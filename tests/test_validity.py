@@ -138,6 +138,51 @@ def test_client_saturated_says_when_the_pacer_itself_was_held_up(
         assert said in message
 
 
+def stalled_point(stall_at: int, stall_us: int, n: int = 400, spacing_us: int = 250) -> list[dict[str, Any]]:
+    """4,000/s, every send 30 µs late except those due in a stall of
+    `stall_us` starting at send `stall_at`: they leave together at its end."""
+    stall_from, stall_to = T0 + spacing_us * stall_at, T0 + spacing_us * stall_at + stall_us
+    return [
+        {"point": "rate=4000", "scheduled_us": due, "sent_us": max(due, stall_to + 5 * (i - stall_at)) + 30 if stall_from <= due < stall_to else due + 30}
+        for i, due in enumerate(T0 + spacing_us * k for k in range(n))
+    ]
+
+
+def held_scheduling(pacer: str, spans: list[list[int]]) -> dict[str, str]:
+    entry = {"label": "test", "point": "rate=4000", "pacer": pacer, "workers": pacer, "realtime_asked": True,
+             "pacer_late_max_us": 20_000, "pacer_late_p99_us": 64, "pacer_held_us": spans, "pacer_held_dropped": 0}  # fmt: skip
+    return {"specreplay.scheduling": json.dumps([entry])}
+
+
+def test_a_real_time_pacer_held_up_by_the_machine_is_host_stalled_not_client_saturated(make_results: MakeResults) -> None:
+    # 20 ms stall at send 100 (of 400): 80 sends due in it, late by up to 20 ms; a p99 of about 16 ms.
+    rows = stalled_point(100, 20_000)
+    span = [[T0 + 250 * 100 - 40, T0 + 250 * 100 + 20_000]]
+    findings = check(make_results(rows, held_scheduling("SCHED_FIFO:2", span)), FEW)
+    assert "client_saturated" not in codes(findings)
+    finding = only(findings, "host_stalled")
+    assert finding.level == "warning"
+    # The span is 20.04 ms: sends 100-260 are due in it or in its wake (as long again), 161 in all.
+    assert finding.count == 161, finding.message
+    assert "lost 1 span of 0.25 ms or more (up to 20.0 ms" in finding.message
+    assert "the other 239 kept the schedule (p99 0.030 ms)" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("pacer", "span_shift_us"),
+    [
+        ("SCHED_OTHER", 0),  # the normal policy: our own threads could have held the pacer
+        ("SCHED_FIFO:2", 100_000),  # a held span elsewhere: the late sends are the client's
+    ],
+)
+def test_late_sends_the_machine_does_not_explain_stay_client_saturated(make_results: MakeResults, pacer: str, span_shift_us: int) -> None:
+    rows = stalled_point(100, 20_000)
+    span = [[T0 + 250 * 100 + span_shift_us, T0 + 250 * 100 + 20_000 + span_shift_us]]
+    findings = check(make_results(rows, held_scheduling(pacer, span)), FEW)
+    assert "host_stalled" not in codes(findings)
+    assert "client_saturated" in codes(findings)
+
+
 def test_client_saturated_when_sending_slower_than_the_schedule(make_results: MakeResults) -> None:
     # Scheduled 8/s, sent 4/s: the point did not offer the load it names.
     rows = [{"point": "rate=8", "scheduled_us": T0 + 125_000 * i, "sent_us": T0 + 250_000 * i} for i in range(10)]

@@ -207,6 +207,12 @@ class EngineScheduling:
     @property
     def pacer_late_p99_us(self) -> int | None:
         """The upper edge (µs) of the log2 bucket holding its overshoots' 99th percentile."""
+    @property
+    def pacer_held_us(self) -> list[tuple[int, int]]:
+        """Each of its waits that ended 250 µs or more later than planned: (planned end, actual end), wall-clock µs; the first 1,024."""
+    @property
+    def pacer_held_dropped(self) -> int:
+        """How many more held-up waits there were than `pacer_held_us` keeps."""
 
 @final
 class EngineRun:

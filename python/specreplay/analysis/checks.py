@@ -8,7 +8,7 @@ how to read a figure (few samples, several tokens per chunk), which is not
 wrong and so never fails `--strict`. Warmup rows are left out of every check.
 
 The codes: reasoning_ate_budget, tool_args_cut, estimated_tokens, multi_token_chunks, burst_streams,
-client_saturated, engine_delay, queue_growing, error_rate, session_turns_skipped,
+client_saturated, host_stalled, engine_delay, queue_growing, error_rate, session_turns_skipped,
 acceptance_mismatch, too_few_requests, too_few_sessions, worker_lost, worker_send_lag, engine_panic.
 """
 
@@ -339,6 +339,7 @@ CHECKS: tuple[Callable[[SummarisedPoint], Finding | None], ...] = (
     _error_rate,
     _session_turns_skipped,
     checks_load.client_saturated,
+    checks_load.host_stalled,
     checks_load.engine_delay,
     checks_load.queue_growing,
     _estimated_tokens,

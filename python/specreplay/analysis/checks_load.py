@@ -1,12 +1,14 @@
 """The validity checks of the load itself (`checks` has the rest, and the
 order): whether the client kept the schedule (client_saturated,
-dependent_turns_late, engine_delay, worker_send_lag), whether the server
+dependent_turns_late, engine_delay, worker_send_lag) or the machine held it
+up (host_stalled), whether the server
 kept up (queue_growing), and whether a worker or the engine was lost
 (worker_lost, engine_panic)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,7 +31,7 @@ def client_saturated(point: SummarisedPoint) -> Finding | None:
     problems: list[str] = []
     level: Level = "warning"
     lag_p99 = float(summary_row["send_lag_p99_ms"])
-    if lag_p99 > thresholds.send_lag_p99_ms:
+    if lag_p99 > thresholds.send_lag_p99_ms and machine_hold(point) is None:
         problems.append(
             f"send lag p99 is {lag_p99:.3f} ms (limit {thresholds.send_lag_p99_ms:g} ms): "
             "requests left later than scheduled, so the offered load was lower and burstier than planned"
@@ -55,6 +57,95 @@ def client_saturated(point: SummarisedPoint) -> Finding | None:
         point=point.point,
         count=int(rows["sent_us"].notna().sum()),
         message="The client could not keep up: " + "; ".join(problems) + ". Lower the load per client host, or check that it is not a debug build or a busy machine.",
+    )
+
+
+@dataclass(frozen=True)
+class MachineHold:
+    """A late point's send lag, split between the spans in which the
+    machine held its real-time pacing thread up and the rest."""
+
+    spans: int
+    """The pacer's waits that ended 250 µs or more late (`specreplay.scheduling`'s `pacer_held_us`, and those dropped)."""
+    held_ms: float
+    """Their lengths, summed."""
+    worst_ms: float
+    held_sends: int
+    """Sends due within a span, or in its wake: as long again as the span, at least 1 ms (the backlog it left)."""
+    held_lag_max_ms: float
+    other_sends: int
+    other_lag_p99_ms: float
+
+
+#: After a span the pacer was held up, the sends due this long again (at
+#: least) are counted as its: the backlog takes the pacer and the workers a
+#: moment to send.
+HOLD_WAKE_MIN_US = 1000.0
+
+
+def machine_hold(point: SummarisedPoint) -> MachineHold | None:
+    """Whether a point's late sends are the machine's: its pacing thread ran
+    real-time (nothing in user space could hold it up, so whatever did was
+    the kernel or the hypervisor), lost at least one span, and the sends
+    outside those spans kept the schedule (p99 within the limit). None
+    otherwise: the client fell behind (`client_saturated`)."""
+    got = point.scheduling or {}
+    spans = got.get("pacer_held_us") or []
+    if not spans or not str(got.get("pacer")).startswith("SCHED_FIFO"):
+        return None
+    rows = point.rows
+    scheduled = derived.as_float(rows, "scheduled_us").to_numpy()
+    lag_ms = (derived.as_float(rows, "sent_us").to_numpy() - scheduled) / 1000
+    sent = ~np.isnan(lag_ms)
+    scheduled, lag_ms = scheduled[sent], lag_ms[sent]
+    bounds = np.array(sorted(spans), dtype=float)
+    start, end = bounds[:, 0], bounds[:, 1]
+    # Spans sorted by start may overlap in their wakes: a send is held when
+    # any span before it reaches it, so the reach is the running maximum.
+    reach = np.maximum.accumulate(end + np.maximum(end - start, HOLD_WAKE_MIN_US))
+    k = np.searchsorted(start, scheduled, side="right") - 1
+    held = (k >= 0) & (scheduled <= reach[np.clip(k, 0, None)])
+    others = lag_ms[~held]
+    other_p99 = float(np.percentile(others, 99)) if len(others) else 0.0
+    if other_p99 > point.thresholds.send_lag_p99_ms:
+        return None
+    lengths = (end - start) / 1000
+    return MachineHold(
+        spans=len(spans) + int(got.get("pacer_held_dropped") or 0),
+        held_ms=float(lengths.sum()),
+        worst_ms=float(lengths.max()),
+        held_sends=int(held.sum()),
+        held_lag_max_ms=float(lag_ms[held].max()) if held.any() else 0.0,
+        other_sends=len(others),
+        other_lag_p99_ms=other_p99,
+    )
+
+
+def host_stalled(point: SummarisedPoint) -> Finding | None:
+    """An open-loop point whose send lag p99 is over the limit only because
+    the machine held the real-time pacer up (`machine_hold`)."""
+    if point.mode not in OPEN_LOOP_MODES:
+        return None
+    lag_p99, limit = float(point.summary["send_lag_p99_ms"]), point.thresholds.send_lag_p99_ms
+    if not lag_p99 > limit:
+        return None
+    hold = machine_hold(point)
+    if hold is None:
+        return None
+    dropped = f" (and {hold.spans - 1024} more not kept)" if hold.spans > 1024 else ""
+    return Finding(
+        code="host_stalled",
+        level="warning",
+        point=point.point,
+        count=hold.held_sends,
+        message=(
+            f"The machine held the client up: its real-time pacing thread lost {hold.spans} span{'s' if hold.spans != 1 else ''} of 0.25 ms or more{dropped} "
+            f"(up to {hold.worst_ms:.1f} ms, {hold.held_ms:.1f} ms in all) to the kernel or the hypervisor. The {hold.held_sends:,} "
+            f"sends due then or just after left up to {hold.held_lag_max_ms:.1f} ms late, so the send lag p99 is {lag_p99:.3f} ms "
+            f"(limit {limit:g} ms); the other {hold.other_sends:,} kept the schedule (p99 {hold.other_lag_p99_ms:.3f} ms): "
+            "the client was not the bottleneck. Requests sent in those spans carry the stall in their latencies; "
+            "a machine without stolen CPU time (a dedicated host) measures without it."
+        ),
     )
 
 

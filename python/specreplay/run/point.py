@@ -247,7 +247,8 @@ def scheduling_of(run: Any, label: str, point: str) -> dict[str, Any] | None:
         return None
     got = run.scheduling()
     return {"label": label, "point": point, "pacer": got.pacer, "workers": got.workers, "realtime_asked": got.realtime_asked,
-            "pacer_late_max_us": got.pacer_late_max_us, "pacer_late_p99_us": got.pacer_late_p99_us}  # fmt: skip
+            "pacer_late_max_us": got.pacer_late_max_us, "pacer_late_p99_us": got.pacer_late_p99_us,
+            "pacer_held_us": [list(span) for span in got.pacer_held_us], "pacer_held_dropped": got.pacer_held_dropped}  # fmt: skip
 
 
 def scheduling_note(entry: dict[str, Any]) -> str:

@@ -62,6 +62,11 @@ pub struct EngineScheduling {
     pacer_late_max_us: Option<u64>,
     /// The upper edge (µs) of the log2 bucket holding its 99th percentile.
     pacer_late_p99_us: Option<u64>,
+    /// Each of its waits that ended 250 µs or more later than planned, as
+    /// (planned end, actual end) in wall-clock µs, the first 1,024.
+    pacer_held_us: Vec<(i64, i64)>,
+    /// How many more there were.
+    pacer_held_dropped: u64,
 }
 
 /// Starts a point: `spec` is the `RunSpec` mapping, `requests` a record
@@ -147,12 +152,20 @@ impl EngineRun {
     /// pacing thread records its own as it starts).
     fn scheduling(&self) -> EngineScheduling {
         let late = self.progress.pacer_late_us();
+        let (pacer_held_us, pacer_held_dropped) = self
+            .progress
+            .pacer_held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         EngineScheduling {
             pacer: self.progress.pacer.get().map(Policy::name),
             workers: priority::workers().map(Policy::name),
             realtime_asked: priority::wanted(),
             pacer_late_max_us: late.map(|(max, _)| max),
             pacer_late_p99_us: late.map(|(_, p99)| p99),
+            pacer_held_us,
+            pacer_held_dropped,
         }
     }
 

@@ -204,6 +204,16 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
             .pacer_late_max_us
             .store(waits.late_max_us, Ordering::Relaxed);
     }
+    let held = waits
+        .held
+        .iter()
+        .map(|&(planned, ended)| (instant_to_us(planned), instant_to_us(ended)))
+        .collect();
+    *shared
+        .progress
+        .pacer_held
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = (held, waits.held_dropped);
     if stats_wanted {
         let st = &waits;
         eprintln!(

@@ -29,7 +29,7 @@ mod share;
 pub mod spec;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ::http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -69,6 +69,10 @@ pub struct Progress {
     /// milliseconds was held up by the machine (`checks_load.client_saturated`).
     pub pacer_late_max_us: AtomicU64,
     pub pacer_late_p99_us: AtomicU64,
+    /// When the pacing thread was held up (`pacing::WakeStats::held`), as
+    /// wall-clock µs spans (the rows' `scheduled_us` clock), and how many
+    /// more there were than it keeps; set once it is over.
+    pub pacer_held: Mutex<(Vec<(i64, i64)>, u64)>,
 }
 
 impl Default for Progress {
@@ -82,6 +86,7 @@ impl Default for Progress {
             pacer: priority::PolicyCell::new(),
             pacer_late_max_us: AtomicU64::new(u64::MAX),
             pacer_late_p99_us: AtomicU64::new(u64::MAX),
+            pacer_held: Mutex::new((Vec::new(), 0)),
         }
     }
 }
