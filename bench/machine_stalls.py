@@ -84,10 +84,11 @@ print(json.dumps({"policy": policy, "wakes": wakes, "worst_us": worst, "stalls":
 
 
 def steal_ms() -> float:
-    """The hypervisor's steal time so far, every vCPU summed (/proc/stat's
-    eighth field, in clock ticks)."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-    return int(fields[8]) * 1000 / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else float("nan")
+    """The hypervisor's steal time so far (`specreplay.run.host.host_steal_ms`; NaN where none is reported)."""
+    from specreplay.run.host import host_steal_ms
+
+    got = host_steal_ms()
+    return float("nan") if got is None else got
 
 
 class MachineStalls:

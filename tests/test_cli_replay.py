@@ -400,10 +400,12 @@ def test_realtime_is_the_default_only_against_the_embedded_simulator(tmp_path: P
     (entry,) = json.loads(specreplay.load(tmp_path / "r.arrow").attrs["specreplay.scheduling"])
     got = {"pacer": "SCHED_FIFO:2", "workers": "SCHED_FIFO:1"} if realtime else {"pacer": "SCHED_OTHER", "workers": "SCHED_OTHER"}
     late_max, late_p99 = entry.pop("pacer_late_max_us"), entry.pop("pacer_late_p99_us")
-    held, dropped = entry.pop("pacer_held_us"), entry.pop("pacer_held_dropped")
+    held, dropped, steal = entry.pop("pacer_held_us"), entry.pop("pacer_held_dropped"), entry.pop("host_steal_ms")
     assert entry == {"label": entry["label"], "point": "rate=50", **got, "realtime_asked": realtime}
     # The spans its waits were held up, if any (a quiet machine has none): [planned, actual end], µs, on the rows' clock.
     assert isinstance(held, list) and dropped == 0 and all(len(span) == 2 and 250 <= span[1] - span[0] for span in held), held
+    # And the CPU time the hypervisor took meanwhile (this VM reports steal; None where a kernel does not).
+    assert steal is None or steal >= 0, steal
     # And how late its sleeps ended: the largest, and the p99's log2 bucket edge.
     assert isinstance(late_max, int) and isinstance(late_p99, int) and late_p99 & (late_p99 - 1) == 0, (late_max, late_p99)
     assert late_max >= late_p99 // 2  # the largest is at least in the p99's bucket, [p99/2, p99)

@@ -36,6 +36,7 @@ def client_saturated(point: SummarisedPoint) -> Finding | None:
             f"send lag p99 is {lag_p99:.3f} ms (limit {thresholds.send_lag_p99_ms:g} ms): "
             "requests left later than scheduled, so the offered load was lower and burstier than planned"
             + pacer_held_up(point.scheduling, thresholds.send_lag_p99_ms)
+            + host_steal(point.scheduling)
         )
     scheduled = float(summary_row["scheduled_rate_rps"])
     rate = float(summary_row["send_rate_rps"])
@@ -143,10 +144,22 @@ def host_stalled(point: SummarisedPoint) -> Finding | None:
             f"(up to {hold.worst_ms:.1f} ms, {hold.held_ms:.1f} ms in all) to the kernel or the hypervisor. The {hold.held_sends:,} "
             f"sends due then or just after left up to {hold.held_lag_max_ms:.1f} ms late, so the send lag p99 is {lag_p99:.3f} ms "
             f"(limit {limit:g} ms); the other {hold.other_sends:,} kept the schedule (p99 {hold.other_lag_p99_ms:.3f} ms): "
-            "the client was not the bottleneck. Requests sent in those spans carry the stall in their latencies; "
+            "the client was not the bottleneck" + host_steal(point.scheduling)
+            + ". Requests sent in those spans carry the stall in their latencies; "
             "a machine without stolen CPU time (a dedicated host) measures without it."
         ),
     )
+
+
+def host_steal(scheduling: dict[str, Any] | None) -> str:
+    """The steal time the hypervisor reported while the point ran
+    (`specreplay.scheduling`'s `host_steal_ms`), when there was any: CPU
+    time this VM's vCPUs lost to other tenants, which its own scheduler
+    cannot see."""
+    stolen = (scheduling or {}).get("host_steal_ms")
+    if not isinstance(stolen, (int, float)) or stolen <= 0:
+        return ""
+    return f" (while it ran, the hypervisor took {stolen:,.0f} ms of CPU time from this machine's vCPUs: a busy host)"
 
 
 def pacer_held_up(scheduling: dict[str, Any] | None, limit_ms: float) -> str:

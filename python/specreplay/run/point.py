@@ -25,6 +25,7 @@ from specreplay.errors import SpecreplayError
 from specreplay.results.files import ResultsWriter
 from specreplay.run.chunk_tokenizer import ChunkCounter, recount
 from specreplay.run.feed import Feeder
+from specreplay.run.host import host_steal_ms, stolen_ms
 from specreplay.run.plan import FinishedPoint, Progress
 from specreplay.settings.config import Point
 
@@ -92,6 +93,7 @@ def run_point(
     try:
         if scraper is not None:
             scraper.start_point(label, point.name)
+        steal_at_start = host_steal_ms()
         # A distributed start takes a second (clocks, the start lead): an
         # interrupt then has nothing finished to keep.
         run = start(spec, feeder, label, point.name)
@@ -120,7 +122,8 @@ def run_point(
     if drained.failure is not None:
         raise drained.failure
     return FinishedPoint(
-        point, label, rows, progress(), drained.interrupted, drained.cut, server_samples=samples, scheduling=scheduling_of(run, label, point.name)
+        point, label, rows, progress(), drained.interrupted, drained.cut, server_samples=samples,
+        scheduling=scheduling_of(run, label, point.name, stolen_ms(steal_at_start)),
     )
 
 
@@ -239,14 +242,15 @@ def _samples_of(scraper: Scraper | None, label: str, point: str) -> pa.Table | N
     return taken.filter(pc.and_(pc.equal(taken["label"], label), pc.equal(taken["point"], point)))
 
 
-def scheduling_of(run: Any, label: str, point: str) -> dict[str, Any] | None:
+def scheduling_of(run: Any, label: str, point: str, steal_ms: float | None = None) -> dict[str, Any] | None:
     """What the point's engine threads got, as the results file records it
-    (`specreplay.scheduling`), once the point is over; None for a run whose
-    engine is not this process's (distributed, predicted)."""
+    (`specreplay.scheduling`), once the point is over, with the steal time
+    the hypervisor reported while it ran (`host_steal_ms`); None for a run
+    whose engine is not this process's (distributed, predicted)."""
     if not isinstance(run, _core.EngineRun):
         return None
     got = run.scheduling()
-    return {"label": label, "point": point, "pacer": got.pacer, "workers": got.workers, "realtime_asked": got.realtime_asked,
+    return {"label": label, "point": point, "pacer": got.pacer, "workers": got.workers, "realtime_asked": got.realtime_asked, "host_steal_ms": steal_ms,
             "pacer_late_max_us": got.pacer_late_max_us, "pacer_late_p99_us": got.pacer_late_p99_us,
             "pacer_held_us": [list(span) for span in got.pacer_held_us], "pacer_held_dropped": got.pacer_held_dropped}  # fmt: skip
 
