@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_util import write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [str(ROOT / ".venv" / "bin" / "specreplay")]
 JUDGED = {"faster", "slower", "no significant difference"}
@@ -155,14 +157,16 @@ def main() -> None:
 
 
 def report(opts: argparse.Namespace, runs_dir: Path) -> None:
+    settings = {k: v for k, v in vars(opts).items() if k != "runs_dir"}
     if opts.power_only:
         print("| seed | point | TPOT p50 | output tok/s |")
         print("|---|---|---|---|")
-        power(opts.power_seeds, opts.power_requests, runs_dir)
+        power_lines = power(opts.power_seeds, opts.power_requests, runs_dir)
+        print(f"wrote {write_result('aa-calibration', {'settings': settings, 'power': power_lines})}")
         return
     print("| workload | pairs | judged figures | false verdicts | coverage |")
     print("|---|---|---|---|---|")
-    per_figure, _ = aa(opts.seeds, opts.requests, runs_dir)
+    per_figure, workload_lines = aa(opts.seeds, opts.requests, runs_dir)
     total = Counter[str]()
     print("\n| figure | judged | false | false rate | coverage |")
     print("|---|---|---|---|---|")
@@ -170,10 +174,13 @@ def report(opts: argparse.Namespace, runs_dir: Path) -> None:
         total.update(c)
         print(f"| {name} | {c['judged']} | {c['false']} | {c['false'] / c['judged']:.1%} | {c['covered'] / c['judged']:.1%} |")
     print(f"| **all** | {total['judged']} | {total['false']} | {total['false'] / max(total['judged'], 1):.2%} | {total['covered'] / max(total['judged'], 1):.1%} |")
+    power_lines: list[str] = []
     if not opts.skip_power:
         print("\n| seed | point | TPOT p50 | output tok/s |")
         print("|---|---|---|---|")
-        power(opts.power_seeds, opts.power_requests, runs_dir)
+        power_lines = power(opts.power_seeds, opts.power_requests, runs_dir)
+    figures = {"settings": settings, "workloads": workload_lines, "per_figure": {name: dict(c) for name, c in per_figure.items()}, "power": power_lines}
+    print(f"wrote {write_result('aa-calibration', figures)}")
     sys.stdout.flush()
 
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_util import write_result
 from specreplay.settings.config import ReplayConfig
 from specreplay.trace.media import MediaStore, media_dir
 from specreplay.trace.shaping import request_row
@@ -62,6 +63,7 @@ def main() -> None:
                 out[f"{key}_jsonl_bytes"] = path.stat().st_size
                 out[f"{key}_rows_us"] = round(_rows_us(path), 1)
     print(json.dumps(out))
+    print(f"wrote {write_result('media-trace-size', out)}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from bench_util import write_result
 from specreplay.trace.shaping import body_with_prompt
 from specreplay.trace.records import iter_trace
 
@@ -29,7 +30,9 @@ def main() -> None:
         for rec in iter_trace(args.trace):
             out.write(replace(rec, body=body_with_prompt(rec), prompt_blocks=None).to_json() + "\n")
             n += 1
-    print(json.dumps({"records": n, "bytes": Path(args.output).stat().st_size}))
+    figures = {"trace": args.trace, "records": n, "bytes": Path(args.output).stat().st_size}
+    print(json.dumps(figures))
+    print(f"wrote {write_result('trace-expand', figures)}")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from specreplay import _core
+from bench_util import write_result
 from specreplay.settings.config import ReplayConfig
 from specreplay.run.feed import Feeder
 from specreplay.trace.shaping import request_batch, shape_body
@@ -83,7 +84,7 @@ def main() -> None:
     t7 = time.perf_counter()
     per = 1e6 / index.records
     new_us = (rows_s + arrow_s + feed_s) * per
-    print(json.dumps({
+    figures = {
         "trace": args.trace,
         "requests": index.records,
         "scan_s": round(t1 - t0, 3),
@@ -97,7 +98,9 @@ def main() -> None:
         "old_path_us_per_request": round((t7 - t6) * per, 1),
         "body_bytes": text_bytes,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-    }))
+    }
+    print(json.dumps(figures))
+    print(f"wrote {write_result('trace-prepare', figures)}")
 
 if __name__ == "__main__":
     main()
