@@ -68,6 +68,8 @@ class MachineHold:
 
     spans: int
     """The pacer's waits that ended 250 µs or more late (`specreplay.scheduling`'s `pacer_held_us`, and those dropped)."""
+    dropped: int
+    """Of them, those the engine did not keep (`pacer_held_dropped`): not in the split below."""
     held_ms: float
     """Their lengths, summed."""
     worst_ms: float
@@ -111,8 +113,10 @@ def machine_hold(point: SummarisedPoint) -> MachineHold | None:
     if other_p99 > point.thresholds.send_lag_p99_ms:
         return None
     lengths = (end - start) / 1000
+    dropped = int(got.get("pacer_held_dropped") or 0)
     return MachineHold(
-        spans=len(spans) + int(got.get("pacer_held_dropped") or 0),
+        spans=len(spans) + dropped,
+        dropped=dropped,
         held_ms=float(lengths.sum()),
         worst_ms=float(lengths.max()),
         held_sends=int(held.sum()),
@@ -133,7 +137,7 @@ def host_stalled(point: SummarisedPoint) -> Finding | None:
     hold = machine_hold(point)
     if hold is None:
         return None
-    dropped = f" (and {hold.spans - 1024} more not kept)" if hold.spans > 1024 else ""
+    dropped = f" ({hold.dropped:,} of them not kept, so not counted below)" if hold.dropped else ""
     return Finding(
         code="host_stalled",
         level="warning",

@@ -61,7 +61,7 @@ pub fn spin_until(at: Instant) {
 /// What the waits of one thread cost: wake-up overshoots (log2 µs buckets)
 /// and time spent spinning (read by bench/send_lag_profile.py), and when the
 /// thread was held up: each wait that ended at least `HELD_MIN` later than
-/// planned, as the span it lost (`checks_load.client_saturated` tells a
+/// planned, as the span it lost (`checks_load.machine_hold` tells a
 /// real-time pacer held up by the machine from a client that fell behind).
 #[derive(Debug, Clone, Default)]
 pub struct WakeStats {
