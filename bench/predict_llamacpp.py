@@ -158,14 +158,32 @@ def max_rate_check(url: str, work: Path, model: Path, best: float, slo_ms: float
     return lines
 
 
+def spread(result: LoopResult, point: str, figure: str) -> str:
+    """The measured figure's 90% bootstrap interval over its requests, as
+    deviations from it (`check.intervals`): an error inside it is within
+    what the measurement itself could have been; "few" when the requests
+    are under what a percentile needs (`resampling.samples_needed`: 50 for
+    a p90, 500 for a p99)."""
+    found = result.measured_intervals.get((point, figure))
+    e = next(x for x in result.errors if (x.point, x.figure) == (point, figure))
+    if found is None:
+        return ""
+    low, high = found.relative(e.measured)
+    few = f" (few: {found.requests} < {found.needed})" if found.requests < found.needed else ""
+    return f"{low:+.0%} … {high:+.0%}{few}"
+
+
 def table(result: LoopResult) -> list[str]:
     """The error table: the prediction (one draw of the model), and each
-    figure's median over the draws beside it when there are several."""
+    figure's median over the draws beside it when there are several; beside
+    the measured figure its own 90% interval over its requests."""
     drawn = {(e.point, e.figure): e for e in result.over_draws}
-    rows = ["| point | figure | predicted | measured | error | within target |" + (f" over {result.draws} draws | error | within target |" if drawn else ""),
-            "|---|---|---|---|---|---|" + ("---|---|---|" if drawn else "")]
+    rows = ["| point | figure | predicted | measured | measured's 90% interval | error | within target |"
+            + (f" over {result.draws} draws | error | within target |" if drawn else ""),
+            "|---|---|---|---|---|---|---|" + ("---|---|---|" if drawn else "")]
     for e in result.errors:
-        row = f"| {e.point} | {e.figure} | {e.predicted:,.1f} | {e.measured:,.1f} | {e.relative:+.1%} | {within(e.figure, e.relative)} |"
+        row = (f"| {e.point} | {e.figure} | {e.predicted:,.1f} | {e.measured:,.1f} | {spread(result, e.point, e.figure)} | {e.relative:+.1%} "
+               f"| {within(e.figure, e.relative)} |")
         d = drawn.get((e.point, e.figure))
         rows.append(row + (f" {d.predicted:,.1f} | {d.relative:+.1%} | {within(d.figure, d.relative)} |" if d else ""))
     return rows
@@ -232,7 +250,12 @@ part predicted on its own trace and arrival seed, the parts joined end to
 end; "over {args.draws} draws": each figure's median over {args.draws} predictions of every part with other draws of the
 model's own random numbers (`--predict-draw`: which of two requests sent together reaches the server
 first, the speed spread), the arrivals kept. Targets (issue 26): |error| ≤ 15% at p50 and p90 of TTFT and
-TPOT, ≤ 25% at p99 (E2E and tokens/s have none).
+TPOT, ≤ 25% at p99 (E2E and tokens/s have none). "measured's 90% interval": the measured figure's bootstrap
+interval over its requests (resampled as `compare` does, expanded for few), as deviations from it: where it is
+wider than the target, the measurement alone cannot tell a prediction within the target from one outside;
+"few" where the requests are under what the percentile needs (`samples_needed`: 10 for a p50, 50 for a p90, 500
+for a p99). The rate's parts share one arrival schedule (the same seed), so its 24 requests are 3 prompts
+at each of 8 arrival instants.
 
 - command: `{command}`
 - commit: `{commit}`, took {took:.0f} s

@@ -285,3 +285,30 @@ def test_another_draw_of_the_model_keeps_the_arrivals(calibrated: tuple[Path, Se
     assert not frames[1]["end_us"].sub(frames[1]["sent_us"]).equals(frames[0]["end_us"].sub(frames[0]["sent_us"]))
     with pytest.raises(ConfigError, match="predict_draw"):
         run_replay(ReplayConfig(trace=t, sim=SIM, predict_draw=1, concurrency=[1], output=str(tmp_path / "x.arrow")))
+
+
+def test_a_measured_figures_interval_counts_every_request_of_joined_parts(calibrated: tuple[Path, ServerModel], tmp_path: Path) -> None:
+    """`check.intervals` (the bench's "measured's 90% interval"): the
+    bootstrap of a point joined from parts resamples every request, though
+    each part's trace numbers its records from 0 (compare's unit, the trace
+    record, would pool them: 12 units here, not 24); the interval holds the
+    figure; a p90 and a p99 say how many requests they need."""
+    from specreplay.run.calibrate.check import intervals, join_parts
+
+    tmp, _ = calibrated
+    parts = []
+    for k in range(2):
+        out = tmp_path / f"part{k}.arrow"
+        run_replay(ReplayConfig(trace=trace(tmp_path, f"part{k}", n=12, seed=20 + k), predict=str(tmp / "server.toml"), rate=[20.0],
+                                seed=5, what_if={"speed_spread": 0.3}, output=str(out)))
+        parts.append(specreplay.load(out))
+    joined = join_parts(parts)
+    found = intervals(joined)
+    point = str(summarize(joined)["point"].iloc[0])
+    p50 = found[(point, "tpot_p50_ms")]
+    assert (p50.requests, p50.needed) == (24, 10)
+    value = float(summarize(joined)["tpot_p50_ms"].iloc[0])
+    assert p50.low <= value <= p50.high and p50.low < p50.high
+    low, high = p50.relative(value)
+    assert low <= 0 <= high
+    assert found[(point, "ttft_p90_ms")].needed == 50 and found[(point, "tpot_p99_ms")].needed == 500

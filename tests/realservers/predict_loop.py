@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import specreplay
-from specreplay.run.calibrate.check import Error, errors, join_parts
+from specreplay.run.calibrate.check import Error, Interval, errors, intervals, join_parts
 from specreplay.run.calibrate.fit import calibrate
 from specreplay.settings.config import ReplayConfig
 from specreplay.run.replay import run_replay
@@ -36,6 +36,8 @@ class LoopResult:
     #: model's own draws reseeded, the arrivals kept); empty for one draw.
     over_draws: list[Error] = field(default_factory=list)
     draws: int = 1
+    #: Per (point, figure), the measured figure's bootstrap interval over its requests (`check.intervals`).
+    measured_intervals: dict[tuple[str, str], Interval] = field(default_factory=dict)
 
 
 def trace(workdir: Path, name: str, n: int, input_len: str, output_len: int | str, seed: int) -> str:
@@ -126,8 +128,10 @@ def check(workdir: Path, calibration: list[Path], parts: Parts, runs: dict[str, 
     model.write(model_path)
     found: list[Error] = []
     drawn: list[list[Error]] = []
+    spread: dict[tuple[str, str], Interval] = {}
     for point, made in parts.items():
         measured = join_parts([specreplay.load(path) for path, _, _ in made])
+        spread.update(intervals(measured))
         per_draw = []
         for draw in range(draws):
             predicted = []
@@ -141,7 +145,7 @@ def check(workdir: Path, calibration: list[Path], parts: Parts, runs: dict[str, 
         drawn.append(per_draw)
     over = [] if draws == 1 else [median_error(per_draw) for per_draw in drawn]
     return LoopResult(model_path, found, runs, model.calibration, [p.describe() for p in model.params.values()],
-                      [e for point in over for e in point], draws)
+                      [e for point in over for e in point], draws, spread)
 
 
 def median_error(per_draw: list[list[Error]]) -> list[Error]:

@@ -78,6 +78,53 @@ def join_parts(parts: list[pd.DataFrame]) -> pd.DataFrame:
     return out
 
 
+#: The percentile figures `intervals` gives an interval for: (figure, latency prefix, quantile).
+PERCENTILES: tuple[tuple[str, str, float], ...] = tuple(
+    (f"{prefix}_{stat}_ms", prefix, q) for prefix in ("ttft", "tpot") for stat, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A measured figure's bootstrap interval over its requests, and
+    whether its requests are enough for it (`resampling.samples_needed`)."""
+
+    low: float
+    high: float
+    requests: int
+    needed: int
+
+    def relative(self, value: float) -> tuple[float, float]:
+        """The interval as relative deviations from `value`: (low − value) / value, (high − value) / value."""
+        if not value or math.isnan(value):
+            return float("nan"), float("nan")
+        return (self.low - value) / value, (self.high - value) / value
+
+
+def intervals(measured: pd.DataFrame, confidence: float = 0.9) -> dict[tuple[str, str], Interval]:
+    """Per (point, figure) of `PERCENTILES`, the measured figure's bootstrap
+    interval at `confidence`, resampled by request (`resampling.point_intervals`,
+    as `compare` resamples a point, expanded for few requests): how far the
+    measurement itself could have landed with other requests of the same
+    kind, the yardstick an error against it needs. Every request is its own
+    unit: the parts of `join_parts` reuse trace ids (each part's trace
+    numbers its records from 0), and `compare`'s unit, the trace record,
+    would pool the parts' k-th requests into one."""
+    from specreplay.analysis.analyse import analyse
+    from specreplay.analysis.resampling import point_intervals, samples_needed
+
+    df = measured.copy()
+    df["trace_id"] = df["run_id"].astype(str) + "/" + df["trace_id"].astype(str) if "run_id" in df else df["trace_id"]
+    out: dict[tuple[str, str], Interval] = {}
+    for run in analyse(df):
+        for point in run.points:
+            found = point_intervals(point, [(prefix, q) for _, prefix, q in PERCENTILES], {}, confidence=confidence)
+            for figure, prefix, q in PERCENTILES:
+                _, low, high = found.latencies[(prefix, q)]
+                out[(str(point.point), figure)] = Interval(low, high, found.units, samples_needed(q))
+    return out
+
+
 def _figure(summary: pd.DataFrame, point: Any, figure: str) -> float:
     """A summary's figure (a float column) at a point."""
     return float(summary[figure].astype("float64")[point])
