@@ -39,8 +39,11 @@ enum Before {
 /// (`panics`), and the unit is counted finished either way.
 pub async fn run_unit(shared: Arc<Shared>, unit: Unit, first_scheduled_us: i64) {
     let reported = AtomicUsize::new(0);
-    let turns = run_turns(&shared, &unit, first_scheduled_us, &reported);
-    if let Err(message) = panics::caught(turns).await {
+    // The future built in the call, not bound first: a named future is kept
+    // in this state machine beside the one awaited (`panics::caught`).
+    if let Err(message) =
+        panics::caught(run_turns(&shared, &unit, first_scheduled_us, &reported)).await
+    {
         for (k, request) in unit.turns.iter().enumerate() {
             if k < reported.load(Ordering::SeqCst) {
                 continue;
@@ -177,12 +180,13 @@ async fn send(shared: &Shared, request: &PreparedRequest, rec: &mut RequestRecor
         ));
     } else {
         shared.progress.sent.fetch_add(1, Ordering::Relaxed);
-        let sent = async {
+        let outcome = panics::caught(async {
             #[cfg(test)]
             panics::panic_if_asked(&request.trace_id);
             execute(&shared.ctx, request, rec).await
-        };
-        if let Err(message) = panics::caught(sent).await {
+        })
+        .await;
+        if let Err(message) = outcome {
             panics::mark(rec, &message);
         }
     }
