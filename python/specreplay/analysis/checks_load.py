@@ -98,7 +98,8 @@ def machine_hold(point: SummarisedPoint) -> MachineHold | None:
         return None
     rows = point.rows
     scheduled = derived.as_float(rows, "scheduled_us").to_numpy()
-    lag_ms = (derived.as_float(rows, "sent_us").to_numpy() - scheduled) / 1000
+    # The summary's own send lag column (`send_lag_us`, results.derived): its p99 is of these.
+    lag_ms = derived.as_float(rows, "send_lag_us").to_numpy() / 1000
     sent = ~np.isnan(lag_ms)
     scheduled, lag_ms = scheduled[sent], lag_ms[sent]
     bounds = np.array(sorted(spans), dtype=float)
