@@ -58,7 +58,7 @@ from specreplay.results.derived import chunks as chunk_rows  # noqa: E402
 from realservers.scripted_model import ANSWER, REASONING, build_scripted_model  # noqa: E402
 
 from jobcheck import check, failures, say  # noqa: E402
-from vllm_predict import prediction_loop, predict_runs, print_table, skipped, write_table  # noqa: E402
+from vllm_predict import PREDICT_FACTOR, UNSTEADY_FACTOR, prediction_loop, predict_runs, print_table, skipped, write_table  # noqa: E402
 
 VENV = Path(os.environ.get("VLLM_VENV", ROOT / ".venv-vllm"))
 START_TIMEOUT_S = 300.0
@@ -476,7 +476,8 @@ def job() -> int:
         if args.table:
             command = " ".join(["python", "tests/integration/vllm_job.py", *sys.argv[1:]])
             write_table(args.table, found, work / "server.toml", version, command, time.monotonic() - t0, load, SPEC_CONFIG)
-    note = f" ({len(skipped)} prediction bounds reported, not checked: the machine's speed changed during the measured runs)" if skipped else ""
+    note = (f" ({len(skipped)} factor-{PREDICT_FACTOR:.0f} prediction bounds reported, not checked, and a factor {UNSTEADY_FACTOR:.0f} checked:"
+            " the machine's speed changed during the measured runs)") if skipped else ""
     say((f"\n{len(failures)} failed" if failures else "\nall checks passed") + note)
     return 1 if failures else 0
 

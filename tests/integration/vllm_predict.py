@@ -29,8 +29,18 @@ PREDICT_OUTPUT = 48
 #: neighbour during the calibration runs alone once put TPOT 9x off.
 #: docs/predict-accuracy-vllm.md records the figures.
 PREDICT_FACTOR = 5.0
-#: How much faster per token a higher concurrency may decode before the runs count as unsteady (`machine_steady`).
-STEADY_FACTOR = 2.0
+#: How much faster per token a higher concurrency may decode before the runs
+#: count as unsteady (`machine_steady`). On a steady machine it decodes
+#: slower: in the job of 2026-12-02 08:00 UTC (load 0.6, each run's host
+#: steal 10-70 ms) TPOT p50 read c1 4.0, c2 4.8, c4 8.7 ms on the baseline
+#: and c1 2.1, c2 4.4 on the n-gram server, 1.2-2.2x slower per doubling.
+#: The CI run that failed at 6cca03c read c1 9.2, c2 8.2, c4 5.9: the machine
+#: sped up 3.4x between base-c1 and base-c4, and 2.0 let it count as steady.
+STEADY_FACTOR = 1.1
+#: The bound that still holds when the machine's speed changed: it catches a
+#: unit off (1,000x) or a parameter that was not fitted, not imprecision
+#: (that CI run's worst held-out figure was 7.1x off, TTFT p50 at base-c2).
+UNSTEADY_FACTOR = 20.0
 
 
 def predict_trace(work: Path, name: str, seed: int) -> str:
@@ -88,12 +98,14 @@ def prediction_loop(runs: dict[str, tuple[str, Path]], work: Path) -> list[tuple
         for figure in ("ttft_p50_ms", "tpot_p50_ms", "e2e_p50_ms"):
             e = next(r for r in rows if r.figure == figure)
             ratio = e.predicted / e.measured if e.measured > 0 else float("nan")
-            what = f"{name}: predicted {figure} {e.predicted:,.1f} against {e.measured:,.1f} measured ({e.relative:+.0%}; bound: within a factor {PREDICT_FACTOR:.0f})"
+            what = f"{name}: predicted {figure} {e.predicted:,.1f} against {e.measured:,.1f} measured ({e.relative:+.0%}; bound: within a factor"
             if steady:
-                check(1 / PREDICT_FACTOR <= ratio <= PREDICT_FACTOR, what)
+                check(1 / PREDICT_FACTOR <= ratio <= PREDICT_FACTOR, f"{what} {PREDICT_FACTOR:.0f})")
             else:
-                skipped.append(what)
-                say("  skip  " + what)
+                within = 1 / PREDICT_FACTOR <= ratio <= PREDICT_FACTOR
+                skipped.append(f"{what} {PREDICT_FACTOR:.0f}: {'held' if within else 'missed'})")
+                say(f"  {'ok' if within else 'miss'}  {what} {PREDICT_FACTOR:.0f}: reported, not checked)")
+                check(1 / UNSTEADY_FACTOR <= ratio <= UNSTEADY_FACTOR, f"{what} {UNSTEADY_FACTOR:.0f}, the machine's speed having changed)")
     return found
 
 
@@ -105,24 +117,42 @@ def machine_steady(runs: dict[str, tuple[str, Path]]) -> bool:
     """Whether the measured runs saw one machine: on one server a run at a
     higher concurrency never decodes faster per token than one at a lower
     (the step grows with the batch), so TPOT p50 more than STEADY_FACTOR
-    below a lower concurrency's means a busy neighbour slowed one run (on
-    the shared 2-core box, base-c1 once read 17.6 ms and base-c4 2.0 ms a
-    minute later). Then no prediction can match both, and the bounds are
-    reported, not checked; on a machine of its own (CI) they are checked."""
+    below a lower concurrency's means the machine's speed changed between
+    the runs (on the shared 2-core box, base-c1 once read 17.6 ms and
+    base-c4 2.0 ms a minute later; on CI's host, 9.2 and 5.9 ms). Then no
+    prediction can match both: the factor-5 bounds are reported, and only
+    UNSTEADY_FACTOR's is checked. Each run's host steal (`specreplay.
+    scheduling`) is printed beside it: the hypervisor's share of the change,
+    when it is that."""
     tpot: dict[str, dict[int, float]] = {}
+    steal: dict[str, dict[int, float | None]] = {}
     for name, (_, path) in runs.items():
         server, concurrency = name.rsplit("-c", 1)
         df = specreplay.load(path)
         per_token = (df["last_token_us"] - df["first_token_us"]) / (df["output_tokens"] - 1) / 1000
         tpot.setdefault(server, {})[int(concurrency)] = float(per_token.median())
+        stolen = [e.get("host_steal_ms") for e in json.loads(df.attrs.get("specreplay.scheduling") or "[]")]
+        steal.setdefault(server, {})[int(concurrency)] = None if None in stolen or not stolen else sum(stolen)
     say("    measured TPOT p50 (ms): " + "; ".join(f"{s} " + ", ".join(f"c{c} {t:.1f}" for c, t in sorted(by.items())) for s, by in tpot.items()))
-    for server, by in tpot.items():
-        for low, high in ((a, b) for a in by for b in by if a < b):
-            if by[low] > STEADY_FACTOR * by[high]:
-                say(f"    NOTE  the machine's speed changed during the measured runs: {server} at concurrency {high} decoded "
-                    f"{by[low] / by[high]:.1f}x faster per token than at {low}; the prediction's bounds are reported, not checked")
-                return False
-    return True
+    say("    host steal during each run (ms, both vCPUs): "
+        + "; ".join(f"{s} " + ", ".join(f"c{c} {'?' if t is None else f'{t:.0f}'}" for c, t in sorted(by.items())) for s, by in steal.items()))
+    changed = speed_change(tpot)
+    if changed is not None:
+        server, low, high, ratio = changed
+        say(f"    NOTE  the machine's speed changed during the measured runs: {server} at concurrency {high} decoded "
+            f"{ratio:.2f}x faster per token than at {low} (more than {STEADY_FACTOR}x); the prediction's factor-"
+            f"{PREDICT_FACTOR:.0f} bounds are reported, and only a factor {UNSTEADY_FACTOR:.0f} is checked")
+    return changed is None
+
+
+def speed_change(tpot: dict[str, dict[int, float]]) -> tuple[str, int, int, float] | None:
+    """The worst (server, lower concurrency, higher, how many times faster
+    per token the higher decoded) where a higher concurrency's TPOT p50 is
+    more than STEADY_FACTOR below a lower one's on the same server; None
+    when every pair is in order (`machine_steady`)."""
+    pairs = [(server, low, high, by[low] / by[high]) for server, by in tpot.items() for low in by for high in by if low < high]
+    worst = max(pairs, key=lambda p: p[3], default=None)
+    return worst if worst is not None and worst[3] > STEADY_FACTOR else None
 
 
 def write_table(path: Path, found: list[tuple[str, Any]], model: Path, version: str, command: str, took: float, load: tuple[float, ...],
@@ -147,13 +177,15 @@ server.toml`); the held-out points are concurrency 2 on each server,
 predicted on the held-out run's own trace (`specreplay replay TRACE --predict
 server.toml --concurrency 2`, the baseline with `--what-if
 spec_draft_len=0`). The job checks only that p50 TTFT, TPOT and E2E are
-within a factor {PREDICT_FACTOR:.0f} (it catches a broken loop); the figures below are
-what this run measured on a shared 2-core box.
+within a factor {PREDICT_FACTOR:.0f} (it catches a broken loop), or {UNSTEADY_FACTOR:.0f} when the
+measured runs show the machine's speed changed (a higher concurrency decoding
+more than {STEADY_FACTOR}x faster per token than a lower one: machine_steady); the
+figures below are what this run measured on a shared 2-core box.
 
 - command: `{command}`
 - commit: `{commit}`{" (dirty)" if dirty else ""}, the job took {took:.0f} s
 - load average (1, 5, 15 min) before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after: {after[0]:.2f} {after[1]:.2f} {after[2]:.2f} (2 cores, shared)
-- the bounds: {'reported, not checked (the machine' + chr(39) + 's speed changed during the measured runs: machine_steady)' if skipped else 'checked'}
+- the bounds: {f'factor {PREDICT_FACTOR:.0f} reported, not checked, factor {UNSTEADY_FACTOR:.0f} checked (the machine' + chr(39) + 's speed changed during the measured runs: machine_steady)' if skipped else 'checked'}
 
 {chr(10).join(rows)}
 
