@@ -13,6 +13,7 @@ from typing import Any
 
 import specreplay
 from jobcheck import check, say, specreplay_cli
+from specreplay.results.files import SCHEDULING_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,13 +101,18 @@ def prediction_loop(runs: dict[str, tuple[str, Path]], work: Path) -> list[tuple
             ratio = e.predicted / e.measured if e.measured > 0 else float("nan")
             what = f"{name}: predicted {figure} {e.predicted:,.1f} against {e.measured:,.1f} measured ({e.relative:+.0%}; bound: within a factor"
             if steady:
-                check(1 / PREDICT_FACTOR <= ratio <= PREDICT_FACTOR, f"{what} {PREDICT_FACTOR:.0f})")
+                check(within_factor(ratio, PREDICT_FACTOR), f"{what} {PREDICT_FACTOR:.0f})")
             else:
-                within = 1 / PREDICT_FACTOR <= ratio <= PREDICT_FACTOR
-                skipped.append(f"{what} {PREDICT_FACTOR:.0f}: {'held' if within else 'missed'})")
-                say(f"  {'ok' if within else 'miss'}  {what} {PREDICT_FACTOR:.0f}: reported, not checked)")
-                check(1 / UNSTEADY_FACTOR <= ratio <= UNSTEADY_FACTOR, f"{what} {UNSTEADY_FACTOR:.0f}, the machine's speed having changed)")
+                held = within_factor(ratio, PREDICT_FACTOR)
+                skipped.append(f"{what} {PREDICT_FACTOR:.0f}: {'held' if held else 'missed'})")
+                say(f"  {'ok' if held else 'miss'}  {what} {PREDICT_FACTOR:.0f}: reported, not checked)")
+                check(within_factor(ratio, UNSTEADY_FACTOR), f"{what} {UNSTEADY_FACTOR:.0f}, the machine's speed having changed)")
     return found
+
+
+def within_factor(ratio: float, factor: float) -> bool:
+    """Whether predicted / measured is within `factor` either way (False for NaN)."""
+    return 1 / factor <= ratio <= factor
 
 
 #: The bounds not checked because the machine's speed changed during the measured runs.
@@ -131,7 +137,7 @@ def machine_steady(runs: dict[str, tuple[str, Path]]) -> bool:
         df = specreplay.load(path)
         per_token = (df["last_token_us"] - df["first_token_us"]) / (df["output_tokens"] - 1) / 1000
         tpot.setdefault(server, {})[int(concurrency)] = float(per_token.median())
-        stolen = [e.get("host_steal_ms") for e in json.loads(df.attrs.get("specreplay.scheduling") or "[]")]
+        stolen = [e.get("host_steal_ms") for e in json.loads(df.attrs.get(SCHEDULING_KEY) or "[]")]
         steal.setdefault(server, {})[int(concurrency)] = None if None in stolen or not stolen else sum(stolen)
     say("    measured TPOT p50 (ms): " + "; ".join(f"{s} " + ", ".join(f"c{c} {t:.1f}" for c, t in sorted(by.items())) for s, by in tpot.items()))
     say("    host steal during each run (ms, both vCPUs): "
