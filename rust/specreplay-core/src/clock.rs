@@ -36,11 +36,20 @@ pub fn now_us() -> i64 {
 #[inline]
 pub fn instant_to_us(at: Instant) -> i64 {
     let anchor = &*ANCHOR;
+    // i64 nanoseconds span ±292 years around the anchor. In i128 the division
+    // below was a call into compiler_builtins (`__divti3`, `__modti3`) at
+    // every chunk stamp: about 2 % of the engine's instructions (callgrind,
+    // docs/benchmarks.md, "CPU per chunk, head against `d96c860`").
     let ns = match at.checked_duration_since(anchor.instant) {
-        Some(d) => d.as_nanos() as i128,
-        None => -(anchor.instant.duration_since(at).as_nanos() as i128),
+        Some(d) => duration_ns(d),
+        None => -duration_ns(anchor.instant.duration_since(at)),
     };
-    anchor.epoch_us + ns.div_euclid(1000) as i64
+    anchor.epoch_us + ns.div_euclid(1000)
+}
+
+#[inline]
+fn duration_ns(d: std::time::Duration) -> i64 {
+    d.as_secs() as i64 * 1_000_000_000 + i64::from(d.subsec_nanos())
 }
 
 /// The `Instant` of anchored epoch µs: the inverse of `instant_to_us`

@@ -16,18 +16,18 @@
 
 /// A kernel stamp older than this at read time is not trusted (10 s).
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-const MAX_AGE_NS: i128 = 10_000_000_000;
+const MAX_AGE_NS: i64 = 10_000_000_000;
 
 /// Maps a realtime stamp taken `age_ns` ago onto the engine's clock, given the
 /// engine's `now_us` at the moment the age was measured.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-fn stamp_from_age(now_us: i64, age_ns: i128) -> Option<i64> {
+fn stamp_from_age(now_us: i64, age_ns: i64) -> Option<i64> {
     // Both clocks are read a few ns apart and tick in ns: a small negative age
     // is the two reads' order, not a step.
     if !(-1_000..=MAX_AGE_NS).contains(&age_ns) {
         return None;
     }
-    Some(now_us - (age_ns.max(0) / 1_000) as i64)
+    Some(now_us - age_ns.max(0) / 1_000)
 }
 
 #[cfg(target_os = "linux")]
@@ -112,9 +112,9 @@ mod imp {
         let stamp = kernel
             .filter(|ts| ts.tv_sec != 0 || ts.tv_nsec != 0)
             .and_then(|ts| {
-                let at_ns = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
+                let at_ns = timespec_ns(ts);
                 let (now, realtime) = clocks_now();
-                super::stamp_from_age(now, realtime - at_ns)
+                super::stamp_from_age(now, realtime.saturating_sub(at_ns))
             });
         Ok((n as usize, stamp))
     }
@@ -140,7 +140,7 @@ mod imp {
     /// the bracket, never earlier than the kernel's receipt: read the other
     /// way round (engine, then realtime), the age took the preemption in and
     /// a chunk's stamp could land before the server wrote it.
-    fn clocks_now() -> (i64, i128) {
+    fn clocks_now() -> (i64, i64) {
         let mut best = (i64::MAX, 0, 0);
         for _ in 0..3 {
             let before = now_us();
@@ -156,14 +156,23 @@ mod imp {
         (best.1, best.2)
     }
 
-    fn realtime_ns() -> i128 {
+    /// Nanoseconds since the epoch: an i64 holds them until 2262 (in i128,
+    /// every read paid a compiler_builtins division). Saturating: a garbled
+    /// control message gives an age `stamp_from_age` refuses, not a panic.
+    pub(super) fn timespec_ns(ts: &libc::timespec) -> i64 {
+        ts.tv_sec
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec)
+    }
+
+    fn realtime_ns() -> i64 {
         let mut ts = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
         // SAFETY: CLOCK_REALTIME always exists; `ts` is a valid out pointer.
         unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-        i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+        timespec_ns(&ts)
     }
 }
 
@@ -190,6 +199,18 @@ mod tests {
     fn a_stepped_wall_clock_gives_no_stamp() {
         assert_eq!(stamp_from_age(1_000_000, -5_000_000), None);
         assert_eq!(stamp_from_age(1_000_000, 11_000_000_000), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_garbled_kernel_stamp_gives_no_stamp_and_no_overflow() {
+        let ts = |tv_sec, tv_nsec| libc::timespec { tv_sec, tv_nsec };
+        assert_eq!(super::imp::timespec_ns(&ts(2, 5)), 2_000_000_005);
+        let now = super::imp::timespec_ns(&ts(1_800_000_000, 0));
+        for garbled in [ts(i64::MAX, 0), ts(i64::MIN, -1), ts(0, i64::MIN)] {
+            let age = now.saturating_sub(super::imp::timespec_ns(&garbled));
+            assert_eq!(stamp_from_age(1_000_000, age), None, "{}", garbled.tv_sec);
+        }
     }
 
     #[cfg(target_os = "linux")]
