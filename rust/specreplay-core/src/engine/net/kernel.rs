@@ -112,9 +112,8 @@ mod imp {
         let stamp = kernel
             .filter(|ts| ts.tv_sec != 0 || ts.tv_nsec != 0)
             .and_then(|ts| {
-                let at_ns = timespec_ns(ts);
                 let (now, realtime) = clocks_now();
-                super::stamp_from_age(now, realtime.saturating_sub(at_ns))
+                kernel_stamp(ts, now, realtime)
             });
         Ok((n as usize, stamp))
     }
@@ -165,6 +164,12 @@ mod imp {
             .saturating_add(ts.tv_nsec)
     }
 
+    /// The engine-clock stamp of a kernel receive stamp `ts`, read when the
+    /// engine's clock said `now_us` and the realtime clock `realtime_ns`.
+    pub(super) fn kernel_stamp(ts: &libc::timespec, now_us: i64, realtime_ns: i64) -> Option<i64> {
+        super::stamp_from_age(now_us, realtime_ns.saturating_sub(timespec_ns(ts)))
+    }
+
     fn realtime_ns() -> i64 {
         let mut ts = libc::timespec {
             tv_sec: 0,
@@ -206,10 +211,19 @@ mod tests {
     fn a_garbled_kernel_stamp_gives_no_stamp_and_no_overflow() {
         let ts = |tv_sec, tv_nsec| libc::timespec { tv_sec, tv_nsec };
         assert_eq!(super::imp::timespec_ns(&ts(2, 5)), 2_000_000_005);
-        let now = super::imp::timespec_ns(&ts(1_800_000_000, 0));
+        let realtime = super::imp::timespec_ns(&ts(1_800_000_000, 0));
+        // A sound stamp 250 µs old, then garbled ones: none, and no panic.
+        assert_eq!(
+            super::imp::kernel_stamp(&ts(1_799_999_999, 999_750_000), 1_000_000, realtime),
+            Some(999_750)
+        );
         for garbled in [ts(i64::MAX, 0), ts(i64::MIN, -1), ts(0, i64::MIN)] {
-            let age = now.saturating_sub(super::imp::timespec_ns(&garbled));
-            assert_eq!(stamp_from_age(1_000_000, age), None, "{}", garbled.tv_sec);
+            assert_eq!(
+                super::imp::kernel_stamp(&garbled, 1_000_000, realtime),
+                None,
+                "{}",
+                garbled.tv_sec
+            );
         }
     }
 
