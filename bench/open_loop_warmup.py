@@ -14,7 +14,9 @@ Per run: send lag (`sent_us - scheduled_us`) p50 / p99 over the run, p99 in
 the first 0.25 s and after it, how many requests opened a connection during
 the run, and the findings the run stored; beside each run the machine's own
 stalls, as a real-time canary saw them (`machine_stalls.py`), and how many of
-the sends late by > 1 ms were due in one. Asserts nothing.
+the sends late by > 1 ms were due in one, and the same against the spans the
+engine itself saw (its pacer's held waits and its CPU watches,
+`specreplay.scheduling`'s `pacer_held_us` and `cpu_held_us`). Asserts nothing.
 
     .venv/bin/python bench/open_loop_warmup.py                         # 4,000/s, 3 s, 3 repeats: about 1 min
     .venv/bin/python bench/open_loop_warmup.py --rate 2000 --repeats 5
@@ -55,6 +57,10 @@ def figures(path: Path, stalls: list[list[int]]) -> dict[str, Any]:
     since = (df["scheduled_us"] - df["scheduled_us"].min()).to_numpy(dtype=float) / 1e6
     early, late = lag[since < WARMUP_S], lag[since >= WARMUP_S]
     validity = json.loads(df.attrs.get("specreplay.validity", "[]"))
+    (scheduling,) = json.loads(df.attrs.get("specreplay.scheduling", "[{}]"))
+    # The engine's own view of the machine's stalls (the pacer's held waits
+    # and every CPU's watch), in the canary's form: [wall µs, length µs].
+    engine_spans = sorted([start, end - start] for start, end in [*scheduling.get("pacer_held_us", []), *scheduling.get("cpu_held_us", [])])
     return {
         "requests": len(df),
         "lag_p50_us": round(float(np.percentile(lag, 50)), 1),
@@ -64,6 +70,8 @@ def figures(path: Path, stalls: list[list[int]]) -> dict[str, Any]:
         "connected_during_run": int(df["connect_us"].notna().sum()),
         "findings": sorted({f["code"] for f in validity if isinstance(f, dict) and "code" in f}),
         "late_sends": attribute(df["scheduled_us"].to_numpy(dtype=float), lag, stalls),
+        "engine_spans": {"pacer": len(scheduling.get("pacer_held_us", [])), "cpu": len(scheduling.get("cpu_held_us", [])), "cpu_watched": scheduling.get("cpu_watched")},
+        "late_sends_in_engine_spans": attribute(df["scheduled_us"].to_numpy(dtype=float), lag, engine_spans)["late_in_stalls"],
     }
 
 

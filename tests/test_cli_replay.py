@@ -401,6 +401,11 @@ def test_realtime_is_the_default_only_against_the_embedded_simulator(tmp_path: P
     got = {"pacer": "SCHED_FIFO:2", "workers": "SCHED_FIFO:1"} if realtime else {"pacer": "SCHED_OTHER", "workers": "SCHED_OTHER"}
     late_max, late_p99 = entry.pop("pacer_late_max_us"), entry.pop("pacer_late_p99_us")
     held, dropped, steal = entry.pop("pacer_held_us"), entry.pop("pacer_held_dropped"), entry.pop("host_steal_ms")
+    watched, cpu_held, cpu_dropped = entry.pop("cpu_watched"), entry.pop("cpu_held_us"), entry.pop("cpu_held_dropped")
+    # Every CPU watched for the machine's stalls: only under a real-time pacer (an open loop here).
+    assert watched is realtime, entry
+    assert isinstance(cpu_held, list) and cpu_dropped == 0 and all(250 <= end - start for start, end in cpu_held), cpu_held
+    assert cpu_held == sorted(cpu_held)
     assert entry == {"label": entry["label"], "point": "rate=50", **got, "realtime_asked": realtime}
     # The spans its waits were held up, if any (a quiet machine has none): [planned, actual end], µs, on the rows' clock.
     assert isinstance(held, list) and dropped == 0 and all(len(span) == 2 and 250 <= span[1] - span[0] for span in held), held

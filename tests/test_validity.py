@@ -1,9 +1,11 @@
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import T0, MakeResults, config_metadata
 
+from specreplay.analysis.checks_load import covered_us
 from specreplay.analysis.validity import Finding, check, from_json, is_fatal, to_json
 from specreplay.settings.thresholds import ValidityThresholds
 
@@ -148,9 +150,10 @@ def stalled_point(stall_at: int, stall_us: int, n: int = 400, spacing_us: int = 
     ]
 
 
-def held_scheduling(pacer: str, spans: list[list[int]]) -> dict[str, str]:
+def held_scheduling(pacer: str, spans: list[list[int]], cpu_spans: list[list[int]] | None = None) -> dict[str, str]:
     entry = {"label": "test", "point": "rate=4000", "pacer": pacer, "workers": pacer, "realtime_asked": True,
              "pacer_late_max_us": 20_000, "pacer_late_p99_us": 64, "pacer_held_us": spans, "pacer_held_dropped": 0,
+             "cpu_watched": cpu_spans is not None, "cpu_held_us": cpu_spans or [], "cpu_held_dropped": 0,
              "host_steal_ms": 420.0}  # fmt: skip
     return {"specreplay.scheduling": json.dumps([entry])}
 
@@ -170,17 +173,39 @@ def test_a_real_time_pacer_held_up_by_the_machine_is_host_stalled_not_client_sat
     assert "the hypervisor took 420 ms of CPU time" in finding.message
 
 
+def test_a_cpu_taken_from_the_workers_is_host_stalled_though_the_pacer_kept_time(make_results: MakeResults) -> None:
+    # The pacer woke on time (no span of its own) but a worker's vCPU was
+    # taken: two CPUs' watches saw it, overlapping (one 20 ms stall of the
+    # client in all, not 30).
+    rows = stalled_point(100, 20_000)
+    cpu_spans = [[T0 + 250 * 100 - 40, T0 + 250 * 100 + 10_000], [T0 + 250 * 100, T0 + 250 * 100 + 20_000]]
+    findings = check(make_results(rows, held_scheduling("SCHED_FIFO:2", [], cpu_spans)), FEW)
+    assert "client_saturated" not in codes(findings)
+    finding = only(findings, "host_stalled")
+    assert "the CPUs its threads run on lost 2 spans of 0.25 ms or more (up to 20.0 ms, 20.0 ms in all)" in finding.message
+    assert "the other 239 kept the schedule" in finding.message
+
+
+def test_spans_held_at_once_count_once() -> None:
+    start, end = np.array([0.0, 5.0, 6.0, 20.0]), np.array([10.0, 8.0, 12.0, 21.0])
+    assert covered_us(start, end) == 13.0
+    assert covered_us(np.array([3.0]), np.array([4.0])) == 1.0
+
+
 @pytest.mark.parametrize(
-    ("pacer", "span_shift_us"),
+    ("pacer", "span_shift_us", "whose"),
     [
-        ("SCHED_OTHER", 0),  # the normal policy: our own threads could have held the pacer
-        ("SCHED_FIFO:2", 100_000),  # a held span elsewhere: the late sends are the client's
+        ("SCHED_OTHER", 0, "pacer"),  # the normal policy: our own threads could have held the pacer
+        ("SCHED_FIFO:2", 100_000, "pacer"),  # a held span elsewhere: the late sends are the client's
+        ("SCHED_FIFO:2", 100_000, "cpu"),  # a CPU taken elsewhere: the same
+        ("SCHED_OTHER", 0, "cpu"),  # no real-time pacer: nothing is the machine's for sure
     ],
 )
-def test_late_sends_the_machine_does_not_explain_stay_client_saturated(make_results: MakeResults, pacer: str, span_shift_us: int) -> None:
+def test_late_sends_the_machine_does_not_explain_stay_client_saturated(make_results: MakeResults, pacer: str, span_shift_us: int, whose: str) -> None:
     rows = stalled_point(100, 20_000)
     span = [[T0 + 250 * 100 + span_shift_us, T0 + 250 * 100 + 20_000 + span_shift_us]]
-    findings = check(make_results(rows, held_scheduling(pacer, span)), FEW)
+    scheduling = held_scheduling(pacer, span) if whose == "pacer" else held_scheduling(pacer, [], span)
+    findings = check(make_results(rows, scheduling), FEW)
     assert "host_stalled" not in codes(findings)
     assert "the hypervisor took 420 ms of CPU time" in only(findings, "client_saturated").message
 

@@ -213,6 +213,15 @@ class EngineScheduling:
     @property
     def pacer_held_dropped(self) -> int:
         """How many more held-up waits there were than `pacer_held_us` keeps."""
+    @property
+    def cpu_watched(self) -> bool:
+        """Whether every CPU was watched for the machine's stalls (open loop, real-time pacer)."""
+    @property
+    def cpu_held_us(self) -> list[tuple[int, int]]:
+        """The spans a CPU was taken from the engine (its real-time watch woke 250 µs or more late, unseen by the guest's run queue): (planned wake, actual wake), wall-clock µs, earliest first; the first 1,024."""
+    @property
+    def cpu_held_dropped(self) -> int:
+        """How many more there were than `cpu_held_us` keeps."""
 
 @final
 class EngineRun:

@@ -64,20 +64,34 @@ def client_saturated(point: SummarisedPoint) -> Finding | None:
 @dataclass(frozen=True)
 class MachineHold:
     """A late point's send lag, split between the spans in which the
-    machine held its real-time pacing thread up and the rest."""
+    machine held the client up (its real-time pacing thread, or a CPU its
+    threads run on) and the rest."""
 
-    spans: int
+    pacer_spans: int
     """The pacer's waits that ended 250 µs or more late (`specreplay.scheduling`'s `pacer_held_us`, and those dropped)."""
+    cpu_spans: int
+    """The spans a CPU was taken from the engine (`cpu_held_us`, and those dropped): its real-time watch woke 250 µs or more late, unseen by the guest's run queue."""
     dropped: int
-    """Of them, those the engine did not keep (`pacer_held_dropped`): not in the split below."""
+    """Of them, those the engine did not keep (`pacer_held_dropped`, `cpu_held_dropped`): not in the split below."""
     held_ms: float
-    """Their lengths, summed."""
+    """How long at least one of them lasted (overlapping spans counted once)."""
     worst_ms: float
     held_sends: int
     """Sends due within a span, or in its wake: as long again as the span, at least 1 ms (the backlog it left)."""
     held_lag_max_ms: float
     other_sends: int
     other_lag_p99_ms: float
+
+    @property
+    def spans(self) -> int:
+        return self.pacer_spans + self.cpu_spans
+
+    @property
+    def whose(self) -> str:
+        """Whose spans they were, for the finding's message."""
+        if self.pacer_spans and self.cpu_spans:
+            return "its real-time pacing thread and the CPUs its threads run on"
+        return "its real-time pacing thread" if self.pacer_spans else "the CPUs its threads run on"
 
 
 #: After a span the pacer was held up, the sends due this long again (at
@@ -89,12 +103,12 @@ HOLD_WAKE_MIN_US = 1000.0
 def machine_hold(point: SummarisedPoint) -> MachineHold | None:
     """Whether a point's late sends are the machine's: its pacing thread ran
     real-time (nothing in user space could hold it up, so whatever did was
-    the kernel or the hypervisor), lost at least one span, and the sends
-    outside those spans kept the schedule (p99 within the limit). None
-    otherwise: the client fell behind (`client_saturated`)."""
+    the kernel or the hypervisor), it or a watched CPU lost at least one
+    span, and the sends outside those spans kept the schedule (p99 within
+    the limit). None otherwise: the client fell behind (`client_saturated`)."""
     got = point.scheduling or {}
-    spans = got.get("pacer_held_us") or []
-    if not spans or not str(got.get("pacer")).startswith("SCHED_FIFO"):
+    pacer_spans, cpu_spans = got.get("pacer_held_us") or [], got.get("cpu_held_us") or []
+    if not (pacer_spans or cpu_spans) or not str(got.get("pacer")).startswith("SCHED_FIFO"):
         return None
     rows = point.rows
     scheduled = derived.as_float(rows, "scheduled_us").to_numpy()
@@ -102,7 +116,7 @@ def machine_hold(point: SummarisedPoint) -> MachineHold | None:
     lag_ms = derived.as_float(rows, "send_lag_us").to_numpy() / 1000
     sent = ~np.isnan(lag_ms)
     scheduled, lag_ms = scheduled[sent], lag_ms[sent]
-    bounds = np.array(sorted(spans), dtype=float)
+    bounds = np.array(sorted([*pacer_spans, *cpu_spans]), dtype=float)
     start, end = bounds[:, 0], bounds[:, 1]
     # Spans sorted by start may overlap in their wakes: a send is held when
     # any span before it reaches it, so the reach is the running maximum.
@@ -113,13 +127,13 @@ def machine_hold(point: SummarisedPoint) -> MachineHold | None:
     other_p99 = float(np.percentile(others, 99)) if len(others) else 0.0
     if other_p99 > point.thresholds.send_lag_p99_ms:
         return None
-    lengths = (end - start) / 1000
-    dropped = int(got.get("pacer_held_dropped") or 0)
+    pacer_dropped, cpu_dropped = int(got.get("pacer_held_dropped") or 0), int(got.get("cpu_held_dropped") or 0)
     return MachineHold(
-        spans=len(spans) + dropped,
-        dropped=dropped,
-        held_ms=float(lengths.sum()),
-        worst_ms=float(lengths.max()),
+        pacer_spans=len(pacer_spans) + pacer_dropped,
+        cpu_spans=len(cpu_spans) + cpu_dropped,
+        dropped=pacer_dropped + cpu_dropped,
+        held_ms=covered_us(start, end) / 1000,
+        worst_ms=float((end - start).max()) / 1000,
         held_sends=int(held.sum()),
         held_lag_max_ms=float(lag_ms[held].max()) if held.any() else 0.0,
         other_sends=len(others),
@@ -127,9 +141,18 @@ def machine_hold(point: SummarisedPoint) -> MachineHold | None:
     )
 
 
+def covered_us(start: np.ndarray, end: np.ndarray) -> float:
+    """How long at least one of the spans [start, end) lasts, `start` sorted:
+    two CPUs stalled at once are one stall of the client."""
+    reach = np.maximum.accumulate(end)
+    # Each span adds what reaches past everything before it.
+    before = np.concatenate(([-np.inf], reach[:-1]))
+    return float(np.clip(end - np.maximum(start, before), 0, None).sum())
+
+
 def host_stalled(point: SummarisedPoint) -> Finding | None:
     """An open-loop point whose send lag p99 is over the limit only because
-    the machine held the real-time pacer up (`machine_hold`)."""
+    the machine held the real-time client up (`machine_hold`)."""
     if point.mode not in OPEN_LOOP_MODES:
         return None
     lag_p99, limit = float(point.summary["send_lag_p99_ms"]), point.thresholds.send_lag_p99_ms
@@ -145,7 +168,7 @@ def host_stalled(point: SummarisedPoint) -> Finding | None:
         point=point.point,
         count=hold.held_sends,
         message=(
-            f"The machine held the client up: its real-time pacing thread lost {hold.spans} span{'s' if hold.spans != 1 else ''} of 0.25 ms or more{dropped} "
+            f"The machine held the client up: {hold.whose} lost {hold.spans} span{'s' if hold.spans != 1 else ''} of 0.25 ms or more{dropped} "
             f"(up to {hold.worst_ms:.1f} ms, {hold.held_ms:.1f} ms in all) to the kernel or the hypervisor. The {hold.held_sends:,} "
             f"sends due then or just after left up to {hold.held_lag_max_ms:.1f} ms late, so the send lag p99 is {lag_p99:.3f} ms "
             f"(limit {limit:g} ms); the other {hold.other_sends:,} kept the schedule (p99 {hold.other_lag_p99_ms:.3f} ms): "

@@ -252,7 +252,8 @@ def scheduling_of(run: Any, label: str, point: str, steal_ms: float | None = Non
     got = run.scheduling()
     return {"label": label, "point": point, "pacer": got.pacer, "workers": got.workers, "realtime_asked": got.realtime_asked, "host_steal_ms": steal_ms,
             "pacer_late_max_us": got.pacer_late_max_us, "pacer_late_p99_us": got.pacer_late_p99_us,
-            "pacer_held_us": [list(span) for span in got.pacer_held_us], "pacer_held_dropped": got.pacer_held_dropped}  # fmt: skip
+            "pacer_held_us": [list(span) for span in got.pacer_held_us], "pacer_held_dropped": got.pacer_held_dropped,
+            "cpu_watched": got.cpu_watched, "cpu_held_us": [list(span) for span in got.cpu_held_us], "cpu_held_dropped": got.cpu_held_dropped}  # fmt: skip
 
 
 def scheduling_note(entry: dict[str, Any]) -> str:

@@ -3,6 +3,7 @@
 //! point is streamed, feeds it requests as it asks for them; the engine
 //! never waits for Python.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -67,6 +68,15 @@ pub struct EngineScheduling {
     pacer_held_us: Vec<(i64, i64)>,
     /// How many more there were.
     pacer_held_dropped: u64,
+    /// Whether every CPU was watched for the machine's stalls (an open loop
+    /// with a real-time pacer, where each CPU's watch could run real-time).
+    cpu_watched: bool,
+    /// The spans a CPU was taken from the engine (the hypervisor did not run
+    /// the vCPU), as (planned wake, actual wake) in wall-clock µs, every
+    /// CPU's in one list, earliest first, the first 1,024.
+    cpu_held_us: Vec<(i64, i64)>,
+    /// How many more there were.
+    cpu_held_dropped: u64,
 }
 
 /// Starts a point: `spec` is the `RunSpec` mapping, `requests` a record
@@ -158,6 +168,12 @@ impl EngineRun {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let (cpu_held_us, cpu_held_dropped) = self
+            .progress
+            .cpu_held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         EngineScheduling {
             pacer: self.progress.pacer.get().map(Policy::name),
             workers: priority::workers().map(Policy::name),
@@ -166,6 +182,9 @@ impl EngineRun {
             pacer_late_p99_us: late.map(|(_, p99)| p99),
             pacer_held_us,
             pacer_held_dropped,
+            cpu_watched: self.progress.cpu_watched.load(Ordering::Relaxed),
+            cpu_held_us,
+            cpu_held_dropped,
         }
     }
 

@@ -23,6 +23,7 @@ use super::feed::{Feed, Popped, Unit};
 use super::pacing::{self, Doorbell, Waited};
 use super::priority;
 use super::session::run_unit;
+use super::stall_watch::StallWatch;
 use super::Shared;
 use crate::clock::instant_to_us;
 
@@ -144,6 +145,12 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
     pacing::tighten_timer_slack();
     let policy = priority::raise(priority::PACER);
     shared.progress.pacer.set(policy);
+    // Every CPU watched for the machine's stalls, which the pacer alone
+    // cannot see (`stall_watch`): only where its verdict is read, an open
+    // loop with a real-time pacer (`checks_load.machine_hold`).
+    let cpu_watch = (starts_units && matches!(policy, priority::Policy::Fifo(_)))
+        .then(StallWatch::start)
+        .flatten();
     let mut waits = pacing::WakeStats::default();
     // A benchmarking aid (bench/send_lag_profile.py): how the waits went.
     let stats_wanted = std::env::var_os("SPECREPLAY_PACER_STATS").is_some();
@@ -214,6 +221,19 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
         .pacer_held
         .lock()
         .unwrap_or_else(|p| p.into_inner()) = (held, waits.held_dropped);
+    if let Some(cpu_watch) = cpu_watch {
+        let (spans, dropped) = cpu_watch.stop();
+        let spans = spans
+            .iter()
+            .map(|&(planned, woke)| (instant_to_us(planned), instant_to_us(woke)))
+            .collect();
+        *shared
+            .progress
+            .cpu_held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = (spans, dropped);
+        shared.progress.cpu_watched.store(true, Ordering::Relaxed);
+    }
     if stats_wanted {
         let st = &waits;
         eprintln!(

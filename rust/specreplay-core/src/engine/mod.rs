@@ -27,8 +27,9 @@ pub mod schedule;
 mod session;
 mod share;
 pub mod spec;
+mod stall_watch;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,12 @@ pub struct Progress {
     /// wall-clock µs spans (the rows' `scheduled_us` clock), and how many
     /// more there were than it keeps; set once it is over.
     pub pacer_held: Mutex<(Vec<(i64, i64)>, u64)>,
+    /// When a CPU the engine may use was taken from it while the point ran
+    /// (`stall_watch`: open loop under a real-time pacer only), in the same
+    /// form as `pacer_held`, every CPU's spans in one list; set once it is over.
+    pub cpu_held: Mutex<(Vec<(i64, i64)>, u64)>,
+    /// Whether the CPU watches ran (`stall_watch::StallWatch::start`).
+    pub cpu_watched: AtomicBool,
 }
 
 impl Default for Progress {
@@ -87,6 +94,8 @@ impl Default for Progress {
             pacer_late_max_us: AtomicU64::new(u64::MAX),
             pacer_late_p99_us: AtomicU64::new(u64::MAX),
             pacer_held: Mutex::new((Vec::new(), 0)),
+            cpu_held: Mutex::new((Vec::new(), 0)),
+            cpu_watched: AtomicBool::new(false),
         }
     }
 }

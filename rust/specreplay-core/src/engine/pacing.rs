@@ -97,7 +97,7 @@ impl WakeStats {
 
     /// Notes a wait planned to end at `planned` that ended at `ended`, when
     /// it was held up (`HELD_MIN`).
-    fn ended(&mut self, planned: Instant, ended: Instant) {
+    pub(crate) fn ended(&mut self, planned: Instant, ended: Instant) {
         if ended.saturating_duration_since(planned) < HELD_MIN {
             return;
         }
