@@ -222,8 +222,9 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
         .lock()
         .unwrap_or_else(|p| p.into_inner()) = (held, waits.held_dropped);
     if let Some(cpu_watch) = cpu_watch {
-        let (spans, dropped) = cpu_watch.stop();
-        let spans = spans
+        let seen = cpu_watch.stop();
+        let spans = seen
+            .spans
             .iter()
             .map(|&(planned, woke)| (instant_to_us(planned), instant_to_us(woke)))
             .collect();
@@ -231,8 +232,11 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
             .progress
             .cpu_held
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = (spans, dropped);
-        shared.progress.cpu_watched.store(true, Ordering::Relaxed);
+            .unwrap_or_else(|p| p.into_inner()) = (spans, seen.dropped);
+        shared
+            .progress
+            .cpu_watched
+            .store(seen.every_cpu, Ordering::Relaxed);
     }
     if stats_wanted {
         let st = &waits;

@@ -42,65 +42,100 @@ pub const PERIOD: Duration = Duration::from_millis(1);
 pub const WATCH: i32 = priority::PACER + 1;
 
 /// Running watches, one per CPU; `stop` joins them and gives their spans.
+/// Dropped without `stop` (the pacer unwinding), they stop on their own.
 pub struct StallWatch {
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<WakeStats>>,
+    watches: Option<JoinHandle<Watched>>,
+}
+
+/// What the watches saw, once stopped.
+#[derive(Debug, Default)]
+pub struct Watched {
+    /// Whether every CPU had its watch, pinned and real-time; when not, no
+    /// watch ran (what one saw at the normal policy would be ordinary
+    /// scheduling) and there are no spans.
+    pub every_cpu: bool,
+    /// Every CPU's stalls as (planned wake, actual wake), earliest first,
+    /// the first `pacing::HELD_KEPT`.
+    pub spans: Vec<(Instant, Instant)>,
+    /// How many more there were.
+    pub dropped: u64,
 }
 
 impl StallWatch {
-    /// One watch per CPU this process may run on, when each can run
-    /// real-time there (otherwise what it saw would be ordinary scheduling,
-    /// and none is started: `None`).
+    /// One watch per CPU this process may run on. The watches are started
+    /// by a thread of their own, so the caller (the pacer, at its first
+    /// due time) waits for one thread's start, not one per CPU.
     pub fn start() -> Option<StallWatch> {
         let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        for cpu in allowed_cpus() {
-            let (ready_tx, ready) = std::sync::mpsc::sync_channel::<bool>(1);
-            let stop_flag = stop.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("specreplay-watch{cpu}"))
-                .spawn(move || {
-                    let placed =
-                        pin_to(cpu) && matches!(priority::try_fifo(WATCH), Policy::Fifo(_));
-                    let _ = ready_tx.send(placed);
-                    if placed {
-                        watch(&stop_flag)
-                    } else {
-                        WakeStats::default()
-                    }
-                });
-            let Ok(handle) = spawned else { break };
-            let placed = ready.recv().unwrap_or(false);
-            threads.push(handle);
-            if !placed {
-                stop.store(true, Ordering::Relaxed);
-                for t in threads {
-                    let _ = t.join();
-                }
-                return None;
-            }
-        }
-        (!threads.is_empty()).then_some(StallWatch { stop, threads })
+        let stop_flag = stop.clone();
+        let watches = std::thread::Builder::new()
+            .name("specreplay-watches".into())
+            .spawn(move || watch_every_cpu(&stop_flag))
+            .ok()?;
+        Some(StallWatch {
+            stop,
+            watches: Some(watches),
+        })
     }
 
-    /// Stops the watches: every CPU's stalls as (planned wake, actual wake),
-    /// earliest first, the first `pacing::HELD_KEPT`, and how many more.
-    pub fn stop(self) -> (Vec<(Instant, Instant)>, u64) {
+    /// Stops the watches and gives what they saw.
+    pub fn stop(mut self) -> Watched {
         self.stop.store(true, Ordering::Relaxed);
-        let mut spans = Vec::new();
-        let mut dropped = 0;
-        for t in self.threads {
-            if let Ok(stats) = t.join() {
-                spans.extend(stats.held);
-                dropped += stats.held_dropped;
+        let watches = self.watches.take();
+        watches.and_then(|w| w.join().ok()).unwrap_or_default()
+    }
+}
+
+impl Drop for StallWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Starts a watch on every allowed CPU, runs them until `stop`, and joins
+/// them. A watch that cannot be pinned or made real-time stops them all.
+fn watch_every_cpu(stop: &Arc<AtomicBool>) -> Watched {
+    let placed = Arc::new(AtomicBool::new(true));
+    let mut threads = Vec::new();
+    for cpu in allowed_cpus() {
+        let (its_stop, its_placed) = (stop.clone(), placed.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("specreplay-watch{cpu}"))
+            .spawn(move || {
+                if pin_to(cpu) && matches!(priority::try_fifo(WATCH), Policy::Fifo(_)) {
+                    watch(&its_stop)
+                } else {
+                    its_placed.store(false, Ordering::Relaxed);
+                    its_stop.store(true, Ordering::Relaxed);
+                    WakeStats::default()
+                }
+            });
+        match spawned {
+            Ok(handle) => threads.push(handle),
+            Err(_) => {
+                placed.store(false, Ordering::Relaxed);
+                stop.store(true, Ordering::Relaxed);
+                break;
             }
         }
-        spans.sort();
-        if spans.len() > pacing::HELD_KEPT {
-            dropped += (spans.len() - pacing::HELD_KEPT) as u64;
-            spans.truncate(pacing::HELD_KEPT);
-        }
-        (spans, dropped)
+    }
+    let stats: Vec<WakeStats> = threads.into_iter().filter_map(|t| t.join().ok()).collect();
+    if stats.is_empty() || !placed.load(Ordering::Relaxed) {
+        return Watched::default();
+    }
+    let mut spans: Vec<(Instant, Instant)> =
+        stats.iter().flat_map(|s| s.held.iter().copied()).collect();
+    let mut dropped: u64 = stats.iter().map(|s| s.held_dropped).sum();
+    spans.sort();
+    if spans.len() > pacing::HELD_KEPT {
+        dropped += (spans.len() - pacing::HELD_KEPT) as u64;
+        spans.truncate(pacing::HELD_KEPT);
+    }
+    Watched {
+        every_cpu: true,
+        spans,
+        dropped,
     }
 }
 
@@ -238,23 +273,35 @@ mod tests {
     }
 
     #[test]
-    fn watches_start_real_time_or_not_at_all_and_stop_with_sorted_spans() {
-        std::thread::spawn(|| match StallWatch::start() {
-            // Not permitted here (no root, no CAP_SYS_NICE): none started.
-            None => assert_eq!(priority::try_fifo(WATCH), Policy::Normal),
-            Some(watch) => {
-                assert_eq!(watch.threads.len(), allowed_cpus().len());
-                std::thread::sleep(Duration::from_millis(20));
-                let (spans, dropped) = watch.stop();
-                assert!(spans.windows(2).all(|w| w[0] <= w[1]));
-                assert!(spans
-                    .iter()
-                    .all(|(planned, woke)| *woke >= *planned + pacing::HELD_MIN));
-                assert!(spans.len() <= pacing::HELD_KEPT);
-                let _ = dropped;
+    fn watches_run_on_every_cpu_real_time_or_not_at_all_and_stop_with_sorted_spans() {
+        std::thread::spawn(|| {
+            let watch = StallWatch::start().expect("a thread to start the watches");
+            std::thread::sleep(Duration::from_millis(20));
+            let seen = watch.stop();
+            // Not permitted here (no root, no CAP_SYS_NICE): no watch ran.
+            assert_eq!(
+                seen.every_cpu,
+                matches!(priority::try_fifo(WATCH), Policy::Fifo(_))
+            );
+            if !seen.every_cpu {
+                assert!(seen.spans.is_empty() && seen.dropped == 0);
             }
+            assert!(seen.spans.windows(2).all(|w| w[0] <= w[1]));
+            assert!(seen
+                .spans
+                .iter()
+                .all(|(planned, woke)| *woke >= *planned + pacing::HELD_MIN));
+            assert!(seen.spans.len() <= pacing::HELD_KEPT);
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn dropped_watches_stop_by_themselves() {
+        let watch = StallWatch::start().expect("a thread to start the watches");
+        let stop = watch.stop.clone();
+        drop(watch);
+        assert!(stop.load(Ordering::Relaxed));
     }
 }
