@@ -162,18 +162,8 @@ impl EngineRun {
     /// pacing thread records its own as it starts).
     fn scheduling(&self) -> EngineScheduling {
         let late = self.progress.pacer_late_us();
-        let (pacer_held_us, pacer_held_dropped) = self
-            .progress
-            .pacer_held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let (cpu_held_us, cpu_held_dropped) = self
-            .progress
-            .cpu_held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let (pacer_held_us, pacer_held_dropped) = self.progress.pacer_held.get();
+        let (cpu_held_us, cpu_held_dropped) = self.progress.cpu_held.get();
         EngineScheduling {
             pacer: self.progress.pacer.get().map(Policy::name),
             workers: priority::workers().map(Policy::name),

@@ -211,30 +211,12 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
             .pacer_late_max_us
             .store(waits.late_max_us, Ordering::Relaxed);
     }
-    let held = waits
-        .held
-        .iter()
-        .map(|&(planned, ended)| (instant_to_us(planned), instant_to_us(ended)))
-        .collect();
-    *shared
-        .progress
-        .pacer_held
-        .lock()
-        .unwrap_or_else(|p| p.into_inner()) = (held, waits.held_dropped);
+    let progress = &shared.progress;
+    progress.pacer_held.set(&waits.held, waits.held_dropped);
     if let Some(cpu_watch) = cpu_watch {
         let seen = cpu_watch.stop();
-        let spans = seen
-            .spans
-            .iter()
-            .map(|&(planned, woke)| (instant_to_us(planned), instant_to_us(woke)))
-            .collect();
-        *shared
-            .progress
-            .cpu_held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = (spans, seen.dropped);
-        shared
-            .progress
+        progress.cpu_held.set(&seen.spans, seen.dropped);
+        progress
             .cpu_watched
             .store(seen.every_cpu, Ordering::Relaxed);
     }

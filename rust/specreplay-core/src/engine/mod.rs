@@ -38,7 +38,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{now_us, us_to_instant};
+use crate::clock::{instant_to_us, now_us, us_to_instant};
 use crate::error::CoreError;
 
 use dispatch::Releases;
@@ -73,13 +73,34 @@ pub struct Progress {
     /// When the pacing thread was held up (`pacing::WakeStats::held`), as
     /// wall-clock µs spans (the rows' `scheduled_us` clock), and how many
     /// more there were than it keeps; set once it is over.
-    pub pacer_held: Mutex<(Vec<(i64, i64)>, u64)>,
+    pub pacer_held: HeldSpans,
     /// When a CPU the engine may use was taken from it while the point ran
     /// (`stall_watch`: open loop under a real-time pacer only), in the same
     /// form as `pacer_held`, every CPU's spans in one list; set once it is over.
-    pub cpu_held: Mutex<(Vec<(i64, i64)>, u64)>,
+    pub cpu_held: HeldSpans,
     /// Whether the CPU watches ran (`stall_watch::StallWatch::start`).
     pub cpu_watched: AtomicBool,
+}
+
+/// Spans in which a thread or a CPU was held up, as (planned, actual)
+/// wall-clock µs (the rows' `scheduled_us` clock), and how many more there
+/// were than were kept: written once by the thread that saw them, read once
+/// the point is over.
+#[derive(Debug, Default)]
+pub struct HeldSpans(Mutex<(Vec<(i64, i64)>, u64)>);
+
+impl HeldSpans {
+    pub fn set(&self, spans: &[(Instant, Instant)], dropped: u64) {
+        let spans = spans
+            .iter()
+            .map(|&(planned, ended)| (instant_to_us(planned), instant_to_us(ended)))
+            .collect();
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = (spans, dropped);
+    }
+
+    pub fn get(&self) -> (Vec<(i64, i64)>, u64) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 impl Default for Progress {
@@ -93,8 +114,8 @@ impl Default for Progress {
             pacer: priority::PolicyCell::new(),
             pacer_late_max_us: AtomicU64::new(u64::MAX),
             pacer_late_p99_us: AtomicU64::new(u64::MAX),
-            pacer_held: Mutex::new((Vec::new(), 0)),
-            cpu_held: Mutex::new((Vec::new(), 0)),
+            pacer_held: HeldSpans::default(),
+            cpu_held: HeldSpans::default(),
             cpu_watched: AtomicBool::new(false),
         }
     }
