@@ -14,6 +14,7 @@ from conftest import config_metadata, results_table
 
 from specreplay.analysis.analyse import analyse
 from specreplay.results import derived
+from specreplay.results.batch_figures import batch_figures
 from specreplay.results.files import to_frame
 
 POINTS = [{"point": "concurrency=1", "mode": "concurrency", "value": 1}, {"point": "concurrency=2", "mode": "concurrency", "value": 2}]
@@ -90,7 +91,7 @@ def test_every_figure_of_the_analysis_is_the_same_from_either() -> None:
 def test_a_batchs_live_figures_are_request_figures_to_the_bit() -> None:
     table = _table()
     frame = derived.request_figures(to_frame(table), 50.0)
-    arrays = derived.batch_figures(table, 50.0)
+    arrays = batch_figures(table, 50.0)
     for name in ("ttft_us", "tpot_us", "send_lag_us", "end_us"):
         expected = derived.as_float(frame, name).to_numpy()
         assert arrays[name].tobytes() == expected.tobytes(), name

@@ -25,12 +25,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.ma  # noqa: F401  # np.quantile imports it at its first call (10 ms of CPU): here, not at the point's first live line
 import pyarrow as pa
 import pyarrow.compute as pc
 from rich.console import Console, Group
 from rich.text import Text
 
 from specreplay import _core
+from specreplay.results.batch_figures import batch_figures, flags
 
 if TYPE_CHECKING:  # the terminal's display, imported when one is drawn (plain lines need neither)
     from rich.live import Live
@@ -49,7 +51,7 @@ class Rolling:
     """Figures of the requests that finished in the last `window_s` seconds,
     and the output tokens/s over that window from the engine's counter.
     TTFT, TPOT and send lag are derived as the summary derives them
-    (`derived.batch_figures`, `request_figures`' own: a burst's TPOT left out under
+    (`batch_figures`, `derived.request_figures`' own: a burst's TPOT left out under
     `burst_us_per_token`, the run's threshold), over successful requests."""
 
     def __init__(self, window_s: float = WINDOW_S, burst_us_per_token: float = ValidityThresholds().burst_us_per_token) -> None:
@@ -64,12 +66,8 @@ class Rolling:
         columns), vectorised: no Python object per request."""
         if batch.num_rows == 0:
             return
-        # Imported where used: the results modules load pandas, which `replay
-        # --help` does not need (a run has it loaded before its first point).
-        from specreplay.results.derived import batch_figures
-
         figures = batch_figures(batch, self.burst_us_per_token)
-        ok = np.asarray(pc.is_null(batch.column("error_kind")).to_numpy(zero_copy_only=False), dtype=bool)
+        ok = flags(pc.is_null(batch.column("error_kind")))
         ttft = np.where(ok, figures["ttft_us"], np.nan)
         tpot = np.where(ok, figures["tpot_us"], np.nan)
         self._batches.append((figures["end_us"], ttft, tpot, figures["send_lag_us"]))

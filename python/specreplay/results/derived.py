@@ -108,28 +108,6 @@ def request_figures(df: pd.DataFrame, burst_us_per_token: float) -> pd.DataFrame
     return leave_out_bursts(add_derived(df), burst_us_per_token)
 
 
-def batch_figures(batch: pa.RecordBatch | pa.Table, burst_us_per_token: float) -> dict[str, np.ndarray]:
-    """`request_figures`' `ttft_us`, `tpot_us` (bursts NaN) and `send_lag_us`,
-    with `end_us`, of a results batch: float64 arrays with NaN, computed by
-    numpy from its Arrow columns (no pandas frame per batch: the live view
-    takes every drained batch's), to the bit as `request_figures` has them."""
-
-    def column(name: str) -> np.ndarray:
-        values: np.ndarray = pc.cast(batch.column(name), pa.float64()).to_numpy(zero_copy_only=False)
-        return values
-
-    sent, first, tokens = column("sent_us"), column("first_token_us"), column("output_tokens")
-    span = column("last_token_us") - first
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(tokens >= 2, span / (tokens - 1), np.nan)
-    return {
-        "ttft_us": first - sent,
-        "tpot_us": np.where(tpot < burst_us_per_token, np.nan, tpot),
-        "send_lag_us": sent - column("scheduled_us"),
-        "end_us": column("end_us"),
-    }
-
-
 def _list_array(df: pd.DataFrame, column: str, value_type: pa.DataType) -> pa.ListArray:
     return pa.array(df[column], type=pa.list_(value_type))
 

@@ -138,7 +138,7 @@ class SampleLog:
         keeping nothing, for a page that is not Prometheus text)."""
         parsed = samples_of(page) if parse_now else None
         row = [pa.array([getattr(page, n)], _PAGES.field(n).type) for n in _STAMPS]
-        batch = pa.RecordBatch.from_arrays([*row, pa.array([page.content_type]), pa.array([page.body], pa.binary())], schema=_PAGES)
+        batch = pa.RecordBatch.from_arrays([*row, pa.array([page.content_type], pa.string()), pa.array([page.body], pa.binary())], schema=_PAGES)
         if self._writer is None:
             self._sink = pa.OSFile(str(self.partial), "wb")
             self._writer = ipc.new_stream(self._sink, _PAGES, options=ipc.IpcWriteOptions(compression=_codec()))
