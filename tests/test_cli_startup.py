@@ -67,42 +67,80 @@ def test_the_package_api_is_still_there_and_replay_is_the_function() -> None:
 
 #: Runs `specreplay replay` in this process, noting the modules loaded when
 #: the first point's engine starts (after the opening metrics scrape and the
-#: first request batch is asked for): what the replay paid for before its
-#: first request. bench/startup.py measures the CPU of the same path.
+#: first request batch is asked for: what the replay paid for before its
+#: first request; bench/startup.py measures the CPU of the same path) and
+#: when the engine has returned the point's last row (what was imported
+#: while the point ran).
 REPLAY_PROBE = """
 import json, sys
-from specreplay.run import replay
-start = replay.local_start
+from specreplay.run import feed, point, replay
+if sys.argv[1] == "streamed":
+    feed.WHOLE_MAX_BYTES = 0  # the requests read from the trace while the point runs
+start, drain = replay.local_start, point._drain
 seen = {}
 def noting(*args, **kwargs):
     run = start(*args, **kwargs)
-    seen.setdefault("modules", sorted(sys.modules))
+    seen.setdefault("start", sorted(sys.modules))
     return run
+def drained(*args, **kwargs):
+    out = drain(*args, **kwargs)
+    seen.setdefault("drained", sorted(sys.modules))
+    return out
 replay.local_start = noting  # what a local run starts its points with (Run.start_point)
+point._drain = drained
 from specreplay.cli import main
 try:
-    main(args=sys.argv[1:], prog_name="specreplay")
+    main(args=sys.argv[2:], prog_name="specreplay")
 except SystemExit as e:
     code = e.code
-print(json.dumps({"code": code, "before": seen["modules"], "after": sorted(sys.modules)}))
+print(json.dumps({"code": code, "start": seen["start"], "drained": seen["drained"], "after": sorted(sys.modules)}))
 """
 
 
-def test_a_replay_loads_its_analysis_before_its_first_point_not_during_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("feed", ["whole", "streamed"])
+def test_a_replay_imports_its_analysis_after_its_first_point_not_before_or_during_it(tmp_path: Path, feed: str) -> None:
+    # Before the first request, pandas is a third of a replay's fixed CPU;
+    # while a point runs, it competes with the pacer for the cores
+    # (docs/benchmarks.md, "Start-up"). Several batches, the plain live
+    # line drawn at every one, the server's metrics scraped during the point.
     trace = Path(__file__).resolve().parents[1] / "traces" / "reasoning-prompts.jsonl"
-    out = subprocess.run([sys.executable, "-c", REPLAY_PROBE, "replay", str(trace), "--concurrency", "1", "--num-requests", "2",
-                          "--max-tokens", "8", "-o", str(tmp_path / "r.arrow")],
+    out = subprocess.run([sys.executable, "-c", REPLAY_PROBE, feed, "replay", str(trace), "--concurrency", "4", "--num-requests", "24",
+                          "--max-tokens", "16", "--status-interval", "0.01", "--metrics-interval", "0.05", "-o", str(tmp_path / "r.arrow")],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    before, after = set(seen["before"]), set(seen["after"])
-    assert "specreplay._core" in before and "pyarrow" in before  # the probe ran at the engine's start
-    # Imported while the point runs, pandas would compete with the pacer for
-    # the cores (docs/benchmarks.md, "Start-up"): it comes before, with the
-    # analysis, and nothing of it is left to import during the point.
-    assert "pandas" in before and "specreplay.analysis.analyse" in before
-    assert {m for m in after - before if m.split(".")[0] in ("pandas", "numpy", "pyarrow")} <= {"pyarrow.feather"}
-    assert seen["code"] in (None, 0) and "2 requests: 2 ok" in out.stdout
+    start, drained, after = (set(seen[k]) for k in ("start", "drained", "after"))
+    assert "specreplay._core" in start and "pyarrow" in start  # the probe ran at the engine's start
+    assert "pandas" not in drained and not any(m.startswith("specreplay.analysis.analyse") for m in drained)
+    assert "sent " in out.stderr  # the live line was drawn during the point
+    # and nothing else heavy was left to import while it ran
+    assert {m for m in drained - start if m.split(".")[0] in ("numpy", "pyarrow")} == set()
+    assert "pandas" in after and "specreplay.analysis.analyse" in after  # the summary still came
+    assert seen["code"] in (None, 0) and "24 requests: 24 ok" in out.stdout
+
+
+def test_pyarrow_converts_pandas_objects_as_usual_once_pandas_is_imported_after_defer() -> None:
+    # In a fresh process: pandas_later.defer(), typed conversions (no
+    # pandas), then pandas imported: pyarrow must know it (NaN -> null,
+    # pd.NA -> null, a Series' dtype), exactly as without defer.
+    probe = """
+import json, sys, math
+defer = sys.argv[1] == "1"
+import pyarrow as pa
+if defer:
+    from specreplay.commands import pandas_later
+    assert pandas_later.defer()
+    pa.scalar("x", pa.string()); pa.RecordBatch.from_pylist([{"a": 1.5}], schema=pa.schema([("a", pa.float64())]))
+    assert "pandas" not in sys.modules
+import pandas as pd
+print(json.dumps([pa.array(pd.Series([1.0, math.nan])).null_count, pa.array([pd.NA, 1], from_pandas=True).null_count,
+                  str(pa.array(pd.Categorical(["a", "b"])).type), str(pa.scalar(pd.Timestamp("2020-01-01")).type),
+                  type(pa.table({"x": [1]}).to_pandas()).__name__, pa.array([1.0, None]).to_numpy(zero_copy_only=False).tolist()[0]]))
+"""
+    runs = [subprocess.run([sys.executable, "-c", probe, flag], capture_output=True, text=True, timeout=60) for flag in ("0", "1")]
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-1000:] for r in runs]
+    plain, deferred = (json.loads(r.stdout) for r in runs)
+    assert deferred == plain and plain[:2] == [1, 1]
 
 
 BLAS_PROBE = """

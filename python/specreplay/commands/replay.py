@@ -29,6 +29,7 @@ from specreplay.settings.objectives import merge_tables, table_from_expressions
 from specreplay.settings.thresholds import ValidityThresholds
 from specreplay.run.target import Target
 from specreplay.settings.tomlfile import read_toml
+from specreplay.commands import pandas_later
 from specreplay.analysis.finding import Finding, is_fatal, to_json  # no pandas: the analysis itself is imported after the first point
 
 
@@ -128,10 +129,10 @@ class ConsoleHooks(Hooks):
     def point_finished(self, finished: FinishedPoint) -> None:
         if self.view is not None:
             self.view.stop()
-        # The analysis is imported where used (`replay --help` needs none of
-        # it; a run has it loaded before its first point). The rows carry the
-        # file's metadata: the run's recorded config, its thresholds,
-        # max_tokens and SLOs among them.
+        # The analysis (pandas) is imported here, once the point's engine has
+        # returned every row (`pandas_later`). The rows carry the file's
+        # metadata: the run's recorded config, its thresholds, max_tokens and
+        # SLOs among them.
         from specreplay.analysis.summary import request_lines
         from specreplay.analysis.summary_row import by_model
 
@@ -377,6 +378,8 @@ def wants_realtime(asked: bool | None, configs: list[ReplayConfig]) -> bool:
 
 def run_and_report(configs: list[ReplayConfig], *, per_request: bool, strict: bool, status_interval: float = PLAIN_INTERVAL_S) -> None:
     """Runs, prints, and exits with the status the findings call for."""
+    if not any(c.ray or c.workers > 1 for c in configs):  # Ray's own imports are not this module's to order
+        pandas_later.defer()
     out = cli_console()
     err = cli_console(stderr=True)
     hooks = ConsoleHooks(out, err, per_request, status_interval=status_interval, configs=configs)

@@ -58,7 +58,7 @@ class FinishedPoint:
         """The analysis of the rows (one run; none when no row was written)."""
         if not self.rows.num_rows:
             return []
-        # Imported where used: a command's --help needs no pandas (a run loads it before its first point).
+        # Imported here, after the point ran: pandas is not needed before (run_replay, "The analysis").
         from specreplay.analysis.analyse import analyse, analyse_run, predictions_of
         from specreplay.results import server_samples as server_store
         from specreplay.results.files import to_frame

@@ -89,7 +89,6 @@ def run_point(
     metrics, then recounts its chunks with `tokenizer` if any. A trace that
     turns out bad while it is fed (it changed since it was checked) cancels
     the point, keeps what finished, and raises once every row is written."""
-    nothing = FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
     try:
         if scraper is not None:
             scraper.start_point(label, point.name)
@@ -98,7 +97,7 @@ def run_point(
         # interrupt then has nothing finished to keep.
         run = start(spec, feeder, label, point.name)
     except KeyboardInterrupt:
-        return nothing
+        return FinishedPoint(point, label, writer.schema.empty_table(), Progress(point.name, 0, 0, 0, 0, 0, 0.0), interrupted=True)
     started = _core.now_us()
     first_row = writer.rows  # this point's rows follow in the file
 

@@ -290,13 +290,12 @@ def run_replay(
     if not configs:
         raise ConfigError("nothing to run")
     hooks = hooks or Hooks()
-    # The analysis (pandas: about 0.2 s of CPU) is loaded now, before the
-    # first point, not when a point first needs it: imported while a point
-    # runs, it competes with the pacer and the engine for the cores, and
-    # raised the send lag's p99 about 1.5x in 7 of 8 pairs
-    # (docs/benchmarks.md, "Start-up"). Not at module level: `replay --help`
-    # needs none of it.
-    import specreplay.analysis.analyse  # noqa: F401
+    # The analysis (pandas: about 0.2 s of CPU) is imported after the first
+    # point, by its summary (`FinishedPoint.runs`), not before it (a third of
+    # a replay's fixed CPU) and never while a point runs: there it competes
+    # with the pacer and the engine for the cores, and raised the send lag's
+    # p99 about 1.5x in 7 of 8 pairs (docs/benchmarks.md, "Start-up"). The
+    # CLI keeps pyarrow from importing it earlier (`commands.pandas_later`).
 
     # Every run checked, every target reached, before the first request goes
     # out: a typo in the last run must not cost the time of the first.
