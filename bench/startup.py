@@ -4,6 +4,9 @@ CPU of a whole `specreplay replay` process that sends one request of one
 token to the embedded simulator: imports, trace scan, preflight, simulator
 start, results file), and its CPU up to the moment the engine starts the
 first point (after the point's opening metrics scrape). Each run is a fresh process; medians of --runs.
+A replay imports its analysis (pandas) after its first point
+(`run/replay.py`, "The analysis"): "before the first send" leaves it out,
+"in all" has it.
 
 Bytecode is cached (`bench_util.cached_bytecode`) as it is for an installed
 wheel, whose modules pip compiles at install, even where the shell sets
@@ -51,7 +54,9 @@ def cpu_mark(name):
 cpu_mark("interpreter")
 # The stages' order is the CLI's own: the command's module (numpy, pyarrow and
 # rich first, each on its own, which the command would import anyway), then
-# the analysis (run_replay imports it before the first point), then the point.
+# the point (a package that loads its analysis, pandas, before the first
+# point, as before 2026-12-03, pays for it in that stage; `pandas_at_first_point`
+# says which).
 import numpy
 cpu_mark("numpy_imported")
 import pyarrow
@@ -60,8 +65,6 @@ import rich.console
 cpu_mark("rich_imported")
 import specreplay.commands.replay
 cpu_mark("command_imported")
-import specreplay.analysis.analyse
-cpu_mark("analysis_imported")
 from specreplay.servermetrics import scrape
 start_point = scrape.Scraper.start_point
 def after_start_scrape(self, *args, **kwargs):
@@ -69,6 +72,7 @@ def after_start_scrape(self, *args, **kwargs):
     if not getattr(scrape, "_bench_seen", False):
         scrape._bench_seen = True
         cpu_mark("first_point")
+        sys.stderr.write(f"\\nBENCH_PANDAS {int('pandas' in sys.modules)}\\n")
     return out
 scrape.Scraper.start_point = after_start_scrape
 main(args=sys.argv[1:], prog_name="specreplay")
@@ -96,6 +100,7 @@ def measure(args: list[str], env: dict[str, str], cwd: str) -> dict[str, float]:
         # Where it went: the process's CPU and RSS at each stage's end.
         figures |= {f"cpu_at_{name}_s": float(cpu) for name, (cpu, _rss) in marks.items() if name != "first_point"}
         figures |= {f"rss_at_{name}_mib": float(rss) for name, (_cpu, rss) in marks.items() if name != "first_point"}
+        figures["pandas_at_first_point"] = float(any(line == "BENCH_PANDAS 1" for line in err.splitlines()))
     return figures
 
 
@@ -132,12 +137,12 @@ def main() -> None:
     print(f"replay of one 1-token request: {r['cpu_before_first_send_s'] * 1000:.0f} ms CPU before the first send, "
           f"{r['cpu_s'] * 1000:.0f} ms CPU in all, {r['wall_s'] * 1000:.0f} ms wall, {r['max_rss_mib']:.1f} MiB")
     stages = [("the interpreter's start", "interpreter"), ("numpy", "numpy_imported"), ("pyarrow", "pyarrow_imported"),
-              ("rich", "rich_imported"), ("the rest of the replay command's imports", "command_imported"),
-              ("the analysis's (pandas)", "analysis_imported")]
+              ("rich", "rich_imported"), ("the rest of the replay command's imports", "command_imported")]
     print("  CPU and RSS by the end of: " + ", ".join(
         f"{label} {r[f'cpu_at_{key}_s'] * 1000:.0f} ms {r[f'rss_at_{key}_mib']:.0f} MiB" for label, key in stages)
         + f", the first point's start {r['cpu_before_first_send_s'] * 1000:.0f} ms {r['rss_before_first_send_mib']:.0f} MiB,"
-        f" the process {r['cpu_s'] * 1000:.0f} ms (peak {r['max_rss_mib']:.0f} MiB)")
+        f" the process {r['cpu_s'] * 1000:.0f} ms (peak {r['max_rss_mib']:.0f} MiB);"
+        f" pandas imported before the first send: {'yes' if r['pandas_at_first_point'] else 'no'}")
     print(f"wrote {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
 
 
