@@ -10,11 +10,13 @@ import json
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
 from conftest import config_metadata, results_table
 
 from specreplay.analysis.analyse import analyse
 from specreplay.results import derived
-from specreplay.results.batch_figures import batch_figures
+from specreplay.results.batch_figures import batch_figures, floats, valid
 from specreplay.results.files import to_frame
 
 POINTS = [{"point": "concurrency=1", "mode": "concurrency", "value": 1}, {"point": "concurrency=2", "mode": "concurrency", "value": 2}]
@@ -96,3 +98,28 @@ def test_a_batchs_live_figures_are_request_figures_to_the_bit() -> None:
         expected = derived.as_float(frame, name).to_numpy()
         assert arrays[name].tobytes() == expected.tobytes(), name
     assert np.isnan(arrays["tpot_us"]).sum() >= 2  # a burst's and a one-token answer's
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([5, None, -3, 2**40, None], pa.int64()),
+        pa.array([5, None, -3, 7, None, 1, 2, 3, 4, None], pa.int32()).slice(3),  # an offset inside the bitmap
+        pa.array([1.5, None, float("nan")], pa.float64()),
+        pa.array([7, 8, 9], pa.uint16()),
+        pa.array([None, None], pa.null()),
+        pa.chunked_array([pa.array([1, None], pa.int64()), pa.array([None, 4], pa.int64())]),
+        pa.array([], pa.int64()),
+    ],
+    ids=["int64-nulls", "int32-sliced", "float64", "uint16-no-nulls", "null-type", "chunked", "empty"],
+)
+def test_floats_and_valid_read_the_buffers_as_pyarrow_compute_would(column: pa.Array | pa.ChunkedArray) -> None:
+    as_float = pc.fill_null(pc.cast(column, pa.float64()), float("nan"))
+    expected = np.array(as_float.to_pylist(), dtype=np.float64)
+    assert floats(column).tobytes() == expected.tobytes()
+    assert valid(column).tolist() == pc.is_valid(column).to_pylist()
+
+
+def test_floats_refuses_a_column_that_is_not_numeric() -> None:
+    with pytest.raises(TypeError, match="numeric column expected, not string"):
+        floats(pa.array(["a"]))

@@ -14,7 +14,7 @@ from rich.console import Console
 from specreplay.analysis.analyse import analyse
 from specreplay.analysis.summary import summarize
 from specreplay.commands.replay import ConsoleHooks
-from specreplay.present.live import LiveView, Rolling, status_text
+from specreplay.present.live import LiveView, Rolling, quantile, status_text
 from specreplay.run.plan import Progress
 from specreplay.settings.thresholds import ValidityThresholds
 
@@ -125,3 +125,11 @@ def test_console_hooks_choose_the_view_from_the_output() -> None:
 def test_the_status_line_says_what_it_does_not_know() -> None:
     line = status_text(Progress("rate=8", 0, 0, 0, 0, 0, 0.0), {}, None)
     assert line == "sent 0  in flight 0  done 0  errors 0  ·  TTFT p50/p99 —/— ms  TPOT p50/p99 —/— ms  send lag p50/p99 —/— ms  ·  — tok/s"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 101, 1000])
+def test_the_live_quantile_is_numpys_to_the_bit(n: int) -> None:
+    rng = np.random.default_rng(n)
+    values = rng.lognormal(8.0, 1.5, n)  # microseconds-like, heavy tail
+    for q in (0.0, 0.5, 0.9, 0.99, 1.0):
+        assert quantile(values, q) == float(np.quantile(values, q)), (n, q)

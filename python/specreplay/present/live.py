@@ -25,14 +25,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.ma  # noqa: F401  # np.quantile imports it at its first call (10 ms of CPU): here, not at the point's first live line
 import pyarrow as pa
-import pyarrow.compute as pc
 from rich.console import Console, Group
 from rich.text import Text
 
 from specreplay import _core
-from specreplay.results.batch_figures import batch_figures, flags
+from specreplay.results.batch_figures import batch_figures, valid
 
 if TYPE_CHECKING:  # the terminal's display, imported when one is drawn (plain lines need neither)
     from rich.live import Live
@@ -67,7 +65,7 @@ class Rolling:
         if batch.num_rows == 0:
             return
         figures = batch_figures(batch, self.burst_us_per_token)
-        ok = flags(pc.is_null(batch.column("error_kind")))
+        ok = ~valid(batch.column("error_kind"))
         ttft = np.where(ok, figures["ttft_us"], np.nan)
         tpot = np.where(ok, figures["tpot_us"], np.nan)
         self._batches.append((figures["end_us"], ttft, tpot, figures["send_lag_us"]))
@@ -90,11 +88,25 @@ class Rolling:
                 values = np.concatenate([b[i] for b in self._batches])[recent]
                 values = values[~np.isnan(values)]
                 for stat, q in (("p50", 0.5), ("p99", 0.99)):
-                    out[f"{name}_{stat}"] = float(np.quantile(values, q)) / 1000 if len(values) else math.nan
+                    out[f"{name}_{stat}"] = quantile(values, q) / 1000 if len(values) else math.nan
         if len(self._tokens) >= 2:
             (t0, n0), (t1, n1) = self._tokens[0], self._tokens[-1]
             out["tok_s"] = (n1 - n0) / (t1 - t0) if t1 > t0 else math.nan
         return out
+
+
+def quantile(values: np.ndarray, q: float) -> float:
+    """`np.quantile(values, q)` (its default, linear method, to the bit) of a
+    non-empty array without NaN. Not `np.quantile` itself: its first call
+    imports numpy.ma (11 ms of CPU), which would land either before a
+    replay's first request or inside its first point."""
+    ordered = np.sort(values)
+    position = (len(ordered) - 1) * q
+    below = math.floor(position)
+    a, b = float(ordered[below]), float(ordered[min(below + 1, len(ordered) - 1)])
+    t = position - below
+    # numpy's _lerp: from the nearer end, so q = 1 gives the maximum exactly
+    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
 
 
 def _ms(x: float | None) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 
 def batch_figures(batch: pa.RecordBatch | pa.Table, burst_us_per_token: float) -> dict[str, np.ndarray]:
@@ -34,19 +33,37 @@ def batch_figures(batch: pa.RecordBatch | pa.Table, burst_us_per_token: float) -
 
 
 def floats(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """`values` as float64 with NaN for nulls. Through DLPack, not
-    `to_numpy`: pyarrow's `to_numpy` runs its pandas conversion, which
-    imports pandas (0.2 s of CPU) at a point's first batch."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    filled = pc.fill_null(pc.cast(values, pa.float64()), float("nan"))
-    return np.array(np.from_dlpack(filled))  # a copy: writable, and the Arrow buffer may go
+    """A numeric Arrow column as float64 with NaN for nulls, read from its
+    buffers. Neither `to_numpy` (pyarrow's pandas conversion: it imports
+    pandas, 0.2 s of CPU) nor `pyarrow.compute` (35 ms to import, and its
+    `cast`/`fill_null` are what `Array.cast` calls): the live view runs
+    this at a point's first batch, and neither is imported until the point
+    has ended (docs/benchmarks.md, "Start-up")."""
+    values = _one_chunk(values)
+    if pa.types.is_null(values.type):
+        return np.full(len(values), np.nan)
+    if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+        raise TypeError(f"floats: a numeric column expected, not {values.type}")
+    kind = "f" if pa.types.is_floating(values.type) else "i" if pa.types.is_signed_integer(values.type) else "u"
+    dtype = np.dtype(f"{kind}{values.type.bit_width // 8}")
+    data = np.frombuffer(values.buffers()[1], dtype=dtype, count=values.offset + len(values))[values.offset :]
+    out = data.astype(np.float64)  # a copy: writable, and the Arrow buffer may go
+    out[~valid(values)] = np.nan
+    return out
 
 
-def flags(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A boolean Arrow column (nulls false) as a numpy bool array, without
-    pandas (`floats`): DLPack takes no bit-packed booleans, so as bytes."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    as_bytes = pc.cast(pc.fill_null(values, False), pa.uint8())
-    return np.from_dlpack(as_bytes).astype(bool)
+def valid(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """True where `values` is not null, from its validity bitmap (`floats`:
+    no pyarrow.compute)."""
+    values = _one_chunk(values)
+    if pa.types.is_null(values.type):
+        return np.zeros(len(values), dtype=bool)
+    bitmap = values.buffers()[0]
+    if values.null_count == 0 or bitmap is None:
+        return np.ones(len(values), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return bits[values.offset : values.offset + len(values)].astype(bool)
+
+
+def _one_chunk(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values

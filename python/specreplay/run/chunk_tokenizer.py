@@ -28,7 +28,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from specreplay import _core
 from specreplay.errors import ConfigError
@@ -89,6 +88,8 @@ def recount(counter: ChunkCounter, rows: pa.RecordBatch, text: pa.Array, chars: 
     `counter`'s, reconciled with the server's counts; `text` and `chars` are
     the engine's `TEXT_COLUMNS` for the same rows. A row the counter cannot
     count keeps the estimate."""
+    import pyarrow.compute as pc  # after the point's drain: not imported before a point ends (batch_figures.floats)
+
     source = rows.column("chunk_token_source")
     chosen = pc.fill_null(pc.equal(source, "text_length"), False)
     candidates = np.flatnonzero(chosen.to_numpy(zero_copy_only=False))
@@ -122,6 +123,8 @@ def recount(counter: ChunkCounter, rows: pa.RecordBatch, text: pa.Array, chars: 
 
 def _tool_tokens(chunk_tokens: pa.Array, chunk_channel: pa.Array) -> pa.Array:
     """Per row: the tokens of its tool-call chunks (channel 2)."""
+    import pyarrow.compute as pc
+
     tokens = pc.list_flatten(chunk_tokens).to_numpy(zero_copy_only=False)
     channels = pc.list_flatten(chunk_channel).to_numpy(zero_copy_only=False)
     parents = pc.list_parent_indices(chunk_tokens).to_numpy(zero_copy_only=False)
@@ -131,6 +134,8 @@ def _tool_tokens(chunk_tokens: pa.Array, chunk_channel: pa.Array) -> pa.Array:
 
 def _replace_rows(rows: pa.RecordBatch, picked: np.ndarray, reconciled: pa.RecordBatch) -> pa.RecordBatch:
     """`rows` with the rows at `picked` given the reconciled counts."""
+    import pyarrow.compute as pc
+
     # Where each row's new value comes from: its own, or the reconciled row.
     position = np.full(rows.num_rows, -1, dtype="int64")
     position[picked] = np.arange(len(picked))

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from specreplay import _core
 from specreplay.errors import SpecreplayError
@@ -237,6 +236,8 @@ def _samples_of(scraper: Scraper | None, label: str, point: str) -> pa.Table | N
     as they are (the file gets them all at the end)."""
     if scraper is None or not len(scraper.log):
         return None
+    import pyarrow.compute as pc  # after the point's drain: not imported before a point ends (batch_figures.floats)
+
     taken = scraper.log.table()
     return taken.filter(pc.and_(pc.equal(taken["label"], label), pc.equal(taken["point"], point)))
 
