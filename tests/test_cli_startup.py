@@ -120,6 +120,27 @@ def test_a_replay_imports_its_analysis_after_its_first_point_not_before_or_durin
     assert seen["code"] in (None, 0) and "24 requests: 24 ok" in out.stdout
 
 
+#: The same probe for the Python API (no CLI: nothing defers pandas).
+API_PROBE = REPLAY_PROBE.split("from specreplay.cli import main")[0] + """
+import specreplay
+rows = specreplay.replay(sys.argv[2], concurrency=4, num_requests=24, max_tokens=16, metrics=False)
+print(json.dumps({"rows": rows.num_rows, "start": seen["start"], "drained": seen["drained"]}))
+"""
+
+
+def test_the_python_api_imports_the_analysis_before_its_first_point_never_during_it() -> None:
+    # Without the CLI's deferral, pyarrow may import pandas at any conversion
+    # of Python values; run_replay then imports the analysis up front.
+    trace = Path(__file__).resolve().parents[1] / "traces" / "reasoning-prompts.jsonl"
+    out = subprocess.run([sys.executable, "-c", API_PROBE, "whole", str(trace)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    start, drained = set(seen["start"]), set(seen["drained"])
+    assert seen["rows"] == 24
+    assert "specreplay.analysis.analyse" in start and "pandas" in start
+    assert {m for m in drained - start if m.split(".")[0] in ("numpy", "pyarrow", "pandas")} == set()
+
+
 def test_pyarrow_converts_pandas_objects_as_usual_once_pandas_is_imported_after_defer() -> None:
     # In a fresh process: pandas_later.defer(), typed conversions (no
     # pandas), then pandas imported: pyarrow must know it (NaN -> null,
@@ -129,7 +150,7 @@ import json, sys, math
 defer = sys.argv[1] == "1"
 import pyarrow as pa
 if defer:
-    from specreplay.commands import pandas_later
+    from specreplay.run import pandas_later
     assert pandas_later.defer()
     pa.scalar("x", pa.string()); pa.RecordBatch.from_pylist([{"a": 1.5}], schema=pa.schema([("a", pa.float64())]))
     assert "pandas" not in sys.modules

@@ -29,7 +29,7 @@ from specreplay.settings.objectives import merge_tables, table_from_expressions
 from specreplay.settings.thresholds import ValidityThresholds
 from specreplay.run.target import Target
 from specreplay.settings.tomlfile import read_toml
-from specreplay.commands import pandas_later
+from specreplay.run import pandas_later
 from specreplay.analysis.finding import Finding, is_fatal, to_json  # no pandas: the analysis itself is imported after the first point
 
 

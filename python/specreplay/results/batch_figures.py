@@ -1,6 +1,6 @@
 """The live view's per-request figures of a results batch, with numpy and
 pyarrow only: a replay draws them while its point runs, and pandas is not
-imported until the point has ended (`commands/pandas_later`,
+imported until the point has ended (`run/pandas_later`,
 docs/benchmarks.md, "Start-up"). The analysis's own, pandas, version is
 `derived.request_figures`; `tests/test_arrow_lists.py` checks that the two
 agree to the bit."""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from specreplay import _core
+from specreplay.run import pandas_later
 from specreplay.run.chunk_tokenizer import ChunkCounter, ChunkTokenizer
 from specreplay.settings.config import Point, ReplayConfig
 from specreplay.errors import ConfigError
@@ -290,12 +291,16 @@ def run_replay(
     if not configs:
         raise ConfigError("nothing to run")
     hooks = hooks or Hooks()
-    # The analysis (pandas: about 0.2 s of CPU) is imported after the first
-    # point, by its summary (`FinishedPoint.runs`), not before it (a third of
-    # a replay's fixed CPU) and never while a point runs: there it competes
-    # with the pacer and the engine for the cores, and raised the send lag's
-    # p99 about 1.5x in 7 of 8 pairs (docs/benchmarks.md, "Start-up"). The
-    # CLI keeps pyarrow from importing it earlier (`commands.pandas_later`).
+    # The analysis (pandas: about 0.2 s of CPU) is never imported while a
+    # point runs: there it competes with the pacer and the engine for the
+    # cores, and raised the send lag's p99 about 1.5x in 7 of 8 pairs
+    # (docs/benchmarks.md, "Start-up"). The CLI defers it to after the first
+    # point (`pandas_later.defer`: a third of a replay's fixed CPU), where the
+    # point's summary imports it; any other caller (the Python API, Ray),
+    # whose pyarrow may import pandas at its first conversion of Python
+    # values, gets it now, before the first point.
+    if not pandas_later.deferred():
+        import specreplay.analysis.analyse  # noqa: F401
 
     # Every run checked, every target reached, before the first request goes
     # out: a typo in the last run must not cost the time of the first.

@@ -56,10 +56,16 @@ def defer() -> bool:
     return True
 
 
+def deferred() -> bool:
+    """Whether `defer()` is in force: pandas not imported yet, and pyarrow's
+    shim to be told when it is."""
+    return "pandas" not in sys.modules and any(isinstance(finder, _TellPyarrow) for finder in sys.meta_path)
+
+
 class _NoPandas(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname == "pandas":
-            raise ImportError("pandas: deferred (specreplay.commands.pandas_later)", name="pandas")
+            raise ImportError("pandas: deferred (specreplay.run.pandas_later)", name="pandas")
         return None
 
 
