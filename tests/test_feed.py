@@ -336,3 +336,20 @@ def test_live_history_marks_a_responses_function_call(tmp_path: Path) -> None:
     items = sent["input"]
     assert items[1] == {**call, "arguments": '{"city": "live"}'}
     assert items[2] == result
+
+
+def test_a_compact_trace_is_weighed_by_its_synthesized_prompts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Four requests of 100,000 prompt tokens given by their blocks: a few
+    # hundred bytes of file, about 2 MB of bodies once shaped. Under a bound
+    # between the two, the point is streamed: a whole one would hold every
+    # synthesized body at once (the Mooncake trace: 877 MiB instead of 282).
+    blocks = {"tokens": 100_000, "block_size": 50_000, "hash_ids": [1, 2]}
+    records = [{"id": f"b{i}", "arrival": 0.0, "api": "chat", "prompt_blocks": blocks, "body": {"max_tokens": 5}} for i in range(4)]
+    path = write(tmp_path, records)
+    index = scan_trace(path)
+    assert index.shaped_size == index.size + 4 * 100_000 * 5
+    monkeypatch.setattr("specreplay.run.feed.WHOLE_MAX_BYTES", 1 << 20)
+    assert index.size < 1 << 20 < index.shaped_size
+    assert not Feeder(index, ReplayConfig(trace=str(path)), "http://h:1/v1", None).fits_whole()
+    # One of the four fits (500 KB): whole.
+    assert Feeder(index, ReplayConfig(trace=str(path), num_requests=1), "http://h:1/v1", None).fits_whole()

@@ -114,7 +114,9 @@ class Feeder:
         """Whether this point's requests are built whole before it starts."""
         index = self.index
         needed = index.records if self.limit is None else min(self.limit, index.records)
-        return index.size * needed <= WHOLE_MAX_BYTES * max(index.records, 1)
+        # The shaped size, not the file's: a compact trace's prompts are
+        # synthesized into every body when the point is given whole.
+        return index.shaped_size * needed <= WHOLE_MAX_BYTES * max(index.records, 1)
 
     def whole(self) -> pa.RecordBatch:
         """One pass over the trace (up to the request limit) as one batch,

@@ -21,6 +21,11 @@ from specreplay.errors import TraceError
 from specreplay.samples import trace_path
 from specreplay.trace.records import TraceReader, TraceRecord
 
+#: Bytes of body a synthesized prompt token takes, rounded up: a word and
+#: its space (`specreplay_core::prompt`); the Mooncake conversation trace's
+#: 144.8M tokens shaped into 651 MB of bodies, 4.5 bytes a token.
+SYNTHESIZED_BYTES_PER_TOKEN = 5
+
 
 @dataclass
 class SessionTurns:
@@ -52,6 +57,10 @@ class TraceIndex:
     #: The file as scanned, to notice a change while it is replayed.
     size: int
     mtime_ns: int
+    #: The file's bytes plus the prompt text its `prompt_blocks` records
+    #: synthesize: what its requests weigh once shaped (a compact Mooncake
+    #: trace of 4.9 MB shapes into 651 MB of bodies).
+    shaped_size: int
 
     @property
     def has_sessions(self) -> bool:
@@ -77,6 +86,7 @@ def scan_trace(path: str | Path) -> TraceIndex:
     probe: TraceRecord | None = None
     has_arrivals: bool | None = None
     units = 0
+    synthesized = 0
     p = Path(path)
     st = p.stat() if p.is_file() else None
     for offset, rec in reader:
@@ -86,6 +96,8 @@ def scan_trace(path: str | Path) -> TraceIndex:
         all_have_model = all_have_model and "model" in rec.body
         if probe is None and rec.api in ("chat", "completions"):
             probe = rec
+        if rec.prompt_blocks is not None:
+            synthesized += rec.prompt_blocks.tokens * SYNTHESIZED_BYTES_PER_TOKEN
         if rec.session_id is None:
             units += 1
             continue
@@ -104,5 +116,5 @@ def scan_trace(path: str | Path) -> TraceIndex:
     return TraceIndex(
         path=str(path), sha256=reader.sha256, records=reader.records, has_arrivals=bool(has_arrivals),
         apis=frozenset(apis), all_have_model=all_have_model, probe=probe, sessions=sessions, later_turns=later,
-        units=units, size=st.st_size, mtime_ns=st.st_mtime_ns,
+        units=units, size=st.st_size, mtime_ns=st.st_mtime_ns, shaped_size=st.st_size + synthesized,
     )
