@@ -76,10 +76,14 @@ def test_warmup_rows_are_left_out_of_checks(make_results: MakeResults) -> None:
 
 
 def test_estimated_tokens(make_results: MakeResults) -> None:
-    rows = [{"token_source": "chunks"}, {"token_source": "usage_split_estimated"}, {"token_source": "usage"}, {}]
+    # The refused request (HTTP 400, no usage and no tokens) estimated nothing:
+    # not counted (the Mooncake replay's 830 refused prompts were, until this test).
+    refused = {"token_source": "chunks", "http_status": 400, "error_kind": "http", "chunks": []}
+    rows = [{"token_source": "chunks"}, {"token_source": "usage_split_estimated"}, {"token_source": "usage"}, {}, refused]
     finding = only(check(make_results(rows), FEW), "estimated_tokens")
     assert finding.level == "warning"
     assert finding.count == 2
+    assert finding.message.startswith("Token counts are estimates: 1 requests had no usage")
     assert "no usage" in finding.message and "split" in finding.message
 
 

@@ -142,7 +142,9 @@ def _session_turns_skipped(point: SummarisedPoint) -> Finding | None:
 
 
 def _estimated_tokens(point: SummarisedPoint) -> Finding | None:
-    source = point.rows["token_source"]
+    # The successful requests' counts only: the figures are theirs, and a
+    # refused request (no usage, no tokens) estimated nothing.
+    source = point.ok_rows["token_source"]
     no_usage = int((source == "chunks").sum())
     split = int((source == "usage_split_estimated").sum())
     if no_usage + split == 0:
