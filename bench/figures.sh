@@ -34,7 +34,7 @@ if [ "$(id -u)" = 0 ] && command -v chrt >/dev/null; then FIFO="chrt -f 1"; else
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-ALL=(build startup client sim-capacity proxy finder session-lag scrape live ray media analysis readme-examples spec-ab-capacity vllm)
+ALL=(build startup client sim-capacity sim-media proxy finder session-lag scrape live ray media analysis readme-examples spec-ab-capacity vllm)
 STEPS=("${@:-${ALL[@]}}")
 want() { local s; for s in "${STEPS[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 step() {
@@ -50,7 +50,8 @@ echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (dir
 step build make --no-print-directory bench-build
 step startup sh -c "cd bench && $FIFO $PY startup.py --runs 9"                                    # README, docs/benchmarks.md "Start-up"
 step client sh -c "cd bench && $PY client_bench.py"                                               # README's client table, docs/benchmarks.md sets 1 and "A leaner engine"
-step sim-capacity sh -c "cargo run --release -q -p specreplay-core --example sim_capacity -- 1000 2000 4000 && cargo run --release -q -p specreplay-core --example sim_capacity -- 4000 --tpot-ms 80 && cargo run --release -q -p specreplay-core --example sim_capacity -- 1000 2000 --capacity && cargo run --release -q -p specreplay-core --example sim_capacity -- --knee"   # README, docs/simulator.md
+step sim-capacity sh -c "$PY bench/rust_bench.py sim_capacity -- 1000 2000 4000 && $PY bench/rust_bench.py sim_capacity -- 4000 --tpot-ms 80 && $PY bench/rust_bench.py sim_capacity -- 1000 2000 --capacity && $PY bench/rust_bench.py sim_capacity -- --knee"   # README, docs/simulator.md
+step sim-media $PY bench/rust_bench.py sim_media                                                  # docs/simulator.md "Media"
 step proxy sh -c "cd bench && $PY proxy_overhead.py"                                              # docs/benchmarks.md "Capture proxy"
 step finder sh -c "cd bench && $PY conversation_finder.py && $PY conversation_finder.py --sessions 200 --turns 40"   # "Finding sessions"
 step session-lag sh -c "cd bench && $PY session_lag.py"                                           # "Dependent turns' send lag"
