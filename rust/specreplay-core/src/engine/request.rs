@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio_util::sync::CancellationToken;
 
@@ -20,7 +20,7 @@ use crate::error::error_chain;
 use crate::sse::{SseEvent, SseParser};
 
 use super::accounting::StreamAccount;
-use super::http::{closed_before_response, HttpClient, STALE_RETRIES};
+use super::http::{send_resending_stale, HttpClient};
 use super::interrupt::unless;
 use super::net::{ConnLog, FrameClock};
 use super::record::{ErrorKind, RequestRecord, Stamp};
@@ -242,41 +242,33 @@ async fn exchange(
 }
 
 /// Sends the request, again on a fresh connection when a pooled one turns
-/// out to have been closed by the server (`closed_before_response`).
+/// out to have been closed by the server (`http::send_resending_stale`).
 /// `sent_us` is the first send's.
 async fn send(
     ctx: &RequestContext,
     req: &PreparedRequest,
     rec: &mut RequestRecord,
 ) -> Result<http::Response<Incoming>, Failure> {
-    let build = || {
-        let mut builder = http::Request::post(req.uri.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "text/event-stream, application/json");
-        for (name, value) in &ctx.headers {
-            builder = builder.header(name, value);
-        }
-        builder.body(Full::new(req.body.clone())).map_err(|e| {
+    let mut builder = http::Request::post(req.uri.clone())
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "text/event-stream, application/json");
+    for (name, value) in &ctx.headers {
+        builder = builder.header(name, value);
+    }
+    let (head, ()) = builder
+        .body(())
+        .map_err(|e| {
             (
                 ErrorKind::Connect,
                 format!("could not build the request: {e}"),
             )
-        })
-    };
-    let mut request = build()?;
+        })?
+        .into_parts();
     rec.sent_us.get_or_insert_with(now_us);
-    let mut resent = 0;
-    loop {
-        match unless_stalled(ctx.stall_timeout, ctx.client.request(request)).await? {
-            Ok(response) => return Ok(response),
-            // A keep-alive connection the server closed as we reused it.
-            Err(e) if resent < STALE_RETRIES && closed_before_response(&e) => {
-                resent += 1;
-                request = build()?;
-            }
-            Err(e) => return Err((ErrorKind::Connect, error_chain(&e))),
-        }
-    }
+    let sent = send_resending_stale(&ctx.client, &head, &req.body);
+    unless_stalled(ctx.stall_timeout, sent)
+        .await?
+        .map_err(|e| (ErrorKind::Connect, e))
 }
 
 /// What the response head says, and the body to read.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderMap, HeaderValue, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode, Uri};
@@ -22,7 +22,7 @@ use super::{
 };
 use crate::clock::now_us;
 use crate::decode::Dialect;
-use crate::engine::http::{closed_before_response, STALE_RETRIES};
+use crate::engine::http::send_resending_stale;
 use crate::error::error_chain;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1),
@@ -338,10 +338,9 @@ fn session_of(shared: &Shared, headers: &HeaderMap) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// The request sent on to the upstream at `uri`. A pooled keep-alive
-/// connection the upstream closed as it was reused (llama.cpp closes after
-/// every stream) gave no byte of a response: sent again on a fresh
-/// connection, as the engine does (`closed_before_response`). Err: why the
+/// The request sent on to the upstream at `uri`, again on a fresh
+/// connection when a pooled one turned out closed (llama.cpp closes after
+/// every stream), as the engine sends (`send_resending_stale`). Err: why the
 /// upstream could not be reached.
 async fn send_upstream(
     shared: &Shared,
@@ -349,21 +348,14 @@ async fn send_upstream(
     uri: &Uri,
     body: &Bytes,
 ) -> Result<Response<Incoming>, String> {
-    let build = || {
-        let mut upstream_req = Request::new(Full::new(body.clone()));
-        *upstream_req.method_mut() = parts.method.clone();
-        *upstream_req.uri_mut() = uri.clone();
-        forward_headers(&parts.headers, upstream_req.headers_mut(), false);
-        upstream_req
-    };
-    let mut resent = 0;
-    loop {
-        match shared.client.request(build()).await {
-            Ok(resp) => return Ok(resp),
-            Err(e) if resent < STALE_RETRIES && closed_before_response(&e) => resent += 1,
-            Err(e) => return Err(format!("upstream unreachable: {}", error_chain(&e))),
-        }
-    }
+    let mut upstream_req = Request::new(());
+    *upstream_req.method_mut() = parts.method.clone();
+    *upstream_req.uri_mut() = uri.clone();
+    forward_headers(&parts.headers, upstream_req.headers_mut(), false);
+    let (head, ()) = upstream_req.into_parts();
+    send_resending_stale(&shared.client, &head, body)
+        .await
+        .map_err(|e| format!("upstream unreachable: {e}"))
 }
 
 #[cfg(test)]

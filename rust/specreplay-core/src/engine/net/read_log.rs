@@ -25,6 +25,8 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use tokio_util::sync::CancellationToken;
+
 use super::read_ring::ReadRing;
 use crate::clock::now_us;
 use crate::engine::record::Stamp;
@@ -62,6 +64,8 @@ pub struct ConnLog {
     awaiting_response: AtomicBool,
     /// Kernel stamp of the first read after the latest write (NO_STAMP: none).
     response_start: AtomicI64,
+    /// Cancelled when the socket is dropped (`KernelStamped`'s drop).
+    closed: CancellationToken,
 }
 
 /// Where a frame's stamp came from.
@@ -88,7 +92,18 @@ impl ConnLog {
             h2: AtomicBool::new(false),
             awaiting_response: AtomicBool::new(false),
             response_start: AtomicI64::new(NO_STAMP),
+            closed: CancellationToken::new(),
         }
+    }
+
+    /// The socket is gone: nothing more can be read on this connection.
+    pub fn mark_closed(&self) {
+        self.closed.cancel();
+    }
+
+    /// Resolves once the socket is gone (at once if it already is).
+    pub async fn closed(&self) {
+        self.closed.cancelled().await
     }
 
     /// The kernel stamp of the socket read that just returned (None: none given).

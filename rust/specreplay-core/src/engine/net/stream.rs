@@ -190,6 +190,14 @@ impl Write for KernelStamped {
     forward_write!(tcp, wrote);
 }
 
+impl Drop for KernelStamped {
+    fn drop(&mut self) {
+        // A request hyper queued on this connection as it closed may never
+        // hear of it (http::request_unless_closed).
+        self.log.mark_closed();
+    }
+}
+
 impl Connection for KernelStamped {
     fn connected(&self) -> Connected {
         // The log rides along to every response on this connection
