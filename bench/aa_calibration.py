@@ -4,6 +4,7 @@ still find a real difference?
 
     nice -n 5 .venv/bin/python bench/aa_calibration.py --seeds 6 --requests 48
     .venv/bin/python bench/aa_calibration.py --tails        # the TAIL_SAMPLES rule (pure numpy)
+    .venv/bin/python bench/aa_calibration.py --spreads --seeds 6   # the spread s between repeats (~3 min)
 
 Per workload, K runs against the embedded simulator (`specreplay replay`,
 `--seed 1..K`), every pair compared; a judged figure (`faster`, `slower` or
@@ -12,6 +13,11 @@ Per workload, K runs against the embedded simulator (`specreplay replay`,
 change of an A/A pair). Power: `examples/spec-decode-ab.toml` replayed
 under several seeds, `ngram` against `baseline`, must say `slower` on TPOT
 p50 and output tok/s every time. The table is docs/compare.md's.
+
+`--spreads`: only the runs, no compares: per rate-8 workload and figure,
+the spread `s` of the per-repeat log ratio that "How many repeats a
+difference needs" (docs/compare.md) uses, √2 × the standard deviation of
+the figure's log across the seeds.
 """
 
 from __future__ import annotations
@@ -89,6 +95,29 @@ def aa(seeds: int, requests: int, runs_dir: Path) -> tuple[dict[str, Counter[str
     return per_figure, lines
 
 
+SPREAD_FIGURES = {"TTFT p50": "ttft_p50_ms", "TPOT p50": "tpot_p50_ms", "E2E p50": "e2e_p50_ms", "output tok/s": "output_tok_s"}
+
+
+def spreads(seeds: int, requests: int, runs_dir: Path) -> dict[str, dict[str, float]]:
+    """Per rate-8 workload, each figure's `s` (percent) across `seeds` runs."""
+    import specreplay
+
+    out: dict[str, dict[str, float]] = {}
+    for i, (name, commands) in enumerate(workloads(requests, runs_dir).items()):
+        if "rate 8" not in name:
+            continue
+        values: dict[str, list[float]] = {f: [] for f in SPREAD_FIGURES}
+        for seed in range(1, seeds + 1):
+            path = runs_dir / f"{i}-{seed}.arrow"
+            run(commands[0], seed, path)
+            row = specreplay.summarize(specreplay.load(path)).iloc[0]
+            for figure, column in SPREAD_FIGURES.items():
+                values[figure].append(float(row[column]))
+        out[name] = {f: round(100 * math.sqrt(2) * float(np.std(np.log(v), ddof=1)), 2) for f, v in values.items()}
+        print(f"| {name} | " + " | ".join(f"{out[name][f]:.2f}%" for f in SPREAD_FIGURES) + " |", flush=True)
+    return out
+
+
 def power(seeds: int, requests: int, runs_dir: Path) -> list[str]:
     import specreplay
 
@@ -145,6 +174,7 @@ def main() -> None:
     parser.add_argument("--tails", action="store_true", help="Only the calibration of the sample-count rule.")
     parser.add_argument("--skip-power", action="store_true")
     parser.add_argument("--power-only", action="store_true", help="Only the power runs (the A/B of examples/spec-decode-ab.toml).")
+    parser.add_argument("--spreads", action="store_true", help="Only the spread s between repeats of each rate-8 workload (no compares).")
     parser.add_argument("--runs-dir", type=Path, help="Keep the runs here (and reuse those already there). Default: a temporary directory.")
     opts = parser.parse_args()
     if opts.tails:
@@ -158,6 +188,12 @@ def main() -> None:
 
 def report(opts: argparse.Namespace, runs_dir: Path) -> None:
     settings = {k: v for k, v in vars(opts).items() if k != "runs_dir"}
+    if opts.spreads:
+        print("| workload | " + " | ".join(SPREAD_FIGURES) + " |")
+        print("|---|" + "---|" * len(SPREAD_FIGURES))
+        figures = spreads(opts.seeds, opts.requests, runs_dir)
+        print(f"wrote {write_result('aa-spreads', {'settings': settings, 'spread_pct': figures})}")
+        return
     if opts.power_only:
         print("| seed | point | TPOT p50 | output tok/s |")
         print("|---|---|---|---|")

@@ -56,6 +56,7 @@ step proxy sh -c "cd bench && $PY proxy_overhead.py"                            
 step finder sh -c "cd bench && $PY conversation_finder.py && $PY conversation_finder.py --sessions 200 --turns 40"   # "Finding sessions"
 step session-lag sh -c "cd bench && $PY session_lag.py"                                           # "Dependent turns' send lag"
 step scrape sh -c "cd bench && $FIFO $PY scrape_send_lag.py"                                      # "Scraping server metrics"
+step metrics-storage sh -c "cd bench && $PY metrics_storage.py"                                    # docs/results.md "Where they are kept"
 step live sh -c "cd bench && $FIFO $PY live_view.py"                                              # "Live view", docs/capacity.md
 step ray sh -c "$PY -m pip install --quiet 'ray[default]' && cd bench && $PY ray_scaling.py"      # README "Scaling out", docs/benchmarks.md "Distributed replay on Ray"
 step media sh -c "cd bench && $PY media_trace_size.py"                                            # docs/trace-format.md
