@@ -17,6 +17,7 @@ decode it into pandas, and the results file's size; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import random
 import re
 import sys
 import tempfile
@@ -39,8 +40,16 @@ VALUE = re.compile(rb"^([^#\s][^\n]*\s)(\S+)$", re.MULTILINE)
 
 
 def page_at(template: bytes, i: int) -> bytes:
-    """The page at scrape `i`: every value moved by `i` (counters grow, gauges change)."""
-    return VALUE.sub(lambda m: m.group(1) + repr(float(m.group(2)) + i * 1.5).encode() if m.group(2) not in (b"NaN", b"+Inf", b"-Inf") else m.group(0), template)
+    """The page at scrape `i`: every finite value moved by `i` times a random
+    step (counters grow, gauges change; random, so nothing compresses away)."""
+    draw = random.Random(i).random
+
+    def moved(m: re.Match[bytes]) -> bytes:
+        if m.group(2) in (b"NaN", b"+Inf", b"-Inf"):
+            return m.group(0)
+        return m.group(1) + repr(float(m.group(2)) + i * (1 + draw())).encode()
+
+    return VALUE.sub(moved, template)
 
 
 def main() -> None:
