@@ -347,3 +347,72 @@ async fn a_keep_alive_connection_the_server_closes_is_not_a_failed_request() {
     // One connection per request: the two reused ones were closed and retried.
     assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_closes_after_every_stream_loses_no_request() {
+    // cpp-httplib's way (llama.cpp's server): after the last chunk a FIN, up
+    // to 100 ms of reading what still comes, then the close. Every request
+    // that reuses such a connection races its close (docs/real-servers.md);
+    // none may be lost. CLOSING_N=20000 makes it a stress run.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            sock.set_nodelay(true).unwrap();
+            tokio::spawn(async move {
+                if !read_request(&mut sock).await {
+                    return;
+                }
+                let mut response = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                    keep-alive: timeout=5, max=100\r\ntransfer-encoding: chunked\r\n\r\n"
+                    .to_vec();
+                let _ = sock.write_all(&response).await;
+                for i in 0..20 {
+                    let event = format!(
+                        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"t{i}\"}}}}]}}\n\n"
+                    );
+                    let _ = sock
+                        .write_all(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes())
+                        .await;
+                }
+                let last = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":20}}\n\n\
+                            data: [DONE]\n\n";
+                response = format!("{:x}\r\n{last}\r\n0\r\n\r\n", last.len()).into_bytes();
+                let _ = sock.write_all(&response).await;
+                let _ = sock.shutdown().await;
+                let mut sink = [0u8; 4096];
+                let drain = async { while matches!(sock.read(&mut sink).await, Ok(n) if n > 0) {} };
+                let _ = tokio::time::timeout(Duration::from_millis(100), drain).await;
+            });
+        }
+    });
+    let n: usize = std::env::var("CLOSING_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let url = format!("http://{addr}/v1/chat/completions");
+    let mut run_spec = spec(LoadMode::Concurrency { concurrency: 2 }, Some(n as u64));
+    run_spec.timeout_s = Some(5.0);
+    let run = engine::start(
+        run_spec,
+        requests(&url, n, None),
+        &tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let records = drain(run).await;
+    server.abort();
+    assert_eq!(records.len(), n);
+    let failed: Vec<_> = records
+        .iter()
+        .filter(|r| r.error.is_some() || r.output_tokens != Some(20))
+        .map(|r| (r.request_index, &r.error, r.output_tokens))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {n} failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+}
