@@ -244,46 +244,61 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
 mod tests {
     use super::*;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn releases_come_in_order_and_never_early() {
-        let bell = Arc::new(Doorbell::default());
-        let releases = Arc::new(Releases::new(bell.clone()));
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let thread = {
-            let (releases, stop) = (releases.clone(), stop.clone());
-            std::thread::spawn(move || loop {
-                let waited = pacing::wait_until(releases.next(), &bell, || {
-                    stop.load(std::sync::atomic::Ordering::SeqCst)
-                });
-                if waited == Waited::Stopped {
-                    break;
-                }
-                releases.release_due(Instant::now());
-            })
-        };
-        let base = Instant::now() + Duration::from_millis(20);
-        let waits: Vec<_> = [30u64, 0, 10, 20]
-            .into_iter()
-            .map(|ms| {
-                let releases = releases.clone();
-                let at = base + Duration::from_millis(ms);
-                tokio::spawn(async move {
-                    releases.wait(at).await.unwrap();
-                    (Instant::now(), at)
-                })
-            })
-            .collect();
-        let mut woke = Vec::new();
-        for w in waits {
-            let (now, at) = w.await.unwrap();
-            assert!(now >= at, "released {:?} early", at - now);
-            woke.push(now);
+    /// Waits (yielding) until `order` holds `n` entries; the test's runtime
+    /// is single-threaded, so only released tasks can have added theirs.
+    async fn released(order: &Mutex<Vec<usize>>, n: usize) -> Vec<usize> {
+        for _ in 0..1000 {
+            if order.lock().unwrap().len() >= n {
+                break;
+            }
+            tokio::task::yield_now().await;
         }
-        // Registered out of order, released in order of their moments.
-        let mut order: Vec<usize> = (0..4).collect();
-        order.sort_by_key(|&i| woke[i]);
-        assert_eq!(order, vec![1, 2, 3, 0]);
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        thread.join().unwrap();
+        for _ in 0..10 {
+            tokio::task::yield_now().await; // room for a wrong, early release
+        }
+        order.lock().unwrap().clone()
+    }
+
+    #[tokio::test]
+    async fn releases_come_in_order_and_never_early() {
+        // The moments are an hour away: only `release_due`'s `now` releases
+        // them, so the test does not depend on when threads run.
+        let releases = Arc::new(Releases::new(Arc::new(Doorbell::default())));
+        let base = Instant::now() + Duration::from_secs(3600);
+        let order = Arc::new(Mutex::new(Vec::new()));
+        for (i, ms) in [30u64, 0, 10, 20].into_iter().enumerate() {
+            let (releases, order) = (releases.clone(), order.clone());
+            tokio::spawn(async move {
+                releases
+                    .wait(base + Duration::from_millis(ms))
+                    .await
+                    .unwrap();
+                order.lock().unwrap().push(i);
+            });
+        }
+        for _ in 0..1000 {
+            if releases.pending.lock().unwrap().0.len() == 4 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(releases.next(), Some(base), "the earliest moment is next");
+        assert_eq!(
+            released(&order, 1).await,
+            Vec::<usize>::new(),
+            "nothing before its moment"
+        );
+        // Registered out of order, released in order of their moments, each
+        // only once its moment has come.
+        for (now_ms, want) in [
+            (5, vec![1]),
+            (15, vec![1, 2]),
+            (25, vec![1, 2, 3]),
+            (35, vec![1, 2, 3, 0]),
+        ] {
+            releases.release_due(base + Duration::from_millis(now_ms));
+            assert_eq!(released(&order, want.len()).await, want, "at +{now_ms} ms");
+        }
+        assert!(releases.is_empty());
     }
 }
