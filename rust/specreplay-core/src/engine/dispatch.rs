@@ -244,17 +244,23 @@ pub fn pace(shared: Arc<Shared>, starts_units: bool, start_at: Instant, runtime:
 mod tests {
     use super::*;
 
-    /// Waits (yielding) until `order` holds `n` entries; the test's runtime
-    /// is single-threaded, so only released tasks can have added theirs.
-    async fn released(order: &Mutex<Vec<usize>>, n: usize) -> Vec<usize> {
+    /// Yields until `done()`, at most 1000 times. The test's runtime is
+    /// single-threaded: between two calls every task that can run has run.
+    async fn yield_until(mut done: impl FnMut() -> bool) {
         for _ in 0..1000 {
-            if order.lock().unwrap().len() >= n {
-                break;
+            if done() {
+                return;
             }
             tokio::task::yield_now().await;
         }
+    }
+
+    /// The tasks released so far, once `n` have been (or the yields ran
+    /// out), with room for a wrong, early release to show.
+    async fn released(order: &Mutex<Vec<usize>>, n: usize) -> Vec<usize> {
+        yield_until(|| order.lock().unwrap().len() >= n).await;
         for _ in 0..10 {
-            tokio::task::yield_now().await; // room for a wrong, early release
+            tokio::task::yield_now().await;
         }
         order.lock().unwrap().clone()
     }
@@ -276,12 +282,7 @@ mod tests {
                 order.lock().unwrap().push(i);
             });
         }
-        for _ in 0..1000 {
-            if releases.pending.lock().unwrap().0.len() == 4 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        yield_until(|| releases.pending.lock().unwrap().0.len() == 4).await;
         assert_eq!(releases.next(), Some(base), "the earliest moment is next");
         assert_eq!(
             released(&order, 1).await,
