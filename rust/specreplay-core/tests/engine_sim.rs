@@ -365,10 +365,9 @@ async fn a_server_that_closes_after_every_stream_loses_no_request() {
                 if !read_request(&mut sock).await {
                     return;
                 }
-                let mut response = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                    keep-alive: timeout=5, max=100\r\ntransfer-encoding: chunked\r\n\r\n"
-                    .to_vec();
-                let _ = sock.write_all(&response).await;
+                let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                    keep-alive: timeout=5, max=100\r\ntransfer-encoding: chunked\r\n\r\n";
+                let _ = sock.write_all(head).await;
                 for i in 0..20 {
                     let event = format!(
                         "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"t{i}\"}}}}]}}\n\n"
@@ -379,8 +378,8 @@ async fn a_server_that_closes_after_every_stream_loses_no_request() {
                 }
                 let last = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":20}}\n\n\
                             data: [DONE]\n\n";
-                response = format!("{:x}\r\n{last}\r\n0\r\n\r\n", last.len()).into_bytes();
-                let _ = sock.write_all(&response).await;
+                let tail = format!("{:x}\r\n{last}\r\n0\r\n\r\n", last.len());
+                let _ = sock.write_all(tail.as_bytes()).await;
                 let _ = sock.shutdown().await;
                 let mut sink = [0u8; 4096];
                 let drain = async { while matches!(sock.read(&mut sink).await, Ok(n) if n > 0) {} };
