@@ -322,14 +322,7 @@ async fn reasoning_speculation_and_faults_work_inside_the_model() {
         .unwrap();
     assert!(r.body.contains("reasoning_content") && r.body.contains("\"content\":\" "));
     assert!(r.chunks.iter().any(|c| c.tokens > 1), "speculative steps");
-    let usage: Value = r
-        .body
-        .split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .find(|v| v["choices"].as_array().is_some_and(|c| c.is_empty()))
-        .expect("a usage chunk")["usage"]
-        .clone();
+    let usage = final_usage(&r);
     let total = usage["completion_tokens"].as_u64().unwrap();
     assert_eq!(r.chunks.iter().map(|c| c.tokens).sum::<u64>(), total);
     assert!(
@@ -430,6 +423,17 @@ fn with_system(system: &str, question: &str) -> Value {
     })
 }
 
+/// The usage chunk's `usage` (`stream_options.include_usage`).
+fn final_usage(r: &Reply) -> Value {
+    r.body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["choices"].as_array().is_some_and(|c| c.is_empty()))
+        .expect("a usage chunk")["usage"]
+        .clone()
+}
+
 #[tokio::test]
 async fn a_cached_prefix_costs_no_prefill() {
     // 1 ms of prefill per token. The system message is 4 template tokens and
@@ -455,6 +459,13 @@ async fn a_cached_prefix_costs_no_prefill() {
     let (a, b, c) = (ttft_ms(&first), ttft_ms(&second), ttft_ms(&other));
     assert!(a >= 79.0 && c >= 79.0, "uncached TTFT {a} and {c} ms");
     assert!(b < a - 40.0, "cached TTFT {b} ms against {a} ms");
+    // Each answer's usage says what the cache served, as vLLM's does with
+    // --enable-prompt-tokens-details: what `calibrate` fits a hit's cost from.
+    let cached = |r: &Reply| final_usage(r)["prompt_tokens_details"]["cached_tokens"].as_u64();
+    assert_eq!(
+        [cached(&first), cached(&second), cached(&other)],
+        [Some(0), Some(64), Some(0)]
+    );
     let page = scrape(addr).await;
     assert_eq!(
         metric(&page, "vllm:prefix_cache_queries_total", &[]),
@@ -477,6 +488,7 @@ async fn a_cached_prefix_costs_no_prefill() {
     chat(addr, &with_system(&system, "first")).await;
     let again = chat(addr, &with_system(&system, "second")).await;
     assert!(ttft_ms(&again) >= 79.0, "{} ms", ttft_ms(&again));
+    assert!(final_usage(&again).get("prompt_tokens_details").is_none());
     let page = scrape(addr).await;
     assert!(!page.keys().any(|k| k.contains("prefix_cache")));
     server.shutdown().await;

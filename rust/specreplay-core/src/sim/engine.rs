@@ -94,6 +94,8 @@ struct Running {
     /// Prompt tokens still to compute (`capacity.max_num_batched_tokens`):
     /// no step until the last chunk is in.
     prefill_left: u32,
+    /// Prompt tokens the prefix cache served (`None` without one).
+    cached: Option<u32>,
 }
 
 struct Engine {
@@ -186,11 +188,12 @@ impl Engine {
             let job = self.waiting.pop_front().expect("the head exists");
             let prompt = job.script.prompt_tokens;
             self.exporter.count_prompt(prompt);
-            let cached = match &mut self.prefix {
+            let hit = self
+                .prefix
+                .as_mut()
                 // As in vLLM, the last prompt token is always computed.
-                Some(cache) => cache.admit(&job.prefix_blocks).min(prompt - 1),
-                None => 0,
-            };
+                .map(|cache| cache.admit(&job.prefix_blocks).min(prompt - 1));
+            let cached = hit.unwrap_or(0);
             self.exporter.count_prefix(prompt, cached);
             self.kv_used += kv;
             self.running.push(Running {
@@ -198,6 +201,7 @@ impl Engine {
                 kv,
                 decoding: false,
                 prefill_left: prompt - cached,
+                cached: hit,
             });
         }
     }
@@ -234,7 +238,12 @@ impl Engine {
             };
             self.exporter.count_step(&step);
             r.decoding = true;
-            let delivered = r.job.steps.send(Paced { step, at: end }).is_ok();
+            let paced = Paced {
+                step,
+                at: end,
+                cached_tokens: r.cached,
+            };
+            let delivered = r.job.steps.send(paced).is_ok();
             let stays = delivered && !step.last;
             if !stays {
                 freed += r.kv;

@@ -23,10 +23,12 @@ pub(super) async fn answer(
     mut script: Script,
     mut pacer: Pacer,
 ) -> Response<SimBody> {
+    let mut cached_tokens = None;
     let ready = async {
         let mut deadline = None;
         while let Some(paced) = pacer.next(&mut script).await {
             deadline = Some(paced.at);
+            cached_tokens = paced.cached_tokens;
         }
         if let Some(at) = deadline {
             tokio::time::sleep_until(at.into()).await;
@@ -49,7 +51,8 @@ pub(super) async fn answer(
             script.prompt_tokens,
             script.total_tokens(),
             reasoning_tokens,
-        ),
+        )
+        .with_cached(cached_tokens),
         finish: script.finish,
         text: Texts::default(),
         render,

@@ -20,6 +20,9 @@ use super::script::{Finish, Script, Step};
 pub struct Paced {
     pub step: Step,
     pub at: Instant,
+    /// The prompt tokens the prefix cache served (the capacity model's
+    /// engine with prefix caching on; `None` otherwise).
+    pub cached_tokens: Option<u32>,
 }
 
 enum Source {
@@ -74,6 +77,7 @@ impl Pacer {
                 Paced {
                     step,
                     at: *start + Duration::from_micros(step.due_us),
+                    cached_tokens: None,
                 }
             }),
             Source::Engine(steps) => ready!(steps.poll_recv(cx)),

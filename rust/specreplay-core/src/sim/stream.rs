@@ -65,6 +65,8 @@ pub struct SseStream {
     next: Option<Step>,
     /// Tokens written so far.
     emitted: u32,
+    /// The prompt tokens the prefix cache served, as the engine said.
+    cached_tokens: Option<u32>,
     shutdown: ShutdownSignal,
     continuous_usage: bool,
     include_usage: bool,
@@ -107,6 +109,7 @@ impl SseStream {
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             next: None,
             emitted: 0,
+            cached_tokens: None,
             shutdown,
             continuous_usage,
             include_usage,
@@ -144,12 +147,13 @@ impl SseStream {
             }
         }
         self.next = Some(paced.step);
+        self.cached_tokens = paced.cached_tokens;
         self.sleep.as_mut().reset((paced.at + self.delay).into());
     }
 
     fn usage(&self, completion: u32, reasoning: u32, details: bool) -> Usage {
         let reasoning = (details && self.report_reasoning).then_some(reasoning);
-        Usage::new(self.script.prompt_tokens, completion, reasoning)
+        Usage::new(self.script.prompt_tokens, completion, reasoning).with_cached(self.cached_tokens)
     }
 
     /// Renders one step (after the first, the dialect's opening events;

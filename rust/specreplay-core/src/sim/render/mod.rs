@@ -28,11 +28,22 @@ pub struct Usage {
     pub total_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_tokens_details: Option<CompletionDetails>,
+    /// Prompt tokens served from the prefix cache, when the capacity model
+    /// keeps one (vLLM's `--enable-prompt-tokens-details`): without it a
+    /// client cannot tell a cache hit from a short prefill, and `calibrate`
+    /// cannot fit what a hit costs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptDetails>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
 pub struct CompletionDetails {
     pub reasoning_tokens: u32,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct PromptDetails {
+    pub cached_tokens: u32,
 }
 
 impl Usage {
@@ -44,7 +55,20 @@ impl Usage {
             total_tokens: prompt + completion,
             completion_tokens_details: reasoning
                 .map(|reasoning_tokens| CompletionDetails { reasoning_tokens }),
+            prompt_tokens_details: None,
         }
+    }
+
+    /// With the prompt's cached tokens (`None`: no prefix cache, not reported).
+    pub fn with_cached(self, cached: Option<u32>) -> Usage {
+        Usage {
+            prompt_tokens_details: cached.map(|cached_tokens| PromptDetails { cached_tokens }),
+            ..self
+        }
+    }
+
+    fn cached(&self) -> u32 {
+        self.prompt_tokens_details.map_or(0, |d| d.cached_tokens)
     }
 
     fn reasoning(&self) -> u32 {

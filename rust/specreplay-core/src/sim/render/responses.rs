@@ -162,7 +162,7 @@ impl Renderer {
 fn responses_usage(u: Usage) -> Value {
     json!({
         "input_tokens": u.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": u.cached()},
         "output_tokens": u.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": u.reasoning()},
         "total_tokens": u.total_tokens,
