@@ -167,3 +167,32 @@ def test_the_frontend_spread_is_the_width_of_the_first_byte_delays() -> None:
     p = fit_jitter(rows)
     assert p.status == "fitted" and p.value == pytest.approx(4_000, rel=0.2)
     assert fit_jitter(rows.iloc[:5]).status == "unknown"
+
+
+def _pairs(first_token_offsets_us: list[tuple[int, int]], cached: int = 0) -> pd.DataFrame:
+    """Pairs of requests sent 0.3 ms apart to an idle server, each pair after the last ended."""
+    rows = []
+    for k, (a, b) in enumerate(first_token_offsets_us):
+        t = k * 10_000_000
+        for i, off in enumerate((a, b)):
+            sent = t + 300 * i
+            rows.append({"group": "0", "sent_us": sent, "first_token_us": t + off, "end_us": t + 5_000_000,
+                         "prompt_tokens": 200, "cached_tokens": cached if i == 0 else 0})
+    return pd.DataFrame(rows)
+
+
+def test_requests_sent_together_to_an_idle_server_show_whether_it_launches_them_together() -> None:
+    from specreplay.run.calibrate.fit import fit_co_launch
+
+    # llama.cpp: both first tokens of a pair from one prefill iteration (read 0.4 ms apart).
+    together = fit_co_launch(_pairs([(1_500_000, 1_500_400)] * 3))
+    assert (together.status, together.value, together.samples) == ("fitted", 1.0, 3)
+    # vLLM, the simulator: the first arrival alone, the second a prefill (60 ms) later; one pair of four together.
+    apart = fit_co_launch(_pairs([(80_000, 140_000)] * 3 + [(80_000, 80_100)]))
+    assert (apart.status, apart.value, apart.samples) == ("fitted", 0.25, 4)
+    # A pair with a prompt found cached whole tells nothing (llama.cpp starts that one alone too).
+    assert fit_co_launch(_pairs([(20_000, 140_000)] * 3, cached=199)).status == "unknown"
+    # Sent 10 ms apart: not together.
+    late = _pairs([(1_500_000, 1_500_400)])
+    late.loc[1, "sent_us"] = 10_000
+    assert fit_co_launch(late).status == "unknown"

@@ -312,3 +312,39 @@ def test_a_measured_figures_interval_counts_every_request_of_joined_parts(calibr
     low, high = p50.relative(value)
     assert low <= 0 <= high
     assert found[(point, "ttft_p90_ms")].needed == 50 and found[(point, "tpot_p99_ms")].needed == 500
+
+
+def test_a_run_that_repeats_prompts_measures_the_prefix_cache(tmp_path: Path) -> None:
+    # The simulator's prefix cache (on by default) serves a repeated prompt
+    # with no prefill and reports the hit as usage's cached_tokens: a looped
+    # trace lets calibrate fit the cached cost (truth 0), and a prediction
+    # of another looped trace then matches the simulator's TTFT.
+    sim = {**SIM, "capacity": {"max_num_seqs": 4, "batch_step_cost": 0.2}}
+    t = trace(tmp_path, "t", n=12)
+    model = calibrate([str(run(tmp_path, "c1", t, sim, concurrency=[1], num_requests=24)),
+                       str(run(tmp_path, "c4", t, sim, concurrency=[4], num_requests=24))])
+    cached = model.params["prefill_us_per_cached_token"]
+    assert cached.status == "fitted", cached
+    # The simulator starts the first arrival at an idle engine alone (the c=4 run's first four).
+    assert (model.params["co_launch"].status, model.params["co_launch"].value) == ("fitted", 0.0)
+    assert cached.value < 0.1 * SIM["prefill_us_per_token"], cached
+    held = trace(tmp_path, "held", n=12, seed=7)
+    measured = summarize(specreplay.load(run(tmp_path, "real", held, sim, concurrency=[2], num_requests=36))).iloc[0]
+    model.write(tmp_path / "server.toml")
+    out = tmp_path / "p.arrow"
+    run_replay(ReplayConfig(trace=held, predict=str(tmp_path / "server.toml"), concurrency=[2], num_requests=36, output=str(out)))
+    predicted = summarize(specreplay.load(out)).iloc[0]
+    for figure in ("ttft_p50_ms", "output_tok_s"):
+        assert predicted[figure] == pytest.approx(measured[figure], rel=0.25), (figure, predicted[figure], measured[figure])
+    assert "repeat a trace record" not in validity.check(specreplay.load(out))[0].message
+
+
+def test_a_looped_trace_predicted_without_a_measured_prefix_cache_says_so(calibrated: tuple[Path, ServerModel], tmp_path: Path) -> None:
+    tmp, model = calibrated
+    assert model.params["prefill_us_per_cached_token"].status == "unknown"  # SIM has no prefix cache
+    out = tmp_path / "p.arrow"
+    t = trace(tmp_path, "held", n=10, seed=7)
+    run_replay(ReplayConfig(trace=t, predict=str(tmp / "server.toml"), concurrency=[2], num_requests=30, output=str(out)))
+    found = {f.code: f for f in validity.check(specreplay.load(out))}
+    assert found["outside_calibration"].level == "warning"
+    assert "20 of 30 requests repeat a trace record's prompt" in found["outside_calibration"].message

@@ -345,6 +345,7 @@ class ServerModel(TypedDict, total=False):
 
     frontend_us: float
     frontend_jitter_us: float
+    co_launch: bool
     prefill_us_per_token: float
     prefill_us_per_cached_token: float
     step_us: float

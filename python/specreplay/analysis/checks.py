@@ -248,6 +248,14 @@ def _percentiles_short(units: int, quantiles: tuple[float, ...] = (0.5, 0.9, 0.9
     return [name for name, _ in short], ", ".join(f"{n} for a {name}" for name, n in short)
 
 
+def _repeated_prompts(point: SummarisedPoint) -> int:
+    """Successful requests that replay a trace record an earlier one sent."""
+    ok = point.ok_rows
+    if "trace_id" not in ok.columns:
+        return 0
+    return len(ok) - len({record_id(str(t)) for t in ok["trace_id"]})
+
+
 def _too_few_requests(point: SummarisedPoint) -> Finding | None:
     ok = point.ok_rows
     units = len({record_id(str(t)) for t in ok["trace_id"]}) if "trace_id" in ok.columns else len(ok)
@@ -303,6 +311,15 @@ def _outside_calibration(point: SummarisedPoint) -> Finding | None:
                       "(beyond: extrapolated by batch_step_cost)")
     if p.get("peak_waiting", 0) and isinstance(seen, int) and p["peak_running"] + p["peak_waiting"] > seen:
         beyond.append(f"{p['peak_waiting']} waiting at the peak")
+    repeats = _repeated_prompts(point)
+    if p.get("prefix_cache_modelled") is False and repeats:
+        # Looping a short trace (--num-requests above its length) sends each
+        # prompt again: a server's prefix cache serves those at a fraction of
+        # the prefill, the model (which never saw a cache hit) at full cost.
+        beyond.append(f"{repeats} of {len(point.ok_rows)} requests repeat a trace record's prompt, and the calibration "
+                      "runs saw no prefix-cache hit: the model prefills each repeat in full, where a server with a "
+                      "prefix cache serves it from there (calibrate with a run that repeats prompts too, e.g. the "
+                      "same trace with --num-requests twice its length)")
     if not beyond and not p.get("assumptions"):
         return None
     parts = beyond + [a for a in p.get("assumptions", []) if "what-if" in a or "unknown" in a]

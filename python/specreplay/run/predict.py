@@ -111,6 +111,7 @@ class Predictor:
             "iterations": stats.iterations,
             "span_us": stats.span_us,
             "assumptions": self.model.assumptions(concurrent),
+            "prefix_cache_modelled": self.model.prefix_cache_known,
         }
         info = {"model": self.model.source, "calibration": self.model.calibration, "points": [self.points[f"{label}/{point}"]]}
         return PredictedRun([pa.record_batch(b) for b in out], {PREDICTED_KEY: json.dumps([info])})

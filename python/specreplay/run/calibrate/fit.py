@@ -87,6 +87,53 @@ def fit_jitter(rows: pd.DataFrame) -> Param:
                  "twice the interquartile range of the first-byte delays of requests alone (a uniform's width)")
 
 
+#: Requests sent within this of each other were "sent together" (a closed
+#: loop's start; streams in lockstep, whose last chunks llama.cpp writes a
+#: few ms apart), and first tokens this close came from one iteration, µs.
+#: A server whose prefill of the rest of a group takes less than this is
+#: taken as launching them together: the prediction differs by as little.
+SENT_TOGETHER_US = 5_000
+
+
+def fit_co_launch(rows: pd.DataFrame) -> Param:
+    """co_launch: the share of requests sent together to an idle server that
+    it started in one iteration (their first tokens at one moment). llama.cpp's
+    loop launches every request sent by the time it starts; vLLM's busy loop
+    and the simulator start the first arrival at once and prefill the rest
+    one iteration later, so their first tokens are a prefill apart. A group
+    with a prompt found cached whole is left out (llama.cpp starts that one
+    alone whatever the rule, des.rs `admit`)."""
+    together = 0
+    groups = 0
+    for _, g in rows.groupby("group"):
+        g = g.sort_values("sent_us")
+        sent = g["sent_us"].to_numpy(dtype=np.int64)
+        first = g["first_token_us"].to_numpy(dtype=np.int64)
+        end = g["end_us"].to_numpy(dtype=np.int64)
+        prompt = g["prompt_tokens"].to_numpy(dtype=float)
+        cached = g["cached_tokens"].to_numpy(dtype=float) if "cached_tokens" in g else np.zeros(len(g))
+        start = 0
+        while start < len(g):
+            stop = start + 1
+            while stop < len(g) and sent[stop] - sent[stop - 1] < SENT_TOGETHER_US:
+                stop += 1
+            idle = not (end[:start] > sent[start]).any()
+            whole_hit = bool((np.nan_to_num(cached[start:stop]) * 2 >= prompt[start:stop]).any())
+            if stop - start >= 2 and idle and not whole_hit:
+                groups += 1
+                ttft = first[start:stop] - sent[start:stop]
+                # One iteration's first tokens are read within ms; a prefill apart is more.
+                together += int(first[start:stop].max() - first[start:stop].min() <= SENT_TOGETHER_US + 0.02 * ttft.min())
+            start = stop
+    if groups == 0:
+        return Param("co_launch", "unknown",
+                     needs="requests sent together to an idle server, none a prompt found cached whole (the usage probe "
+                           "leaves a point's first request cached): e.g. a closed-loop run at --concurrency 2 with one output length "
+                           "(each pair ends, and sends its next, together)")
+    return Param("co_launch", "fitted", together / groups, None, None, groups,
+                 "groups of requests sent within 5 ms to an idle server whose first tokens came at one moment, as a share")
+
+
 def _alone(rows: pd.DataFrame) -> pd.DataFrame:
     """The requests alone in the server from their send to their first token."""
     alone_parts = []
@@ -435,8 +482,9 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
     if len(plain) and len(drafting):
         spec.how += f"; from {paths[drafting[0]]} (the runs without drafts give step_us)"
     jitter = fit_jitter(rows)
+    co_launch = fit_co_launch(rows)
     template = fit_template_cache(rows, cached)
-    params = {p.name: p for p in (frontend, jitter, prefill, cached, template, step, batch_cost, factors, max_seqs, budget, kv, ratio, delivery, spec, spec_cost,
+    params = {p.name: p for p in (frontend, jitter, co_launch, prefill, cached, template, step, batch_cost, factors, max_seqs, budget, kv, ratio, delivery, spec, spec_cost,
                                   speed, window)}
     in_flight = 0
     for _, g in rows.groupby("group"):

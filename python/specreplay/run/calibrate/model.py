@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 PARAMS: dict[str, tuple[str, str]] = {
     "frontend_us": ("µs", "fixed time from arrival to the waiting queue"),
     "frontend_jitter_us": ("µs", "width of the uniform spread of the frontend time around frontend_us"),
+    "co_launch": ("share", "of the groups of requests sent together to an idle server, the share it started in one iteration: from one half, the model launches every request sent by an iteration's start with it (llama.cpp's loop), below, the first arrival starts alone (vLLM, the simulator)"),
     "prefill_us_per_token": ("µs/token", "prefill cost per computed prompt token"),
     "prefill_us_per_cached_token": ("µs/token", "prefill cost per prompt token served from the prefix cache"),
     "template_cached_tokens": ("tokens", "prompt tokens every request finds cached whatever its prompt (llama.cpp's chat-template prefix, left in its slot)"),
@@ -115,6 +116,12 @@ class ServerModel:
     calibration: dict[str, Any] = field(default_factory=dict)
     source: str = ""
 
+    @property
+    def prefix_cache_known(self) -> bool:
+        """The runs measured what a cached prompt token costs, so the model
+        has a prefix cache; without it every prompt is prefilled in full."""
+        return self.params["prefill_us_per_cached_token"].status != "unknown"
+
     def to_toml(self) -> str:
         import tomli_w
 
@@ -201,6 +208,8 @@ class ServerModel:
         mapping: dict[str, Any] = {
             "frontend_us": float(value("frontend_us", 0.0)),
             "frontend_jitter_us": float(value("frontend_jitter_us", 0.0)),
+            # Unknown: launched together, the rule the model was first built on (llama.cpp's).
+            "co_launch": float(value("co_launch", 1.0)) >= 0.5,
             "prefill_us_per_token": prefill,
             # Unknown: a cached token costs what a computed one does (no discount assumed).
             "prefill_us_per_cached_token": float(value("prefill_us_per_cached_token", prefill)),
@@ -210,7 +219,7 @@ class ServerModel:
             "max_num_seqs": None if self.params["max_num_seqs"].status == "unknown" else int(self.params["max_num_seqs"].value),
             "max_num_batched_tokens": None if self.params["max_num_batched_tokens"].status == "unknown" else int(self.params["max_num_batched_tokens"].value),
             "kv_cache_tokens": None if self.params["kv_cache_tokens"].status == "unknown" else int(self.params["kv_cache_tokens"].value),
-            "prefix_caching": self.params["prefill_us_per_cached_token"].status != "unknown",
+            "prefix_caching": self.prefix_cache_known,
             "template_cached_tokens": int(value("template_cached_tokens", 0)),
             "prompt_tokens_per_word": float(value("prompt_tokens_per_word", 1.0)),
             "steps_per_chunk": float(value("steps_per_chunk", 1.0)),
@@ -244,6 +253,8 @@ class ServerModel:
             out.append(f"frontend_us unknown: taken as 0, its time is in prefill_us_per_token ({p['frontend_us'].needs})")
         if p["frontend_jitter_us"].status == "unknown":
             out.append(f"frontend_jitter_us unknown: requests sent together reach the engine together ({p['frontend_jitter_us'].needs})")
+        if concurrent and p["co_launch"].status == "unknown":
+            out.append(f"co_launch unknown: requests sent together are launched in one iteration, as llama.cpp does ({p['co_launch'].needs})")
         if p["prompt_tokens_per_word"].status == "unknown":
             out.append(f"prompt_tokens_per_word unknown: prompts counted one token per word ({p['prompt_tokens_per_word'].needs})")
         if p["prefill_us_per_cached_token"].status == "unknown":

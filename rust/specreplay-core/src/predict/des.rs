@@ -224,7 +224,8 @@ impl<'a> Des<'a> {
     /// slot, 4–17 ms from send to first byte), so a closed loop's next
     /// request, sent on its predecessor's last chunk, is launched with the
     /// one queued behind it (two llama.cpp requests sent 14 ms apart, one
-    /// iteration, shared their prefill and stayed in lockstep).
+    /// iteration, shared their prefill and stayed in lockstep). Only with
+    /// `co_launch` (calibrated: the simulator and vLLM start at once).
     fn queue_arrivals(&mut self, start: i64) {
         while let Some(&Reverse((ready, r))) = self.arriving.peek() {
             if ready > start {
@@ -233,7 +234,7 @@ impl<'a> Des<'a> {
             self.arriving.pop();
             self.waiting.push_back(r);
         }
-        if self.waiting.is_empty() {
+        if self.waiting.is_empty() || !self.model.co_launch {
             return;
         }
         let horizon =
@@ -326,7 +327,7 @@ impl<'a> Des<'a> {
                 }
                 None => (0, false),
             };
-            alone = idle && whole && self.running.is_empty();
+            alone = self.model.co_launch && idle && whole && self.running.is_empty();
             let computed = p.prompt_tokens - cached;
             prefill += self.model.prefill_us_per_cached_token * f64::from(cached);
             let record = &mut self.records[r];

@@ -36,6 +36,15 @@ pub struct ServerModel {
     /// always sharing their prefill iteration.
     #[serde(default)]
     pub frontend_jitter_us: f64,
+    /// An idle server starts one iteration for the requests sent together:
+    /// with the first to reach it, it queues every request sent by then
+    /// that is still in its frontend time (llama.cpp's loop, whose launch
+    /// takes as long as a request takes to reach it), and a prompt found
+    /// cached whole starts its iteration alone. `false`: the first arrival
+    /// starts an iteration at once, those behind it wait for the next
+    /// (vLLM's busy loop, the embedded simulator).
+    #[serde(default = "yes")]
+    pub co_launch: bool,
     /// Prefill cost per computed prompt token.
     pub prefill_us_per_token: f64,
     /// Prefill cost per prompt token served from the prefix cache.
@@ -108,6 +117,10 @@ pub struct ServerModel {
 
 fn one() -> f64 {
     1.0
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl ServerModel {

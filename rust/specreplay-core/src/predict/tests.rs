@@ -253,3 +253,33 @@ fn the_template_prefix_is_cached_for_every_prompt() {
     assert_eq!(rows[0].cached_tokens, Some(4));
     assert_eq!(rows[0].first_token_us, Some(1000 + 100));
 }
+
+#[test]
+fn without_co_launch_the_first_arrival_starts_an_iteration_alone() {
+    // r0 answers 3 tokens, r1 4: r0 ends at 1230, r1 at 1330 (a lone step
+    // of 100 µs), so r2 (sent at 1230) is queued when r3 is sent (1330).
+    let mut reqs = distinct(4, 40, 3);
+    let long = distinct(2, 40, 4);
+    reqs[1] = long[1].clone();
+    let mut m = model(None);
+    m.frontend_us = 50.0;
+    let (rows, _) = predict_point(&m, &closed_loop(2), &reqs, 0).unwrap();
+    assert_eq!((rows[0].end_us, rows[1].end_us), (Some(1230), Some(1330)));
+    // llama.cpp's loop: r3, still in its frontend time, is launched with r2
+    // (one prefill of 880 µs for the two).
+    assert_eq!(rows[2].first_token_us, Some(1330 + 880));
+    assert_eq!(rows[3].first_token_us, Some(1330 + 880));
+    // vLLM's: r2 starts at once (440 µs), r3 is prefilled in r2's next
+    // iteration with r2's decode step (440 + 100).
+    m.co_launch = false;
+    let (rows, _) = predict_point(&m, &closed_loop(2), &reqs, 0).unwrap();
+    assert_eq!(rows[2].first_token_us, Some(1330 + 440));
+    assert_eq!(rows[3].first_token_us, Some(1330 + 440 + 540));
+    // And a prompt found cached whole does not start an iteration alone:
+    // the two sent together share it (12 + 44 computed tokens).
+    m.prefix_caching = true;
+    m.usage_probe = true;
+    let (rows, _) = predict_point(&m, &closed_loop(2), &distinct(2, 40, 3), 0).unwrap();
+    assert_eq!(rows[0].first_token_us, Some(50 + 560));
+    assert_eq!(rows[1].first_token_us, Some(50 + 560));
+}
