@@ -8,6 +8,7 @@ points nowhere is a reader sent nowhere, so it fails here, not on GitHub.
 from __future__ import annotations
 
 import re
+import subprocess
 import unicodedata
 from functools import cache
 from pathlib import Path
@@ -23,9 +24,16 @@ HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 
 
 def markdown_files() -> list[Path]:
-    return sorted(
-        p for p in ROOT.rglob("*.md") if not SKIP_DIRS.intersection(p.relative_to(ROOT).parts[:-1])
-    )
+    """The project's own Markdown: what git tracks or would (not what it
+    ignores, such as the vLLM job's .venv-vllm with vLLM's own docs); every
+    file under ROOT outside SKIP_DIRS where this is not a git checkout."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "*.md"],
+                                cwd=ROOT, capture_output=True, check=True).stdout.decode()
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(p for p in ROOT.rglob("*.md") if not SKIP_DIRS.intersection(p.relative_to(ROOT).parts[:-1]))
+    return sorted(ROOT / name for name in listed.split("\0") if name and (ROOT / name).is_file()
+                  and not SKIP_DIRS.intersection(Path(name).parts[:-1]))
 
 
 def prose_lines(path: Path) -> list[tuple[int, str]]:
