@@ -12,6 +12,8 @@ Each parameter comes from what the runs show directly:
   preemption; both unknown when no run got there;
 - delivery: tokens per chunk after the first, per step;
 - speculation: `vllm:spec_decode_*` counters (acceptance by position);
+  without them, chunks of several tokens that took as long per token as
+  chunks of one are steps merged in the stream, not speculation;
 - prompt tokens per counted word: the server's prompt counts against the
   trace's prompts counted the simulator's way;
 - the speed spread: each request's decode steps against the fitted step
@@ -328,21 +330,64 @@ def _counter_delta(m: pd.DataFrame, name: str) -> pd.Series:
     return delta
 
 
+#: Per token, the median gap before a chunk of several tokens over the median
+#: gap before a chunk of one, at or above which those tokens took a step each
+#: and were only delivered together (text the server held back, llama.cpp's
+#: partial stop strings and split UTF-8 among them, or a stream merging steps
+#: under load). Speculation makes a chunk's tokens in one step, so there the
+#: ratio is about 1/tokens: 0.5 or less.
+MERGED_STEPS_RATIO = 0.75
+
+#: Multi-token chunks a gap ratio needs before it says anything.
+MIN_MULTI_CHUNKS = 5
+
+
+def merged_steps_ratio(rows: pd.DataFrame) -> float | None:
+    """`MERGED_STEPS_RATIO`'s figure for `rows`, or None where the rows have
+    no stamps or too few chunks of either kind. Chunks read at one stamp
+    (gap 0) are left out: their step is the chunk before them."""
+    if not len(rows) or "chunk_ts_us" not in rows:
+        return None
+    single: list[np.ndarray] = []
+    per_token: list[np.ndarray] = []
+    for ts, tok in zip(rows["chunk_ts_us"], rows["chunk_tokens"]):
+        if len(ts) < 2 or len(tok) != len(ts):
+            continue
+        gap = np.diff(np.asarray(ts, dtype=np.int64)).astype(float)
+        t = np.asarray(tok, dtype=float)[1:]
+        stamped = gap > 0
+        single.append(gap[stamped & (t == 1)])
+        per_token.append((gap / np.maximum(t, 1.0))[stamped & (t > 1)])
+    one = np.concatenate(single) if single else np.array([])
+    several = np.concatenate(per_token) if per_token else np.array([])
+    if len(one) < MIN_MULTI_CHUNKS or len(several) < MIN_MULTI_CHUNKS:
+        return None
+    return float(np.median(several) / np.median(one))
+
+
 def fit_spec(m: pd.DataFrame, rows: pd.DataFrame) -> tuple[Param, float]:
-    """spec_acceptance by position from vLLM's counters; tokens per step."""
+    """spec_acceptance by position from vLLM's counters; tokens per step.
+    Without counters, chunks of several tokens are speculation only if they
+    came faster per token than chunks of one (`merged_steps_ratio`)."""
     if not len(m) or not (m["name"] == "vllm:spec_decode_num_drafts_total").any():
         multi = float((rows["chunk_tokens"].map(lambda t: (np.asarray(t)[1:] > 1).mean() if len(t) > 1 else 0.0)).mean()) if len(rows) else 0.0
         how = "no speculative-decoding counters in the server's metrics"
         if multi < 0.05:
             return Param("spec_acceptance", "fitted", [], None, None, len(rows), how + " and chunks of one token: no speculation"), 1.0
+        ratio = merged_steps_ratio(rows)
+        if ratio is not None and ratio >= MERGED_STEPS_RATIO:
+            return Param("spec_acceptance", "fitted", [], None, None, len(rows),
+                         how + f"; {multi:.0%} of chunks carry several tokens, but each of their tokens took as long as a "
+                         f"chunk of one ({ratio:.2f} of its gap, median): steps merged in the stream, no speculation"), 1.0
         if len(m) and m["name"].str.startswith("vllm:").any():
             # vLLM exports vllm:spec_decode_* whenever it drafts: without them
             # it did not, and its multi-token chunks are the stream's merging
             # of steps under load (the delivery fit's steps_per_chunk).
             return Param("spec_acceptance", "fitted", [], None, None, len(rows),
                          f"a vLLM server exporting no vllm:spec_decode_* counters: no speculation ({multi:.0%} of chunks carry several tokens: steps merged in the stream)"), 1.0
+        timing = "" if ratio is None else f", {ratio:.2f} of a one-token chunk's gap per token (faster: drafts?)"
         return Param("spec_acceptance", "unknown",
-                     needs=how + f", but {multi:.0%} of chunks carry several tokens: scrape a server that exports vllm:spec_decode_* (--metrics)"), 1.0
+                     needs=how + f", but {multi:.0%} of chunks carry several tokens{timing}: scrape a server that exports vllm:spec_decode_* (--metrics)"), 1.0
     drafts = float(_counter_delta(m, "vllm:spec_decode_num_drafts_total").sum())
     per_pos = _counter_delta(m, "vllm:spec_decode_num_accepted_tokens_per_pos_total")
     by_pos: dict[int, float] = {}
