@@ -51,8 +51,8 @@ def step_factor(decoding: np.ndarray, batch_cost: Param, factors: Param) -> np.n
     return result
 
 
-def _gaps(rows: pd.DataFrame, tokens_per_step: float) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray],
-                                                                PerRequest, int]:
+def _gaps(rows: pd.DataFrame, tokens_per_step: float, one_token_chunks: bool = False
+          ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray], PerRequest, int]:
     gaps, batch, chunk_tokens, clean = [], [], [], []
     per_request: PerRequest = []
     peak = 0
@@ -77,6 +77,8 @@ def _gaps(rows: pd.DataFrame, tokens_per_step: float) -> tuple[list[np.ndarray],
             decoding = in_server(g, (t0 + t1) // 2, "first_token_us", "last_token_us")
             chunk_tokens.append(tok[1:][keep])
             keep &= prefill_in == 0
+            if one_token_chunks:
+                keep &= tok[1:] <= 1
             steps = np.maximum(tok[1:] / tokens_per_step, 1.0)
             gaps.append(((t1 - t0) / steps)[keep])
             batch.append(decoding[keep])
@@ -132,13 +134,19 @@ def _table(levels: np.ndarray, medians: np.ndarray, counts: np.ndarray, step: fl
     return Param("batch_step_factors", "fitted", factors, None, spread * step, int(counts[counts >= MIN_SIZE_GAPS].sum()), how)
 
 
-def fit_decode(rows: pd.DataFrame, tokens_per_step: float) -> tuple[Param, Param, Param, Param, int, PerRequest]:
+def fit_decode(rows: pd.DataFrame, tokens_per_step: float, one_token_chunks: bool = False
+               ) -> tuple[Param, Param, Param, Param, int, PerRequest]:
     """step_us, batch_step_cost and batch_step_factors from chunk gaps
     against the decoding count; steps_per_chunk from tokens per chunk. Also
     returns the most requests seen decoding at once, and per request its
     kept gaps (per step), the decoding counts in them and its decode span
-    (for the speed spread)."""
-    gaps, batch, chunk_tokens, clean_parts, per_request, peak = _gaps(rows, tokens_per_step)
+    (for the speed spread).
+
+    A gap counts as its chunk's tokens over `tokens_per_step` steps.
+    `one_token_chunks`: only the gaps before chunks of one token, each one
+    step (a speculative run's: its chunk of several tokens is one step too,
+    and dividing its gap by them shortens the step)."""
+    gaps, batch, chunk_tokens, clean_parts, per_request, peak = _gaps(rows, tokens_per_step, one_token_chunks)
     if not gaps or not sum(len(x) for x in gaps):
         unknown = "needs streamed answers of two chunks or more"
         return (Param("step_us", "unknown", needs=unknown), Param("batch_step_cost", "unknown", needs=unknown),

@@ -365,6 +365,11 @@ def merged_steps_ratio(rows: pd.DataFrame) -> float | None:
     return float(np.median(several) / np.median(one))
 
 
+#: One-token chunks a drafting run needs for its step to be timed on them
+#: alone (`spec_step_cost`); with fewer (high acceptance), every chunk.
+MIN_ONE_TOKEN_GAPS = 20
+
+
 def fit_spec(m: pd.DataFrame, rows: pd.DataFrame) -> tuple[Param, float]:
     """spec_acceptance by position from vLLM's counters; tokens per step.
     Without counters, chunks of several tokens are speculation only if they
@@ -510,7 +515,11 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
         spec, tokens_per_step = specs[drafting[0]]
         if plain and step.status == "fitted":
             spec_rows = rows[rows["file"].isin(drafting)]
-            spec_step, *_ = fit_decode(spec_rows, tokens_per_step)
+            # A speculative step's chunk holds what it accepted, 1 to k + 1 tokens made in one step: the
+            # chunks of one token time a whole step; the rest divided by tokens per step would shorten it.
+            spec_step, *_ = fit_decode(spec_rows, tokens_per_step, one_token_chunks=True)
+            if spec_step.status != "fitted" or spec_step.samples < MIN_ONE_TOKEN_GAPS:
+                spec_step, *_ = fit_decode(spec_rows, tokens_per_step)
             k = len(spec.value)
             if spec_step.status == "fitted":
                 cost = max(float(spec_step.value) / float(step.value) - 1.0, 0.0) / k
