@@ -15,6 +15,8 @@ table is what a prediction uses where it has one.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -51,8 +53,8 @@ def step_factor(decoding: np.ndarray, batch_cost: Param, factors: Param) -> np.n
     return result
 
 
-def _gaps(rows: pd.DataFrame, tokens_per_step: float, one_token_chunks: bool = False
-          ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray], PerRequest, int]:
+def _gaps(rows: pd.DataFrame, tokens_per_step: float) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray],
+                                                                PerRequest, int]:
     gaps, batch, chunk_tokens, clean = [], [], [], []
     per_request: PerRequest = []
     peak = 0
@@ -77,8 +79,6 @@ def _gaps(rows: pd.DataFrame, tokens_per_step: float, one_token_chunks: bool = F
             decoding = in_server(g, (t0 + t1) // 2, "first_token_us", "last_token_us")
             chunk_tokens.append(tok[1:][keep])
             keep &= prefill_in == 0
-            if one_token_chunks:
-                keep &= tok[1:] <= 1
             steps = np.maximum(tok[1:] / tokens_per_step, 1.0)
             gaps.append(((t1 - t0) / steps)[keep])
             batch.append(decoding[keep])
@@ -88,6 +88,26 @@ def _gaps(rows: pd.DataFrame, tokens_per_step: float, one_token_chunks: bool = F
             per_request.append((gaps[-1], batch[-1], int(ts[-1] - ts[0])))
             peak = max(peak, int(decoding.max(initial=0)))
     return gaps, batch, chunk_tokens, clean, per_request, peak
+
+
+def drafting_step(rows: pd.DataFrame) -> tuple[float, float, int, int] | None:
+    """A drafting run's decode step as the model speculates: it drafts in
+    every iteration, so its step is the server's mean over all of its steps,
+    drafting or not (vLLM's n-gram proposer drafts in about a fifth of them,
+    and a step without a draft is cheaper: their median is that step). Each
+    chunk one step (a speculative step's accepted tokens come in one chunk,
+    so dividing a gap by its tokens would shorten it), gaps that held
+    another request's prefill left out; per request decoding alone, its mean
+    gap; the median over those requests. Returns (step µs, RMS of the
+    requests' means around it, gaps, requests), or None without two such
+    requests."""
+    *_, per_request, _ = _gaps(rows, math.inf)
+    means = [float(g[b == 1].mean()) for g, b, _ in per_request if int((b == 1).sum()) >= 2]
+    if len(means) < 2:
+        return None
+    step = float(np.median(means))
+    gaps = sum(int((b == 1).sum()) for _, b, _ in per_request)
+    return step, float(np.sqrt(np.mean((np.asarray(means) - step) ** 2))), gaps, len(means)
 
 
 def never_shrinking(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -134,19 +154,13 @@ def _table(levels: np.ndarray, medians: np.ndarray, counts: np.ndarray, step: fl
     return Param("batch_step_factors", "fitted", factors, None, spread * step, int(counts[counts >= MIN_SIZE_GAPS].sum()), how)
 
 
-def fit_decode(rows: pd.DataFrame, tokens_per_step: float, one_token_chunks: bool = False
-               ) -> tuple[Param, Param, Param, Param, int, PerRequest]:
+def fit_decode(rows: pd.DataFrame, tokens_per_step: float) -> tuple[Param, Param, Param, Param, int, PerRequest]:
     """step_us, batch_step_cost and batch_step_factors from chunk gaps
     against the decoding count; steps_per_chunk from tokens per chunk. Also
     returns the most requests seen decoding at once, and per request its
     kept gaps (per step), the decoding counts in them and its decode span
-    (for the speed spread).
-
-    A gap counts as its chunk's tokens over `tokens_per_step` steps.
-    `one_token_chunks`: only the gaps before chunks of one token, each one
-    step (a speculative run's: its chunk of several tokens is one step too,
-    and dividing its gap by them shortens the step)."""
-    gaps, batch, chunk_tokens, clean_parts, per_request, peak = _gaps(rows, tokens_per_step, one_token_chunks)
+    (for the speed spread)."""
+    gaps, batch, chunk_tokens, clean_parts, per_request, peak = _gaps(rows, tokens_per_step)
     if not gaps or not sum(len(x) for x in gaps):
         unknown = "needs streamed answers of two chunks or more"
         return (Param("step_us", "unknown", needs=unknown), Param("batch_step_cost", "unknown", needs=unknown),

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from specreplay.results.files import CONFIG_KEY
-from specreplay.run.calibrate.decode import fit_decode, in_server as _in_server, step_factor
+from specreplay.run.calibrate.decode import drafting_step, fit_decode, in_server as _in_server, step_factor
 from specreplay.run.calibrate.model import PARAMS, Param, ServerModel
 from specreplay.run.calibrate.outputs import fit_outputs
 from specreplay.run.calibrate.regress import robust_lstsq
@@ -365,11 +365,6 @@ def merged_steps_ratio(rows: pd.DataFrame) -> float | None:
     return float(np.median(several) / np.median(one))
 
 
-#: One-token chunks a drafting run needs for its step to be timed on them
-#: alone (`spec_step_cost`); with fewer (high acceptance), every chunk.
-MIN_ONE_TOKEN_GAPS = 20
-
-
 def fit_spec(m: pd.DataFrame, rows: pd.DataFrame) -> tuple[Param, float]:
     """spec_acceptance by position from vLLM's counters; tokens per step.
     Without counters, chunks of several tokens are speculation only if they
@@ -514,17 +509,18 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
         # The model speculates as the (first) drafting run did.
         spec, tokens_per_step = specs[drafting[0]]
         if plain and step.status == "fitted":
-            spec_rows = rows[rows["file"].isin(drafting)]
-            # A speculative step's chunk holds what it accepted, 1 to k + 1 tokens made in one step: the
-            # chunks of one token time a whole step; the rest divided by tokens per step would shorten it.
-            spec_step, *_ = fit_decode(spec_rows, tokens_per_step, one_token_chunks=True)
-            if spec_step.status != "fitted" or spec_step.samples < MIN_ONE_TOKEN_GAPS:
-                spec_step, *_ = fit_decode(spec_rows, tokens_per_step)
             k = len(spec.value)
-            if spec_step.status == "fitted":
-                cost = max(float(spec_step.value) / float(step.value) - 1.0, 0.0) / k
-                spec_cost = Param("spec_step_cost", "fitted", cost, None, spec_step.residual, spec_step.samples,
-                                  f"the one-sequence step with {k} drafts against the step without, per draft")
+            timed = drafting_step(rows[rows["file"].isin(drafting)])
+            if timed is not None:
+                spec_step_us, spread, gaps, requests = timed
+                cost = max(spec_step_us / float(step.value) - 1.0, 0.0) / k
+                spec_cost = Param("spec_step_cost", "fitted", cost, None, spread, gaps,
+                                  f"the one-sequence step with {k} drafts ({spec_step_us:.0f} µs: the median over {requests} requests "
+                                  "decoding alone of their mean chunk gap, every step a chunk, drafting or not) against "
+                                  "step_us, per draft")
+            else:
+                spec_cost = Param("spec_step_cost", "unknown",
+                                  needs="a drafting run with requests decoding alone (a run at --concurrency 1)")
         elif not plain:
             spec_cost = Param("spec_step_cost", "unknown",
                               needs="a run without speculation on the same server: step_us is the step with drafts until then")
