@@ -102,12 +102,13 @@ def drafting_step(rows: pd.DataFrame) -> tuple[float, float, int, int] | None:
     requests' means around it, gaps, requests), or None without two such
     requests."""
     *_, per_request, _ = _gaps(rows, math.inf)
-    means = [float(g[b == 1].mean()) for g, b, _ in per_request if int((b == 1).sum()) >= 2]
-    if len(means) < 2:
+    alone = [g[b == 1] for g, b, _ in per_request]
+    alone = [g for g in alone if len(g) >= 2]
+    if len(alone) < 2:
         return None
+    means = np.array([g.mean() for g in alone])
     step = float(np.median(means))
-    gaps = sum(int((b == 1).sum()) for _, b, _ in per_request)
-    return step, float(np.sqrt(np.mean((np.asarray(means) - step) ** 2))), gaps, len(means)
+    return step, float(np.sqrt(np.mean((means - step) ** 2))), sum(len(g) for g in alone), len(alone)
 
 
 def never_shrinking(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
