@@ -201,6 +201,49 @@ def test_the_template_prefix_every_prompt_finds_cached_is_fitted() -> None:
     assert unknown.status == "unknown"
 
 
+def _alone_rows(prompt: np.ndarray, cached: np.ndarray, seed: int = 7) -> pd.DataFrame:
+    """Requests alone in the server, 5 s apart: TTFT = 10 ms + 9 ms per
+    computed token + 0.1 ms per cached one, at a log-normal speed (0.1)."""
+    rng = np.random.default_rng(seed)
+    n = len(prompt)
+    sent = np.arange(n) * 5_000_000
+    ttft = ((10_000 + 9_000 * (prompt - cached) + 100 * cached) * np.exp(0.1 * rng.standard_normal(n))).astype(np.int64)
+    return pd.DataFrame({"group": "0", "sent_us": sent, "first_byte_us": sent + 5_000, "first_token_us": sent + ttft,
+                         "end_us": sent + ttft + 100_000, "prompt_tokens": prompt, "cached_tokens": cached})
+
+
+def test_one_run_with_its_usage_probe_and_the_template_prefix_models_the_prefix_cache() -> None:
+    # One calibration run at concurrency 1 against llama.cpp: the usage probe
+    # left the first prompt cached whole, every other request found the chat
+    # template's 24 tokens. One request that far off the usual count is enough
+    # to fit a cached token's cost; without it the model charged the 24
+    # template tokens of every prompt at the computed-token slope (the
+    # concurrency-2 TTFT predicted +45-66%, tests/test_predict_llamacpp.py).
+    from specreplay.run.calibrate.fit import fit_prefill, fit_template_cache
+
+    rng = np.random.default_rng(11)
+    prompt = rng.integers(100, 190, 8)
+    cached = np.full(8, 24)
+    cached[0] = prompt[0] - 1
+    rows = _alone_rows(prompt, cached)
+    _, per_token, per_cached = fit_prefill(rows)
+    assert per_cached.status == "fitted" and per_cached.value < 1_000
+    assert per_token.value == pytest.approx(9_000, rel=0.15)
+    assert fit_template_cache(rows, per_cached).value == 24
+
+
+def test_cached_counts_a_token_off_the_usual_one_do_not_fit_a_cached_cost() -> None:
+    # 24 cached everywhere but one 25: the cached column is the intercept
+    # again, and a cost fitted from one token's difference would be noise.
+    from specreplay.run.calibrate.fit import fit_prefill
+
+    prompt = np.random.default_rng(12).integers(100, 190, 8)
+    cached = np.full(8, 24)
+    cached[3] = 25
+    _, per_token, per_cached = fit_prefill(_alone_rows(prompt, cached))
+    assert per_cached.status == "unknown" and per_token.status == "fitted"
+
+
 def test_the_frontend_spread_is_the_width_of_the_first_byte_delays() -> None:
     # 40 requests alone, first bytes uniform 6-10 ms after the send: a 4 ms
     # wide spread (twice the interquartile range), not the TTFT residual.
