@@ -177,7 +177,9 @@ RESULTS = HERE / "results"
 
 def provenance() -> dict[str, Any]:
     """What a figure was measured at and under: the commit (and whether the
-    tree had uncommitted changes), the machine's load, the command."""
+    tree had uncommitted changes), the machine (the sessions' boxes are not
+    all alike: the same code measured on another CPU model is another
+    figure), its load, the command."""
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, timeout=30).stdout.strip()
@@ -189,11 +191,21 @@ def provenance() -> dict[str, Any]:
         "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
         "loadavg": list(os.getloadavg()),
         "cpus": os.cpu_count(),
+        "cpu_model": cpu_model(),
         # SCHED_FIFO when run under `chrt -f N` (then the load does not queue it).
         "policy": {os.SCHED_OTHER: "normal", os.SCHED_FIFO: "fifo", os.SCHED_RR: "rr"}.get(os.sched_getscheduler(0), "other"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def cpu_model() -> str:
+    """`/proc/cpuinfo`'s model name ("" where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 def cached_bytecode(env: dict[str, str], directory: Path) -> dict[str, str]:

@@ -46,7 +46,7 @@ step() {
     echo "   $name took $((SECONDS - t0)) s, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/durations.txt"
 }
 
-echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (dirty)'), $(date -u), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/durations.txt"
+echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (dirty)'), $(date -u), load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) x$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2)" | tee -a "$OUT/durations.txt"
 step build make --no-print-directory bench-build
 step startup sh -c "cd bench && $FIFO $PY startup.py --runs 9"                                    # README, docs/benchmarks.md "Start-up"
 step client sh -c "cd bench && $PY client_bench.py"                                               # README's client table, docs/benchmarks.md sets 1 and "A leaner engine"
