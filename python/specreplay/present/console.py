@@ -46,7 +46,7 @@ def cli_console(*, stderr: bool = False) -> Console:
     keep their natural width and lines are not wrapped: rich would otherwise
     wrap at 80 columns, and a verdict such as "no significant difference"
     split over two lines is one `grep` misses."""
-    console = Console(stderr=stderr)
+    console = Console(stderr=stderr, emoji=False)  # no ":name:" is ours; data could hold one
     if not is_tty(console):
         console.width = UNWRAPPED_WIDTH
     return console

@@ -22,13 +22,18 @@ does nothing (pandas is then imported at the first conversion, as before).
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    # The finders and the loader below follow the import protocols without
+    # subclassing importlib.abc: importing it (and importlib.resources with
+    # it) cost 3 ms of the replay's CPU before its first send.
+    import importlib.abc
+    import importlib.machinery
 
 
 def _shim() -> Any:
@@ -62,14 +67,14 @@ def deferred() -> bool:
     return "pandas" not in sys.modules and any(isinstance(finder, _TellPyarrow) for finder in sys.meta_path)
 
 
-class _NoPandas(importlib.abc.MetaPathFinder):
+class _NoPandas:
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname == "pandas":
             raise ImportError("pandas: deferred (specreplay.run.pandas_later)", name="pandas")
         return None
 
 
-class _TellPyarrow(importlib.abc.MetaPathFinder):
+class _TellPyarrow:
     """Finds pandas as the finders after it do, and once its module has run,
     has pyarrow's shim look again, which now finds it."""
 
@@ -79,11 +84,11 @@ class _TellPyarrow(importlib.abc.MetaPathFinder):
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
         if spec is not None and spec.loader is not None:
-            spec.loader = _ThenTellPyarrow(spec.loader)
+            spec.loader = cast("importlib.abc.Loader", _ThenTellPyarrow(spec.loader))  # a Loader by protocol
         return spec
 
 
-class _ThenTellPyarrow(importlib.abc.Loader):
+class _ThenTellPyarrow:
     def __init__(self, loader: importlib.abc.Loader) -> None:
         self.loader = loader
 
