@@ -24,7 +24,7 @@ from specreplay.cli import cli
 from specreplay.settings.config import ReplayConfig
 from specreplay.run.replay import run_replay
 from specreplay.results import server_samples as store
-from specreplay.results.server_samples import Page, parse
+from specreplay.results.server_samples import Page, check_looks_like_metrics, parse
 from specreplay.servermetrics.scrape import Scraper, metrics_url, same_origin
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +66,39 @@ def test_a_real_vllm_page_parses_to_every_sample() -> None:
 def test_a_page_that_is_not_prometheus_is_an_error(page: str) -> None:
     with pytest.raises(ValueError):
         parse(page)
+
+
+@pytest.mark.parametrize("page", ["<html><body>Not found</body></html>\n", '{"detail": "no"}\n', "Not Found", "# HELP x only comments\n", ""])
+def test_the_look_at_the_first_page_turns_away_what_is_not_prometheus(page: str) -> None:
+    with pytest.raises(ValueError):
+        check_looks_like_metrics(page.encode())
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        SAMPLES.read_text(),
+        '# TYPE x counter\nx_total{a="1"} 3.0 # {trace_id="z"} 1.0\n# EOF\n',  # an OpenMetrics exemplar
+        'up{job="a b"} 1 1700000000000\n',  # a timestamp
+        "\n\ng NaN\n",
+    ],
+)
+def test_the_look_at_the_first_page_lets_prometheus_text_through(page: str) -> None:
+    check_looks_like_metrics(page.encode())
+    assert parse(page)  # and the parser, which decides later, agrees
+
+
+def test_a_first_page_that_passes_the_look_but_does_not_parse_leaves_no_server_figures(tmp_path: Path) -> None:
+    notes: list[str] = []
+    log = store.SampleLog(tmp_path / "r.arrow")
+    with metrics_server([(200, "text/plain", "x 1\nnot a sample line\n")]) as (url, _):
+        scraper = Scraper(url, [], 10.0, log, notes.append)
+        scraper.start_point("run", "rate=1")
+        assert scraper.available  # the look said yes
+        scraper.close()
+    assert len(log) == 0 and scraper.failures == scraper.scrapes == 2
+    assert len(notes) == 1 and "not a Prometheus metrics page" in notes[0] and "the run has no server figures" in notes[0]
+    log.remove()
 
 
 def test_openmetrics_pages_parse_too() -> None:
@@ -128,12 +161,12 @@ def test_no_metrics_scrapes_nothing(tmp_path: Path) -> None:
 def metrics_server(pages: list[tuple[int, str, str]]) -> Iterator[tuple[str, list[dict[str, str]]]]:
     """An HTTP server on 127.0.0.1 that answers GET /metrics with `pages` in
     turn (status, content type, body), the last one from then on; yields
-    its URL and the headers of every request it got."""
+    its URL and the headers of every request it got (names in lower case)."""
     seen: list[dict[str, str]] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            seen.append(dict(self.headers))
+            seen.append({name.lower(): value for name, value in self.headers.items()})  # names are case-insensitive
             status, content_type, body = pages[min(len(seen), len(pages)) - 1]
             data = body.encode()
             self.send_response(status)
@@ -168,7 +201,7 @@ def test_a_failing_endpoint_is_counted_and_said_once(tmp_path: Path) -> None:
         scraper.close()
     assert scraper.available and scraper.failures >= 2 and len(log) == 1
     assert len(notes) == 1 and "scrapes of" in notes[0] and "HTTP 500" in notes[0]
-    assert seen[0]["Authorization"] == "Bearer k" and "text/plain" in seen[0]["Accept"]
+    assert seen[0]["authorization"] == "Bearer k" and "text/plain" in seen[0]["accept"]
     log.remove()
 
 
@@ -195,7 +228,7 @@ def test_a_point_that_failed_keeps_the_pages_it_took(tmp_path: Path) -> None:
         scraper.start_point("run", "rate=1")
         time.sleep(0.3)
         scraper.stop()
-    assert len(log) == 1  # the start page, parsed at once: the others wait
+    assert len(log) == 0  # no page parsed while the point ran (the start page only looked at)
     kinds = log.table().column("scrape").to_pylist()
     assert kinds[0] == "start" and "tick" in kinds and "end" not in kinds
     log.remove()

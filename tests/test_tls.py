@@ -156,7 +156,7 @@ def test_an_untrusted_certificate_is_a_clear_error(tmp_path: Path, ca: tuple[tru
             code, text = replay(f"https://localhost:{tls.port}/v1", tmp_path / "run.arrow", {"SSL_CERT_FILE": str(other)})
         finally:
             tls.close()
-    # The preflight (Python's ssl) refuses first...
+    # The preflight (the extension's `fetch`, rustls) refuses first...
     assert code != 0
     assert "certificate" in text.lower(), text
     assert "Traceback" not in text
@@ -205,5 +205,5 @@ def test_the_servers_metrics_are_scraped_over_tls_too(tmp_path: Path, ca: tuple[
             tls.close()
     assert result.exit_code == 0, result.output
     samples = specreplay.load(out, metrics=True)
-    # The same CA file serves the scraper (urllib reads SSL_CERT_FILE as the engine does).
+    # The same CA file serves the scraper (its `fetch` reads SSL_CERT_FILE as the engine does).
     assert {"start", "end"} <= set(samples["scrape"]) and "vllm:num_requests_running" in set(samples["name"])

@@ -291,6 +291,31 @@ class DecodedResponse(ResponseCounts):
 def decode_response(api: str, body: bytes, content_type: str) -> DecodedResponse:
     """Usage, finish reason, error, completeness and llama.cpp timings of one response."""
 
+@final
+class Fetched:
+    """One whole HTTP answer (`fetch`): any status, a 404 included."""
+    @property
+    def status(self) -> int: ...
+    @property
+    def reason(self) -> str:
+        """The status's canonical reason ("Not Found"); empty for an unknown code."""
+    @property
+    def content_type(self) -> str: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def sent_us(self) -> int:
+        """`now_us()` just before the request went out."""
+    @property
+    def headers_us(self) -> int:
+        """`now_us()` when the response's head had come."""
+
+def fetch(method: str, url: str, headers: list[tuple[str, str]], body: bytes | None = None, timeout_s: float = 5.0) -> Fetched:
+    """Sends one request and reads its whole answer within `timeout_s`, on the
+    calling thread (no connection kept). Raises ConfigError for a URL, method
+    or header no request can carry, TimeoutError when the answer is not whole
+    in time, ConnectionError (with the causes) when the connection fails."""
+
 def reconcile_chunk_tokens(batch: object) -> ArrowBatch:
     """A tokenizer's per-chunk counts (`weights`, list<int64>; with `chunk_channel`,
     `output_tokens`, `reasoning_tokens`) split to add up to the server's count:

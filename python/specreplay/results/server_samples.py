@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,34 @@ def parse(text: str, content_type: str = "") -> list[Sample]:
     return out
 
 
+#: A sample line of the text format: a metric name, maybe labels, a value,
+#: maybe a timestamp, maybe an OpenMetrics exemplar after " # ".
+_SAMPLE_LINE = re.compile(rb"[A-Za-z_:][A-Za-z0-9_:]*(?:\{.*\})?[ \t]+(\S+)(?:[ \t]+-?[0-9.]+)?(?:[ \t]+#.*)?")
+
+
+def check_looks_like_metrics(body: bytes) -> None:
+    """Raises ValueError unless `body`'s first sample line reads as one
+    (comments and blank lines skipped): an HTML or JSON page, or a bare
+    "Not Found", does not. A cheap look, not a parse: the run's first page
+    decides whether the target has metrics before any request is sent, and
+    importing `prometheus_client` to parse it cost 14 ms of that CPU
+    (bench/startup.py). Every page is parsed in full after its point, where a
+    page that passed this look but does not parse is a failed scrape."""
+    for line in body.splitlines():
+        line = line.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        match = _SAMPLE_LINE.fullmatch(line)
+        if match is None:
+            raise ValueError(f"its first line that is not a comment is not a sample: {line[:60]!r}")
+        try:
+            float(match.group(1))
+        except ValueError:
+            raise ValueError(f"its first sample's value is not a number: {line[:60]!r}") from None
+        return
+    raise ValueError("the page holds no samples")
+
+
 def samples_of(page: Page) -> pa.RecordBatch:
     """The page's samples, one row each, with its stamps. Raises ValueError
     for a page that is not Prometheus text."""
@@ -132,11 +161,13 @@ class SampleLog:
         self._batches: list[pa.RecordBatch] = []
         self._pending: deque[Page] = deque()
 
-    def add(self, page: Page, *, parse_now: bool = False) -> None:
-        """Keeps `page` (on disk at once); parsed at the next
-        `parse_pending`, or now with `parse_now` (raising ValueError, and
-        keeping nothing, for a page that is not Prometheus text)."""
-        parsed = samples_of(page) if parse_now else None
+    def add(self, page: Page, *, check_now: bool = False) -> None:
+        """Keeps `page` (on disk at once), parsed at the next
+        `parse_pending`. With `check_now`, first raises ValueError, keeping
+        nothing, for a page that does not look like Prometheus text
+        (`check_looks_like_metrics`)."""
+        if check_now:
+            check_looks_like_metrics(page.body)
         row = [pa.array([getattr(page, n)], _PAGES.field(n).type) for n in _STAMPS]
         batch = pa.RecordBatch.from_arrays([*row, pa.array([page.content_type], pa.string()), pa.array([page.body], pa.binary())], schema=_PAGES)
         if self._writer is None:
@@ -145,10 +176,7 @@ class SampleLog:
         self._writer.write_batch(batch)
         assert self._sink is not None
         self._sink.flush()
-        if parsed is not None and not self._pending:
-            self._batches.append(parsed)
-        else:
-            self._pending.append(page)
+        self._pending.append(page)
 
     def parse_pending(self) -> list[str]:
         """Parses the pages kept since the last call, in the order they were

@@ -21,12 +21,11 @@ asked while a point is measured.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
+from specreplay import _core
 from specreplay.run.chunk_tokenizer import tokens_per_chunk
 
 TIMEOUT_S = 30.0
@@ -54,11 +53,13 @@ class ServerTokenizer:
         if self.failure is not None:
             return None
         body = json.dumps({"content": text, "add_special": False, "with_pieces": True}).encode()
-        req = urllib.request.Request(self.url, data=body, headers={**self.headers, "Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
-                answer = json.loads(resp.read())
-        except (urllib.error.URLError, OSError, ValueError) as e:
+            got = _core.fetch("POST", self.url, list({**self.headers, "Content-Type": "application/json"}.items()), body, TIMEOUT_S)
+            if got.status >= 300:
+                self.failure = f"{self.url}: HTTP {got.status} {got.reason}"
+                return None
+            answer = json.loads(got.body)
+        except (OSError, ValueError) as e:  # ValueError: not JSON, or a URL no request can carry (ConfigError)
             self.failure = f"{self.url}: {e}"
             return None
         tokens = answer.get("tokens") if isinstance(answer, dict) else None

@@ -6,8 +6,6 @@ second with a clear message instead of producing a file of error rows."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -33,29 +31,24 @@ class Target:
             self.embedded = None
 
 
-def _get_json(url: str, headers: list[tuple[str, str]]) -> Any:
-    req = urllib.request.Request(url, headers=dict(headers))
-    with urllib.request.urlopen(req, timeout=PREFLIGHT_TIMEOUT_S) as resp:
-        return json.loads(resp.read())
-
-
 def list_models(url: str, headers: list[tuple[str, str]]) -> list[str]:
     """Model ids served at `url` (OpenAI `/models`). Raises ConfigError with the
     reason when the endpoint cannot be reached."""
     models_url = base_url(url) + "/models"
     shown = redact_url(models_url)
     try:
-        payload = _get_json(models_url, headers)
-    except urllib.error.HTTPError as e:
-        if e.code in (401, 403):
-            raise ConfigError(f"{shown}: HTTP {e.code}: the server refused our credentials (set OPENAI_API_KEY or --api-key)") from None
-        if e.code == 404:
-            return []  # Some servers (Anthropic-style gateways) have no /models: not fatal.
-        raise ConfigError(f"{shown}: HTTP {e.code} {e.reason}") from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise ConfigError(f"cannot reach {shown}: {reason}") from None
-    except json.JSONDecodeError:
+        got = _core.fetch("GET", models_url, headers, timeout_s=PREFLIGHT_TIMEOUT_S)
+    except OSError as e:  # refused, reset, TLS, timed out
+        raise ConfigError(f"cannot reach {shown}: {e}") from None
+    if got.status in (401, 403):
+        raise ConfigError(f"{shown}: HTTP {got.status}: the server refused our credentials (set OPENAI_API_KEY or --api-key)")
+    if got.status == 404:
+        return []  # Some servers (Anthropic-style gateways) have no /models: not fatal.
+    if got.status >= 300:
+        raise ConfigError(f"{shown}: HTTP {got.status} {got.reason}")
+    try:
+        payload = json.loads(got.body)
+    except ValueError:
         raise ConfigError(f"{shown}: the answer is not JSON: is this an OpenAI-compatible server?") from None
     data = payload.get("data") if isinstance(payload, dict) else None
     if not isinstance(data, list):
@@ -103,21 +96,14 @@ def probe_usage(url: str, api: str, body: dict[str, Any], headers: list[tuple[st
     probe.update({"stream": True, "max_tokens": 1, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
     probe.pop("max_completion_tokens", None)
     clamp_to_budget(probe, 1)  # an imported trace's min_tokens would make it a 400
-    req = urllib.request.Request(
-        url,
-        data=json.dumps(probe).encode(),
-        headers={**dict(headers), "Content-Type": "application/json"},
-        method="POST",
-    )
     try:
-        with urllib.request.urlopen(req, timeout=PREFLIGHT_TIMEOUT_S) as resp:
-            stream = resp.read()
-            content_type = resp.headers.get("Content-Type", "")
-    except urllib.error.HTTPError as e:
-        # 400/422: the server validates request fields and refused this one.
-        return UsageProbe(accepted=e.code not in (400, 422), llamacpp_timings=False)
-    except (urllib.error.URLError, OSError):
+        got = _core.fetch("POST", url, list({**dict(headers), "Content-Type": "application/json"}.items()), json.dumps(probe).encode(), PREFLIGHT_TIMEOUT_S)
+    except OSError:
         return UsageProbe(accepted=True, llamacpp_timings=False)  # not the option's fault: the run itself will report it
+    if got.status >= 400:
+        # 400/422: the server validates request fields and refused this one.
+        return UsageProbe(accepted=got.status not in (400, 422), llamacpp_timings=False)
+    stream, content_type = got.body, got.content_type
     return UsageProbe(accepted=True, llamacpp_timings=_has_llamacpp_timings(api, stream, content_type))
 
 

@@ -3,7 +3,8 @@
 Off the measurement path by construction: the engine runs on its own Rust
 threads and waits for nothing in Python (its finished requests go into an
 unbounded channel that the replay loop drains), and the scraper is one more
-Python thread with HTTP connections of its own. While a point runs it only
+Python thread with HTTP connections of its own (`_core.fetch`, run on the
+scraper's thread with the GIL released). While a point runs it only
 fetches: each page is kept raw with its stamps (`SampleLog.add`) and parsed
 when the point is over (`end_point`), since a parse costs 11–20 ms of CPU
 for vLLM's 470-sample page on this project's 2-core machine, the cores the
@@ -18,23 +19,22 @@ interval; `tick` scrapes every `interval` between the two sample the gauges.
 The pages are parsed with `prometheus_client`'s parser
 (`server_samples.parse`: the Prometheus text format, or OpenMetrics when the
 server answers with it); every sample is kept, known name or not. Only the
-run's first page is parsed at once, before any point starts: it decides
-whether the target has metrics at all.
+run's first page is looked at before any point starts
+(`server_samples.check_looks_like_metrics`): it decides whether the target
+has metrics at all.
 """
 
 from __future__ import annotations
 
-import http.client
 import math
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 from specreplay import _core
+from specreplay.errors import ConfigError
 from specreplay.results.server_samples import Page, SampleLog
 from specreplay.trace.shaping import redact_url
 
@@ -87,7 +87,7 @@ class Scraper:
     ) -> None:
         self.url = url
         self.shown = redact_url(url)
-        self.headers = {"Accept": ACCEPT, **dict(headers)}
+        self.headers = list({"Accept": ACCEPT, **dict(headers)}.items())
         self.interval_s = interval_s
         self.log = log
         self.note = note
@@ -133,10 +133,10 @@ class Scraper:
     def close(self) -> None:
         self.end_point()
         if self.failures:
-            self.note(
-                f"{self.failures} of {self.scrapes} scrapes of {self.shown} failed (first: {self.first_failure}); "
-                "the server figures use the others"
-            )
+            # The first page only had a look before the run (it said the target
+            # has metrics): its parse, after the point, may still fail.
+            rest = "the server figures use the others" if self.failures < self.scrapes else "the run has no server figures"
+            self.note(f"{self.failures} of {self.scrapes} scrapes of {self.shown} failed (first: {self.first_failure}); {rest}")
 
     def _ticks(self, stop: threading.Event) -> None:
         _yield_to_the_engine()
@@ -150,29 +150,28 @@ class Scraper:
 
     def scrape(self, kind: str) -> None:
         """One GET of the page, kept in the log as it came (the run's first
-        page parsed at once: it says whether the target has metrics)."""
+        page looked at once: it says whether the target has metrics)."""
         assert self._point is not None
         label, point = self._point
-        request = urllib.request.Request(self.url, headers=self.headers)
         self.scrapes += 1
-        sent = _core.now_us()
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-                headers_at = _core.now_us()
-                body = response.read()
-                content_type = response.headers.get("Content-Type", "")
-            # The server rendered the page between our send and its headers:
-            # the midpoint is the best single instant, right to within rtt / 2.
-            page = Page((sent + headers_at) // 2, headers_at - sent, label, point, kind, content_type, body)
-            self.log.add(page, parse_now=self.available is None)
-        except urllib.error.HTTPError as e:
-            self._failed(f"HTTP {e.code} {e.reason}")
+            got = _core.fetch("GET", self.url, self.headers, timeout_s=TIMEOUT_S)
+        except (OSError, ConfigError) as e:  # refused, reset, timed out; a URL no request can carry
+            self._failed(str(e))
             return
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
-            self._failed(str(getattr(e, "reason", e)))
+        if got.status >= 300:
+            self._failed(f"HTTP {got.status} {got.reason}".rstrip())
             return
+        # The server rendered the page between our send and its headers:
+        # the midpoint is the best single instant, right to within rtt / 2.
+        page = Page((got.sent_us + got.headers_us) // 2, got.headers_us - got.sent_us, label, point, kind, got.content_type, got.body)
+        try:
+            self.log.add(page, check_now=self.available is None)
         except ValueError as e:
             self._failed(f"not a Prometheus metrics page ({e})")
+            return
+        except OSError as e:  # the page could not be kept (the disk)
+            self._failed(str(e))
             return
         if self.available is None:
             self.available = True

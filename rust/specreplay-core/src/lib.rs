@@ -7,6 +7,7 @@ pub mod clock;
 pub mod decode;
 pub mod engine;
 pub mod error;
+pub mod fetch;
 pub mod predict;
 pub mod prompt;
 pub mod proxy;

@@ -9,6 +9,7 @@ mod arrow;
 mod config;
 mod decode;
 mod errors;
+mod fetch;
 mod predict;
 mod prompt;
 mod proxy;
@@ -26,6 +27,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_realtime, m)?)?;
     m.add_function(wrap_pyfunction!(replay::start_point, m)?)?;
     m.add_function(wrap_pyfunction!(decode::decode_response, m)?)?;
+    m.add_function(wrap_pyfunction!(fetch::fetch, m)?)?;
+    m.add_class::<fetch::Fetched>()?;
     m.add_function(wrap_pyfunction!(sim::sim_knee_rate, m)?)?;
     m.add_function(wrap_pyfunction!(predict::predict_point, m)?)?;
     m.add_function(wrap_pyfunction!(predict::sim_prompt_tokens, m)?)?;
