@@ -34,7 +34,7 @@ if [ "$(id -u)" = 0 ] && command -v chrt >/dev/null; then FIFO="chrt -f 1"; else
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-ALL=(build startup client sim-capacity sim-media proxy finder session-lag scrape live ray media analysis readme-examples spec-ab-capacity vllm)
+ALL=(build startup startup-pairs client sim-capacity sim-media proxy finder session-lag scrape scrape-tick live ray media analysis readme-examples spec-ab-capacity vllm)
 STEPS=("${@:-${ALL[@]}}")
 want() { local s; for s in "${STEPS[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 step() {
@@ -49,6 +49,11 @@ step() {
 echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (dirty)'), $(date -u), load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) x$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2)" | tee -a "$OUT/durations.txt"
 step build make --no-print-directory bench-build
 step startup sh -c "cd bench && $FIFO $PY startup.py --runs 9"                                    # README, docs/benchmarks.md "Start-up"
+# #25's "fixed CPU halved", against 09c4fbf (the package before the start-up
+# work) with this tree's extension: five pairs, alternated, so a slow spell
+# of the box falls on both.
+BASE=${BASE:-09c4fbf}
+step startup-pairs sh -c "mkdir -p $WORK/base && git archive $BASE python | tar -x -C $WORK/base && cp python/specreplay/_core*.so $WORK/base/python/specreplay/ && cd bench && for i in 1 2 3 4 5; do $FIFO $PY startup.py --runs 9 --pythonpath $WORK/base/python --tag before-$BASE && $FIFO $PY startup.py --runs 9 --tag head; done"   # docs/benchmarks.md "Start-up" (the pairs)
 step client sh -c "cd bench && $PY client_bench.py"                                               # README's client table, docs/benchmarks.md sets 1 and "A leaner engine"
 step sim-capacity sh -c "$PY bench/rust_bench.py sim_capacity -- 1000 2000 4000 && $PY bench/rust_bench.py sim_capacity -- 4000 --tpot-ms 80 && $PY bench/rust_bench.py sim_capacity -- 1000 2000 --capacity && $PY bench/rust_bench.py sim_capacity -- --knee"   # README, docs/simulator.md
 step sim-media $PY bench/rust_bench.py sim_media                                                  # docs/simulator.md "Media"
@@ -56,6 +61,7 @@ step proxy sh -c "cd bench && $PY proxy_overhead.py"                            
 step finder sh -c "cd bench && $PY conversation_finder.py && $PY conversation_finder.py --sessions 200 --turns 40"   # "Finding sessions"
 step session-lag sh -c "cd bench && $PY session_lag.py"                                           # "Dependent turns' send lag"
 step scrape sh -c "cd bench && $FIFO $PY scrape_send_lag.py"                                      # "Scraping server metrics"
+step scrape-tick sh -c "cd bench && $PY scrape_tick_cpu.py"                                        # "a scrape tick", docs/results.md "Server metrics"
 step metrics-storage sh -c "cd bench && $PY metrics_storage.py"                                    # docs/results.md "Where they are kept"
 step live sh -c "cd bench && $FIFO $PY live_view.py"                                              # "Live view", docs/capacity.md
 step ray sh -c "$PY -m pip install --quiet 'ray[default]' && cd bench && $PY ray_scaling.py"      # README "Scaling out", docs/benchmarks.md "Distributed replay on Ray"
