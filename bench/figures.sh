@@ -34,7 +34,7 @@ if [ "$(id -u)" = 0 ] && command -v chrt >/dev/null; then FIFO="chrt -f 1"; else
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-ALL=(build startup startup-pairs client sim-capacity sim-media proxy finder session-lag scrape scrape-tick live ray media analysis readme-examples spec-ab-capacity vllm)
+ALL=(build startup startup-pairs client sim-capacity sim-media proxy finder session-lag scrape scrape-tick live ray media analysis mooncake vllm-bench-cost readme-examples spec-ab-capacity vllm)
 STEPS=("${@:-${ALL[@]}}")
 want() { local s; for s in "${STEPS[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 step() {
@@ -68,6 +68,11 @@ step ray sh -c "$PY -m pip install --quiet 'ray[default]' && cd bench && $PY ray
 step media sh -c "cd bench && $PY media_trace_size.py"                                            # docs/trace-format.md
 step analysis sh -c "$PY bench/analysis_file.py $WORK/a.arrow && for r in '--resamples 100' ''; do /usr/bin/time -v $SR compare $WORK/a.arrow \$r >/dev/null && /usr/bin/time -v $SR report $WORK/a.arrow -o $WORK/r.html \$r; done"   # "Analysis of a large results file"
 step readme-examples sh -c "cd $WORK && $SR replay --config sample:spec-decode-ab && $SR compare spec-ab.arrow; $SR replay sample:poisson-200 --sim-config $ROOT/examples/sim/capacity.toml --find-max-rate --slo 'p99 ttft < 2000' --rate 8 --max-tokens 64 --ignore-eos -o capacity.arrow; $SR replay sample:poisson-200 --sim-config $ROOT/examples/sim/capacity.toml --find-max-rate --slo 'p90 ttft < 2000' --rate 8 --max-tokens 64 --ignore-eos --seed 1 -o capacity90.arrow; $SR synth --num-requests 600 --input-len 128 --output-len 64 -o single-turn.jsonl && $SR replay single-turn.jsonl --sim-config $ROOT/examples/sim/capacity.toml --find-max-rate --slo 'p99 ttft < 2000' --rate 8 --max-tokens 64 --ignore-eos --seed 1 -o capacity1.arrow"   # README "Config files" (the A/B table and the compare console), "Capacity" (its three searches)
+# Two steps need what this repository does not hold: the Mooncake trace
+# (MOONCAKE_TRACE=…/conversation_trace.jsonl) and vLLM's vllm-bench, built
+# (VLLM_BENCH=…/target/release/vllm-bench). Without it, the step fails saying so.
+step mooncake sh -c "[ -n '${MOONCAKE_TRACE:-}' ] || { echo 'set MOONCAKE_TRACE to the Mooncake conversation trace'; exit 1; }; bash bench/mooncake_figures.sh '${MOONCAKE_TRACE:-}' $WORK/mc"   # "Mooncake import", "Mooncake replay"
+step vllm-bench-cost sh -c "[ -n '${VLLM_BENCH:-}' ] || { echo 'set VLLM_BENCH to a vllm-bench binary'; exit 1; }; $PY bench/vllm_bench_cost.py --vllm-bench '${VLLM_BENCH:-}' --concurrency 256 1024 --repeats 2 --fixed && SPECREPLAY_REALTIME=1 $PY bench/vllm_bench_cost.py --vllm-bench '${VLLM_BENCH:-}' --concurrency 1024 --repeats 2"   # "cost next to vllm-bench", "the same with the engine real-time"
 step spec-ab-capacity sh -c "cd $WORK && $SR replay sample:reasoning-prompts-60 --config sample:spec-decode-ab --find-max-rate -o spec-ab-capacity.arrow && $SR compare spec-ab-capacity.arrow"   # README "How much more load does speculation take"
 step vllm make --no-print-directory test-vllm VLLM_JOB_ARGS="--table docs/predict-accuracy-vllm.md"   # docs/predict-accuracy-vllm.md (written by the job)
 echo "done: $OUT" | tee -a "$OUT/durations.txt"
