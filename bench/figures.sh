@@ -15,12 +15,13 @@
 #
 # Not here, on purpose: the prediction-accuracy table against llama.cpp
 # (docs/predict-accuracy.md, bench/predict_llamacpp.py) and the prediction's
-# speed (bench/predict_speed.rs), the send-lag profile (send_lag_profile.py)
-# and the cost next to vllm-bench (vllm_bench_cost.py): their issues' own
-# benches (bench/README.md says which). The A/A calibration
-# (aa_calibration.py, ~40 min) and the public-trace benches (trace_prepare,
-# trace_expand, prompt_synthesis: they need the Mooncake trace) are listed
-# there with their commands too.
+# speed (bench/predict_speed.rs) and the send-lag profile
+# (send_lag_profile.py): their issues' own benches (bench/README.md says
+# which). The A/A calibration (aa_calibration.py, ~40 min) and the
+# request-building benches on the Mooncake trace (trace_prepare,
+# prompt_synthesis) are listed there with their commands too. The
+# `mooncake` and `vllm-bench-cost` steps need MOONCAKE_TRACE and VLLM_BENCH
+# (below); `make bench-figures` runs them only when those are set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -36,6 +37,10 @@ trap 'rm -rf "$WORK"' EXIT
 
 ALL=(build startup startup-pairs client sim-capacity sim-media proxy finder session-lag scrape scrape-tick live ray media analysis mooncake vllm-bench-cost readme-examples spec-ab-capacity vllm)
 STEPS=("${@:-${ALL[@]}}")
+if [ $# = 0 ]; then  # everything: but the two steps that need an outside file only when given it
+    [ -n "${MOONCAKE_TRACE:-}" ] || { STEPS=("${STEPS[@]/mooncake}"); echo "skipping mooncake: MOONCAKE_TRACE is not set" | tee -a "$OUT/durations.txt"; }
+    [ -n "${VLLM_BENCH:-}" ] || { STEPS=("${STEPS[@]/vllm-bench-cost}"); echo "skipping vllm-bench-cost: VLLM_BENCH is not set" | tee -a "$OUT/durations.txt"; }
+fi
 want() { local s; for s in "${STEPS[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 step() {
     local name=$1; shift
