@@ -161,13 +161,8 @@ class SampleLog:
         self._batches: list[pa.RecordBatch] = []
         self._pending: deque[Page] = deque()
 
-    def add(self, page: Page, *, check_now: bool = False) -> None:
-        """Keeps `page` (on disk at once), parsed at the next
-        `parse_pending`. With `check_now`, first raises ValueError, keeping
-        nothing, for a page that does not look like Prometheus text
-        (`check_looks_like_metrics`)."""
-        if check_now:
-            check_looks_like_metrics(page.body)
+    def add(self, page: Page) -> None:
+        """Keeps `page` (on disk at once), parsed at the next `parse_pending`."""
         row = [pa.array([getattr(page, n)], _PAGES.field(n).type) for n in _STAMPS]
         batch = pa.RecordBatch.from_arrays([*row, pa.array([page.content_type], pa.string()), pa.array([page.body], pa.binary())], schema=_PAGES)
         if self._writer is None:

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from specreplay import _core
 from specreplay.errors import ConfigError
-from specreplay.results.server_samples import Page, SampleLog
+from specreplay.results.server_samples import Page, SampleLog, check_looks_like_metrics
 from specreplay.trace.shaping import redact_url
 
 #: How long one GET may take. A scrape that takes longer fails (and is
@@ -166,7 +166,9 @@ class Scraper:
         # the midpoint is the best single instant, right to within rtt / 2.
         page = Page((got.sent_us + got.headers_us) // 2, got.headers_us - got.sent_us, label, point, kind, got.content_type, got.body)
         try:
-            self.log.add(page, check_now=self.available is None)
+            if self.available is None:
+                check_looks_like_metrics(got.body)
+            self.log.add(page)
         except ValueError as e:
             self._failed(f"not a Prometheus metrics page ({e})")
             return
