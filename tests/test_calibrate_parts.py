@@ -281,12 +281,28 @@ def test_requests_sent_together_to_an_idle_server_show_whether_it_launches_them_
     # vLLM, the simulator: the first arrival alone, the second a prefill (60 ms) later; one pair of four together.
     apart = fit_co_launch(_pairs([(80_000, 140_000)] * 3 + [(80_000, 80_100)]))
     assert (apart.status, apart.value, apart.samples) == ("fitted", 0.25, 4)
-    # A pair with a prompt found cached whole tells nothing (llama.cpp starts that one alone too).
+    # A pair with a prompt found cached whole tells co_launch nothing (cached_co_launch's own fit, below).
     assert fit_co_launch(_pairs([(20_000, 140_000)] * 3, cached=199)).status == "unknown"
     # Sent 10 ms apart: not together.
     late = _pairs([(1_500_000, 1_500_400)])
     late.loc[1, "sent_us"] = 10_000
     assert fit_co_launch(late).status == "unknown"
+
+
+def test_a_prompt_cached_whole_sent_with_others_shows_whether_it_starts_alone() -> None:
+    from specreplay.run.calibrate.fit import fit_cached_co_launch
+
+    # The cached one (first of each pair) alone: its first token 20 ms after
+    # the send, its partner's a prefill later, in its first decode gap.
+    alone = fit_cached_co_launch(_pairs([(20_000, 800_000)] * 3, cached=199))
+    assert (alone.status, alone.value, alone.samples) == ("fitted", 0.0, 3)
+    # The race the other way in one pair of four: both first tokens from one iteration.
+    mixed = fit_cached_co_launch(_pairs([(20_000, 800_000)] * 3 + [(712_000, 712_300)], cached=199))
+    assert (mixed.status, mixed.value, mixed.samples) == ("fitted", 0.25, 4)
+    # The cached one after its partner's first token (it waited for a slot): no sample.
+    assert fit_cached_co_launch(_pairs([(900_000, 700_000)] * 2, cached=199)).status == "unknown"
+    # No prompt cached whole: co_launch's groups, not these.
+    assert fit_cached_co_launch(_pairs([(1_500_000, 1_500_400)] * 3)).status == "unknown"
 
 
 def test_a_real_llamacpp_run_whose_text_was_held_back_still_measures_the_batch() -> None:

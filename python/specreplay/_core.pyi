@@ -371,6 +371,7 @@ class ServerModel(TypedDict, total=False):
     frontend_us: float
     frontend_jitter_us: float
     co_launch: bool
+    cached_co_launch: float | None
     prefill_us_per_token: float
     prefill_us_per_cached_token: float
     step_us: float

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,16 +100,10 @@ def fit_jitter(rows: pd.DataFrame) -> Param:
 SENT_TOGETHER_US = 5_000
 
 
-def fit_co_launch(rows: pd.DataFrame) -> Param:
-    """co_launch: the share of requests sent together to an idle server that
-    it started in one iteration (their first tokens at one moment). llama.cpp's
-    loop launches every request sent by the time it starts; vLLM's busy loop
-    and the simulator start the first arrival at once and prefill the rest
-    one iteration later, so their first tokens are a prefill apart. A group
-    with a prompt found cached whole is left out (llama.cpp starts that one
-    alone whatever the rule, des.rs `admit`)."""
-    together = 0
-    groups = 0
+def _groups_sent_together(rows: pd.DataFrame) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each group of two or more requests sent within `SENT_TOGETHER_US` of
+    each other to an idle server (nothing of the run in it): their send and
+    first-token stamps and which of them found their prompt cached whole."""
     for _, g in rows.groupby("group"):
         g = g.sort_values("sent_us")
         sent = g["sent_us"].to_numpy(dtype=np.int64)
@@ -123,13 +117,32 @@ def fit_co_launch(rows: pd.DataFrame) -> Param:
             while stop < len(g) and sent[stop] - sent[stop - 1] < SENT_TOGETHER_US:
                 stop += 1
             idle = not (end[:start] > sent[start]).any()
-            whole_hit = bool((np.nan_to_num(cached[start:stop]) * 2 >= prompt[start:stop]).any())
-            if stop - start >= 2 and idle and not whole_hit:
-                groups += 1
-                ttft = first[start:stop] - sent[start:stop]
-                # One iteration's first tokens are read within ms; a prefill apart is more.
-                together += int(first[start:stop].max() - first[start:stop].min() <= SENT_TOGETHER_US + 0.02 * ttft.min())
+            if stop - start >= 2 and idle:
+                yield sent[start:stop], first[start:stop], np.nan_to_num(cached[start:stop]) * 2 >= prompt[start:stop]
             start = stop
+
+
+def _one_iteration(ttft_us: float) -> float:
+    """How close first tokens from one iteration are: read within ms; a
+    prefill apart is more, µs."""
+    return SENT_TOGETHER_US + 0.02 * ttft_us
+
+
+def fit_co_launch(rows: pd.DataFrame) -> Param:
+    """co_launch: the share of requests sent together to an idle server that
+    it started in one iteration (their first tokens at one moment). llama.cpp's
+    loop launches every request sent by the time it starts; vLLM's busy loop
+    and the simulator start the first arrival at once and prefill the rest
+    one iteration later, so their first tokens are a prefill apart. A group
+    with a prompt found cached whole is left out (`fit_cached_co_launch`
+    measures those)."""
+    together = 0
+    groups = 0
+    for sent, first, whole in _groups_sent_together(rows):
+        if whole.any():
+            continue
+        groups += 1
+        together += int(first.max() - first.min() <= _one_iteration((first - sent).min()))
     if groups == 0:
         return Param("co_launch", "unknown",
                      needs="requests sent together to an idle server, none a prompt found cached whole (the usage probe "
@@ -137,6 +150,34 @@ def fit_co_launch(rows: pd.DataFrame) -> Param:
                            "(each pair ends, and sends its next, together)")
     return Param("co_launch", "fitted", together / groups, None, None, groups,
                  "groups of requests sent within 5 ms to an idle server whose first tokens came at one moment, as a share")
+
+
+def fit_cached_co_launch(rows: pd.DataFrame) -> Param:
+    """cached_co_launch: of the groups sent together to an idle server with
+    one prompt found cached whole (every concurrent run's start: the usage
+    probe cached its first request), the share whose cached request had its
+    first token with the others' first, not well before them (started
+    alone, the others prefilled in its first decode gap). A group whose
+    cached request came after the others' first (it waited for a slot)
+    tells neither."""
+    together = 0
+    groups = 0
+    for sent, first, whole in _groups_sent_together(rows):
+        if whole.sum() != 1:
+            continue
+        mine, others = int(first[whole][0]), int(first[~whole].min())
+        near = _one_iteration((first - sent).min())
+        if abs(mine - others) <= near:
+            together += 1
+        elif mine > others:
+            continue
+        groups += 1
+    if groups == 0:
+        return Param("cached_co_launch", "unknown",
+                     needs="requests sent together to an idle server, one a prompt found cached whole: a closed-loop run at "
+                           "--concurrency 2 or more, its usage probe on (the probe caches the run's first prompt)")
+    return Param("cached_co_launch", "fitted", together / groups, None, None, groups,
+                 "groups sent within 5 ms to an idle server, one prompt cached whole, whose first tokens came at one moment, as a share")
 
 
 def _alone(rows: pd.DataFrame) -> pd.DataFrame:
@@ -541,8 +582,9 @@ def calibrate(paths: Sequence[str], seed: int = 0) -> ServerModel:
         spec.how += f"; from {paths[drafting[0]]} (the runs without drafts give step_us)"
     jitter = fit_jitter(rows)
     co_launch = fit_co_launch(rows)
+    cached_co_launch = fit_cached_co_launch(rows)
     template = fit_template_cache(rows, cached)
-    params = {p.name: p for p in (frontend, jitter, co_launch, prefill, cached, template, step, batch_cost, factors, max_seqs, budget, kv, ratio, delivery, spec, spec_cost,
+    params = {p.name: p for p in (frontend, jitter, co_launch, cached_co_launch, prefill, cached, template, step, batch_cost, factors, max_seqs, budget, kv, ratio, delivery, spec, spec_cost,
                                   speed, window)}
     in_flight = 0
     for _, g in rows.groupby("group"):

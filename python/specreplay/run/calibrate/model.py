@@ -28,6 +28,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "frontend_us": ("µs", "fixed time from arrival to the waiting queue"),
     "frontend_jitter_us": ("µs", "width of the uniform spread of the frontend time around frontend_us"),
     "co_launch": ("share", "of the groups of requests sent together to an idle server, the share it started in one iteration: from one half, the model launches every request sent by an iteration's start with it (llama.cpp's loop), below, the first arrival starts alone (vLLM, the simulator)"),
+    "cached_co_launch": ("share", "with co_launch, of the groups sent together to an idle server with one prompt found cached whole, the share it started in one iteration (the rest: the cached one alone, the others prefilled in its first decode gap); a race in llama.cpp's loop, drawn per group with this chance whatever the arrival order (unknown: the arrival order decides)"),
     "prefill_us_per_token": ("µs/token", "prefill cost per computed prompt token"),
     "prefill_us_per_cached_token": ("µs/token", "prefill cost per prompt token served from the prefix cache"),
     "template_cached_tokens": ("tokens", "prompt tokens every request finds cached whatever its prompt (llama.cpp's chat-template prefix, left in its slot)"),
@@ -210,6 +211,8 @@ class ServerModel:
             "frontend_jitter_us": float(value("frontend_jitter_us", 0.0)),
             # Unknown: launched together, the rule the model was first built on (llama.cpp's).
             "co_launch": float(value("co_launch", 1.0)) >= 0.5,
+            # Unknown: the arrival order decides (alone when it reached the server first).
+            "cached_co_launch": None if self.params["cached_co_launch"].status == "unknown" else float(self.params["cached_co_launch"].value),
             "prefill_us_per_token": prefill,
             # Unknown: a cached token costs what a computed one does (no discount assumed).
             "prefill_us_per_cached_token": float(value("prefill_us_per_cached_token", prefill)),
@@ -255,6 +258,8 @@ class ServerModel:
             out.append(f"frontend_jitter_us unknown: requests sent together reach the engine together ({p['frontend_jitter_us'].needs})")
         if concurrent and p["co_launch"].status == "unknown":
             out.append(f"co_launch unknown: requests sent together are launched in one iteration, as llama.cpp does ({p['co_launch'].needs})")
+        if concurrent and p["cached_co_launch"].status == "unknown" and self.prefix_cache_known:
+            out.append(f"cached_co_launch unknown: a prompt found cached whole starts an idle server's iteration alone when it reaches it first ({p['cached_co_launch'].needs})")
         if p["prompt_tokens_per_word"].status == "unknown":
             out.append(f"prompt_tokens_per_word unknown: prompts counted one token per word ({p['prompt_tokens_per_word'].needs})")
         if p["prefill_us_per_cached_token"].status == "unknown":

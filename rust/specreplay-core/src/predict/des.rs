@@ -73,6 +73,9 @@ pub(super) struct Des<'a> {
     speed: f64,
     speed_until: i64,
     speed_rng: ChaCha8Rng,
+    /// Draws `cached_co_launch`'s race (a stream of its own: the other
+    /// draws stay the same whatever it decides).
+    launch_rng: ChaCha8Rng,
 }
 
 impl<'a> Des<'a> {
@@ -102,6 +105,7 @@ impl<'a> Des<'a> {
             speed: 1.0,
             speed_until: i64::MIN,
             speed_rng: ChaCha8Rng::seed_from_u64(model.seed ^ 0x5eed_0f5b_eed0_0000),
+            launch_rng: ChaCha8Rng::seed_from_u64(model.seed ^ 0x1a0c_c0a1_e5ce_0000),
         }
     }
 
@@ -302,9 +306,12 @@ impl<'a> Des<'a> {
     /// slot's old prompt goes to the cache, lets those queue and join). The
     /// usage probe's first request meets it at every closed loop's start:
     /// the requests sent with it are prefilled in its first decode gap.
+    /// That is a race: with `cached_co_launch` measured, its chance decides
+    /// (`cached_goes_alone`); without, the arrival order.
     fn admit(&mut self, idle: bool) -> u64 {
         let mut prefill = 0.0;
         let mut alone = false;
+        let lone = self.cached_goes_alone(idle);
         while let Some(&r) = self.waiting.front() {
             let p = &self.planned[r];
             let kv = u64::from(p.prompt_tokens) + u64::from(p.reasoning + p.content);
@@ -327,7 +334,10 @@ impl<'a> Des<'a> {
                 }
                 None => (0, false),
             };
-            alone = self.model.co_launch && idle && whole && self.running.is_empty();
+            alone = match lone {
+                Some(goes) => goes,
+                None => self.model.co_launch && idle && whole && self.running.is_empty(),
+            };
             let computed = p.prompt_tokens - cached;
             prefill += self.model.prefill_us_per_cached_token * f64::from(cached);
             let record = &mut self.records[r];
@@ -345,6 +355,31 @@ impl<'a> Des<'a> {
             });
         }
         prefill.round() as u64
+    }
+
+    /// With `cached_co_launch` measured, at an idle engine's iteration:
+    /// whether a queued prompt found cached whole starts it alone, drawn
+    /// with the measured odds whatever the arrival order (the request is
+    /// then moved to the queue's head). `None`: the arrival order decides.
+    fn cached_goes_alone(&mut self, idle: bool) -> Option<bool> {
+        let share = self.model.cached_co_launch?;
+        if !(self.model.co_launch && idle && self.running.is_empty()) {
+            return Some(false);
+        }
+        let cache = self.prefix.as_ref()?;
+        let Some(at) = self
+            .waiting
+            .iter()
+            .position(|&r| cache.holds_whole(&self.planned[r].prefix_blocks))
+        else {
+            return Some(false);
+        };
+        if self.launch_rng.random::<f64>() < share {
+            return Some(false);
+        }
+        let r = self.waiting.remove(at).expect("a position in the queue");
+        self.waiting.push_front(r);
+        Some(true)
     }
 
     /// The iteration ended at `end`: every running request takes its step.

@@ -45,6 +45,17 @@ pub struct ServerModel {
     /// (vLLM's busy loop, the embedded simulator).
     #[serde(default = "yes")]
     pub co_launch: bool,
+    /// With `co_launch`: the chance that a prompt found cached whole, sent
+    /// with others to an idle server, is launched with them rather than
+    /// alone (the others then prefilled in its first decode gap), whichever
+    /// reached the server first. A race in llama.cpp's loop: the slot
+    /// holding the prompt launches in 0.2 ms and the iteration may start
+    /// before the requests sent in the same millisecond are queued; its
+    /// odds differ by machine (one sitting saw the cached request alone in
+    /// 5 parts of 9, another never in 5). `None`: not measured, the arrival
+    /// order decides (alone when it reached the server first).
+    #[serde(default)]
+    pub cached_co_launch: Option<f64>,
     /// Prefill cost per computed prompt token.
     pub prefill_us_per_token: f64,
     /// Prefill cost per prompt token served from the prefix cache.
@@ -184,6 +195,12 @@ impl ServerModel {
             }
             other => other,
         })?;
+        if let Some(p) = self.cached_co_launch.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(CoreError::config(
+                "model.cached_co_launch",
+                format!("must be a probability in [0, 1], got {p}"),
+            ));
+        }
         if self.spec_acceptance.len() > 64 {
             return Err(CoreError::config(
                 "model.spec_acceptance",

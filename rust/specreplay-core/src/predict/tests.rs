@@ -283,3 +283,42 @@ fn without_co_launch_the_first_arrival_starts_an_iteration_alone() {
     assert_eq!(rows[0].first_token_us, Some(50 + 560));
     assert_eq!(rows[1].first_token_us, Some(50 + 560));
 }
+
+#[test]
+fn a_measured_cached_co_launch_decides_whatever_the_arrival_order() {
+    // The first case above with the race measured: share 1, the others
+    // are launched with the cached one (12 + 44 computed tokens, 560 µs)
+    // and the pair stays in lockstep.
+    let mut m = model(None);
+    m.frontend_us = 50.0;
+    m.prefix_caching = true;
+    m.usage_probe = true;
+    m.cached_co_launch = Some(1.0);
+    let (rows, _) = predict_point(&m, &closed_loop(2), &distinct(2, 40, 3), 0).unwrap();
+    assert_eq!(rows[0].first_token_us, Some(50 + 560));
+    assert_eq!(rows[1].first_token_us, Some(50 + 560));
+    // A 40 µs frontend spread: which of the two reaches the server first
+    // is drawn per seed. Not measured, that order decides (some seeds
+    // alone, some together); share 0, alone at every seed; share 0.5,
+    // some of each, every seed deciding the same way each time.
+    m.frontend_jitter_us = 40.0;
+    let together = |share: Option<f64>, seed: u64| {
+        let mut m = m.clone();
+        m.cached_co_launch = share;
+        m.seed = seed;
+        let (rows, _) = predict_point(&m, &closed_loop(2), &distinct(2, 40, 3), 0).unwrap();
+        rows[0].first_token_us == rows[1].first_token_us
+    };
+    let count = |share: Option<f64>| (0..40).filter(|&s| together(share, s)).count();
+    let by_order = count(None);
+    assert!((4..=36).contains(&by_order), "{by_order} of 40 together");
+    assert_eq!(count(Some(0.0)), 0);
+    assert_eq!(count(Some(1.0)), 40);
+    let half = count(Some(0.5));
+    assert!((8..=32).contains(&half), "{half} of 40 together");
+    assert_eq!(half, count(Some(0.5)));
+    // Out of range: the error names the field.
+    m.cached_co_launch = Some(1.5);
+    let err = predict_point(&m, &closed_loop(2), &distinct(2, 40, 3), 0).unwrap_err();
+    assert!(err.to_string().contains("model.cached_co_launch"), "{err}");
+}

@@ -85,6 +85,11 @@ impl PrefixCache {
         }
     }
 
+    /// Whether every block of a non-empty prompt is cached (nothing moves).
+    pub fn holds_whole(&self, blocks: &[u64]) -> bool {
+        !blocks.is_empty() && blocks.iter().all(|b| self.last_used.contains_key(b))
+    }
+
     /// The prompt tokens of `blocks` found cached (its longest cached prefix
     /// of whole blocks); then all its blocks are cached, as most recent.
     pub fn admit(&mut self, blocks: &[u64]) -> u32 {
