@@ -22,7 +22,7 @@ from click.testing import CliRunner
 import specreplay
 from specreplay.analysis import validity
 from specreplay.run.calibrate.fit import calibrate
-from specreplay.run.calibrate.model import ServerModel
+from specreplay.run.calibrate.model import Param, ServerModel
 from specreplay.cli import cli
 from specreplay.settings.config import ReplayConfig
 from specreplay.errors import ConfigError
@@ -117,6 +117,20 @@ def test_a_concurrency_one_run_leaves_the_batch_unknown(calibrated: tuple[Path, 
     assert "concurrency" in model.params["batch_step_cost"].needs
     assert model.params["max_num_seqs"].status == "unknown"
     assert any("batch_step_cost unknown" in a for a in model.assumptions(concurrent=True))
+
+
+def test_an_unknown_cached_co_launch_is_said_only_where_the_launch_rules_apply(calibrated: tuple[Path, ServerModel]) -> None:
+    _, model = calibrated
+    said = "cached_co_launch unknown"
+    for status, co_launch, cached, expected in (("fitted", 1.0, "unknown", True), ("unknown", None, "unknown", True),
+                                                ("fitted", 0.0, "unknown", False), ("fitted", 1.0, "fitted", False)):
+        m = model.with_overrides({})
+        m.params["co_launch"] = Param("co_launch", status, co_launch)
+        m.params["cached_co_launch"] = Param("cached_co_launch", cached, 0.5 if cached == "fitted" else None)
+        m.params["prefill_us_per_cached_token"] = Param("prefill_us_per_cached_token", "fitted", 0.0)
+        assert any(said in a for a in m.assumptions(concurrent=True)) is expected, (status, co_launch, cached)
+        assert not any(said in a for a in m.assumptions(concurrent=False))
+        assert m.core_mapping(0)["cached_co_launch"] == (0.5 if cached == "fitted" else None)
 
 
 def test_the_cost_of_drafting_is_recovered_from_a_run_with_and_one_without(tmp_path: Path) -> None:

@@ -258,7 +258,8 @@ class ServerModel:
             out.append(f"frontend_jitter_us unknown: requests sent together reach the engine together ({p['frontend_jitter_us'].needs})")
         if concurrent and p["co_launch"].status == "unknown":
             out.append(f"co_launch unknown: requests sent together are launched in one iteration, as llama.cpp does ({p['co_launch'].needs})")
-        if concurrent and p["cached_co_launch"].status == "unknown" and self.prefix_cache_known:
+        co_launch = p["co_launch"].status == "unknown" or float(p["co_launch"].value) >= 0.5
+        if concurrent and co_launch and p["cached_co_launch"].status == "unknown" and self.prefix_cache_known:
             out.append(f"cached_co_launch unknown: a prompt found cached whole starts an idle server's iteration alone when it reaches it first ({p['cached_co_launch'].needs})")
         if p["prompt_tokens_per_word"].status == "unknown":
             out.append(f"prompt_tokens_per_word unknown: prompts counted one token per word ({p['prompt_tokens_per_word'].needs})")
