@@ -213,16 +213,23 @@ fn distinct(n: usize, words: usize, tokens: u32) -> Vec<(PreparedRequest, u64)> 
         .collect()
 }
 
+/// A 50 µs frontend, prefix caching, the first prompt left cached by the
+/// usage probe.
+fn after_the_usage_probe() -> ServerModel {
+    let mut m = model(None);
+    m.frontend_us = 50.0;
+    m.prefix_caching = true;
+    m.usage_probe = true;
+    m
+}
+
 #[test]
 fn a_whole_cache_hit_starts_an_idle_engine_alone_and_the_next_pair_shares_its_prefill() {
     // A 50 µs frontend. The usage probe left r0's prompt cached: 44 tokens,
     // 32 in cached blocks, 12 computed (120 µs). llama.cpp runs that
     // iteration alone and prefills r1 (44 tokens, 440 µs) in r0's first
     // decode gap (100 µs): r1's first token with r0's second.
-    let mut m = model(None);
-    m.frontend_us = 50.0;
-    m.prefix_caching = true;
-    m.usage_probe = true;
+    let mut m = after_the_usage_probe();
     let (rows, _) = predict_point(&m, &closed_loop(2), &distinct(4, 40, 3), 0).unwrap();
     let stamps: Vec<i64> = rows[0].chunks.iter().map(|c| c.ts_us).collect();
     assert_eq!(stamps, vec![170, 710, 860]);
@@ -289,10 +296,7 @@ fn a_measured_cached_co_launch_decides_whatever_the_arrival_order() {
     // The first case above with the race measured: share 1, the others
     // are launched with the cached one (12 + 44 computed tokens, 560 µs)
     // and the pair stays in lockstep.
-    let mut m = model(None);
-    m.frontend_us = 50.0;
-    m.prefix_caching = true;
-    m.usage_probe = true;
+    let mut m = after_the_usage_probe();
     m.cached_co_launch = Some(1.0);
     let (rows, _) = predict_point(&m, &closed_loop(2), &distinct(2, 40, 3), 0).unwrap();
     assert_eq!(rows[0].first_token_us, Some(50 + 560));
