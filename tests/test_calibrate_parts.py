@@ -293,12 +293,17 @@ def test_a_prompt_cached_whole_sent_with_others_shows_whether_it_starts_alone() 
     from specreplay.run.calibrate.fit import fit_cached_co_launch
 
     # The cached one (first of each pair) alone: its first token 20 ms after
-    # the send, its partner's a prefill later, in its first decode gap.
+    # the send, its partner's a prefill later, in its first decode gap. The
+    # chance for the next pair is not 0 from 3 pairs: (0 + 1) / (3 + 2).
     alone = fit_cached_co_launch(_pairs([(20_000, 800_000)] * 3, cached=199))
-    assert (alone.status, alone.value, alone.samples) == ("fitted", 0.0, 3)
+    assert (alone.status, alone.value, alone.samples) == ("fitted", 0.2, 3)
+    assert "0 of 3" in alone.how
     # The race the other way in one pair of four: both first tokens from one iteration.
     mixed = fit_cached_co_launch(_pairs([(20_000, 800_000)] * 3 + [(712_000, 712_300)], cached=199))
-    assert (mixed.status, mixed.value, mixed.samples) == ("fitted", 0.25, 4)
+    assert (mixed.status, mixed.value, mixed.samples) == ("fitted", round(2 / 6, 4), 4)
+    # Many pairs: the share seen.
+    many = fit_cached_co_launch(_pairs([(712_000, 712_300)] * 98, cached=199))
+    assert many.value == pytest.approx(0.99)
     # The cached one after its partner's first token (it waited for a slot): no sample.
     assert fit_cached_co_launch(_pairs([(900_000, 700_000)] * 2, cached=199)).status == "unknown"
     # No prompt cached whole: co_launch's groups, not these.

@@ -155,11 +155,11 @@ def fit_co_launch(rows: pd.DataFrame) -> Param:
 def fit_cached_co_launch(rows: pd.DataFrame) -> Param:
     """cached_co_launch: of the groups sent together to an idle server with
     one prompt found cached whole (every concurrent run's start: the usage
-    probe cached its first request), the share whose cached request had its
-    first token with the others' first, not well before them (started
-    alone, the others prefilled in its first decode gap). A group whose
-    cached request came after the others' first (it waited for a slot)
-    tells neither."""
+    probe cached its first request), the chance that the next one's cached
+    request has its first token with the others' first, not well before
+    them (started alone, the others prefilled in its first decode gap). A
+    group whose cached request came after the others' first (it waited for
+    a slot) tells neither."""
     together = 0
     groups = 0
     for sent, first, whole in _groups_sent_together(rows):
@@ -176,8 +176,12 @@ def fit_cached_co_launch(rows: pd.DataFrame) -> Param:
         return Param("cached_co_launch", "unknown",
                      needs="requests sent together to an idle server, one a prompt found cached whole: a closed-loop run at "
                            "--concurrency 2 or more, its usage probe on (the probe caches the run's first prompt)")
-    return Param("cached_co_launch", "fitted", together / groups, None, None, groups,
-                 "groups sent within 5 ms to an idle server, one prompt cached whole, whose first tokens came at one moment, as a share")
+    # The chance of the next group, not the share seen: a calibration shows
+    # 2 or 3 such groups (one per concurrent part), and 2 of 2 must not
+    # read as "never alone" (Laplace's rule: the uniform prior's predictive).
+    return Param("cached_co_launch", "fitted", round((together + 1) / (groups + 2), 4), None, None, groups,
+                 f"{together} of {groups} groups sent within 5 ms to an idle server, one prompt cached whole, had their first tokens "
+                 "at one moment; the chance for the next, (together + 1) / (groups + 2)")
 
 
 def _alone(rows: pd.DataFrame) -> pd.DataFrame:

@@ -28,7 +28,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "frontend_us": ("µs", "fixed time from arrival to the waiting queue"),
     "frontend_jitter_us": ("µs", "width of the uniform spread of the frontend time around frontend_us"),
     "co_launch": ("share", "of the groups of requests sent together to an idle server, the share it started in one iteration: from one half, the model launches every request sent by an iteration's start with it (llama.cpp's loop), below, the first arrival starts alone (vLLM, the simulator)"),
-    "cached_co_launch": ("share", "with co_launch, of the groups sent together to an idle server with one prompt found cached whole, the share it started in one iteration (the rest: the cached one alone, the others prefilled in its first decode gap); a race in llama.cpp's loop, drawn per group with this chance whatever the arrival order (unknown: the arrival order decides)"),
+    "cached_co_launch": ("share", "with co_launch, the chance that a group sent together to an idle server with one prompt found cached whole is started in one iteration (else the cached one alone, the others prefilled in its first decode gap), from the groups the runs showed by Laplace's rule ((together + 1) / (groups + 2): 2 of 2 is not a certainty); a race in llama.cpp's loop, drawn per group whatever the arrival order (unknown: the arrival order decides)"),
     "prefill_us_per_token": ("µs/token", "prefill cost per computed prompt token"),
     "prefill_us_per_cached_token": ("µs/token", "prefill cost per prompt token served from the prefix cache"),
     "template_cached_tokens": ("tokens", "prompt tokens every request finds cached whatever its prompt (llama.cpp's chat-template prefix, left in its slot)"),
