@@ -313,10 +313,11 @@ def run_checks(server: Vllm, work: Path) -> None:
     server_reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
 
     say("\n== chat replay, max_tokens=100, concurrency 2")
-    # 12 requests scraped every 0.05 s (the shortest interval the config
-    # takes): the running count below is read from tick scrapes only, and on
-    # a fast box 6 requests ended within one 0.2 s interval (about 0.2 s).
-    df = replay(server, write_trace(work / "chat.jsonl", 12), work / "chat.arrow", max_tokens=100, metrics_interval=0.05)
+    # 24 requests scraped every 0.05 s (the shortest interval the config
+    # takes): the running count below is read from tick scrapes only. On a
+    # fast box 6 requests ended within one 0.2 s interval, and 12 took
+    # 0.27 s, in which the busy server answered one tick scrape.
+    df = replay(server, write_trace(work / "chat.jsonl", 24), work / "chat.arrow", max_tokens=100, metrics_interval=0.05)
     say(summary(df))
     check((df["finish_reason"] == "stop").all(), "finish_reason stop")
     check((df["output_tokens"] == completion).all(), f"output_tokens == the server's completion_tokens ({completion})")
