@@ -123,6 +123,14 @@ class ServerModel:
         has a prefix cache; without it every prompt is prefilled in full."""
         return self.params["prefill_us_per_cached_token"].status != "unknown"
 
+    @property
+    def co_launch(self) -> bool:
+        """Requests sent together are launched in one iteration (llama.cpp's
+        loop): a share from one half; unknown, the rule the model was first
+        built on (llama.cpp's)."""
+        p = self.params["co_launch"]
+        return p.status == "unknown" or float(p.value) >= 0.5
+
     def to_toml(self) -> str:
         import tomli_w
 
@@ -209,8 +217,7 @@ class ServerModel:
         mapping: dict[str, Any] = {
             "frontend_us": float(value("frontend_us", 0.0)),
             "frontend_jitter_us": float(value("frontend_jitter_us", 0.0)),
-            # Unknown: launched together, the rule the model was first built on (llama.cpp's).
-            "co_launch": float(value("co_launch", 1.0)) >= 0.5,
+            "co_launch": self.co_launch,
             # Unknown: the arrival order decides (alone when it reached the server first).
             "cached_co_launch": None if self.params["cached_co_launch"].status == "unknown" else float(self.params["cached_co_launch"].value),
             "prefill_us_per_token": prefill,
@@ -258,8 +265,7 @@ class ServerModel:
             out.append(f"frontend_jitter_us unknown: requests sent together reach the engine together ({p['frontend_jitter_us'].needs})")
         if concurrent and p["co_launch"].status == "unknown":
             out.append(f"co_launch unknown: requests sent together are launched in one iteration, as llama.cpp does ({p['co_launch'].needs})")
-        co_launch = p["co_launch"].status == "unknown" or float(p["co_launch"].value) >= 0.5
-        if concurrent and co_launch and p["cached_co_launch"].status == "unknown" and self.prefix_cache_known:
+        if concurrent and self.co_launch and p["cached_co_launch"].status == "unknown" and self.prefix_cache_known:
             out.append(f"cached_co_launch unknown: a prompt found cached whole starts an idle server's iteration alone when it reaches it first ({p['cached_co_launch'].needs})")
         if p["prompt_tokens_per_word"].status == "unknown":
             out.append(f"prompt_tokens_per_word unknown: prompts counted one token per word ({p['prompt_tokens_per_word'].needs})")

@@ -16,7 +16,7 @@ use crate::decode::Channel;
 use crate::engine::record::{Chunk, ChunkTokenSource, ErrorKind, RequestRecord, TokenSource};
 use crate::engine::RunSpec;
 use crate::sim::capacity::Capacity;
-use crate::sim::prefix::{PrefixCache, BLOCK_TOKENS};
+use crate::sim::prefix::PrefixCache;
 
 /// What the prediction saw of its own server: to tell when it went beyond
 /// what the calibration measured.
@@ -306,12 +306,12 @@ impl<'a> Des<'a> {
     /// slot's old prompt goes to the cache, lets those queue and join). The
     /// usage probe's first request meets it at every closed loop's start:
     /// the requests sent with it are prefilled in its first decode gap.
-    /// That is a race: with `cached_co_launch` measured, its chance decides
-    /// (`cached_goes_alone`); without, the arrival order.
+    /// That is a race: with `cached_co_launch` measured, its chance decides;
+    /// without, the arrival order (`launches_alone`).
     fn admit(&mut self, idle: bool) -> u64 {
         let mut prefill = 0.0;
         let mut alone = false;
-        let lone = self.cached_goes_alone(idle);
+        let first_alone = self.launches_alone(idle);
         while let Some(&r) = self.waiting.front() {
             let p = &self.planned[r];
             let kv = u64::from(p.prompt_tokens) + u64::from(p.reasoning + p.content);
@@ -319,25 +319,17 @@ impl<'a> Des<'a> {
                 break;
             }
             self.waiting.pop_front();
-            let (cached, whole) = match &mut self.prefix {
+            let cached = match &mut self.prefix {
                 // As in vLLM (and the simulator), the last prompt token is always computed.
                 Some(cache) => {
-                    let hit = cache.admit(&p.prefix_blocks);
-                    let whole = !p.prefix_blocks.is_empty()
-                        && hit as usize >= p.prefix_blocks.len() * BLOCK_TOKENS as usize;
-                    let words = hit.min(p.words.saturating_sub(1));
-                    let cached = ((f64::from(words) * self.model.prompt_tokens_per_word).round()
-                        as u32)
+                    let words = cache.admit(&p.prefix_blocks).min(p.words.saturating_sub(1));
+                    ((f64::from(words) * self.model.prompt_tokens_per_word).round() as u32)
                         .max(self.model.template_cached_tokens)
-                        .min(p.prompt_tokens - 1);
-                    (cached, whole)
+                        .min(p.prompt_tokens - 1)
                 }
-                None => (0, false),
+                None => 0,
             };
-            alone = match lone {
-                Some(goes) => goes,
-                None => self.model.co_launch && idle && whole && self.running.is_empty(),
-            };
+            alone = first_alone;
             let computed = p.prompt_tokens - cached;
             prefill += self.model.prefill_us_per_cached_token * f64::from(cached);
             let record = &mut self.records[r];
@@ -357,29 +349,30 @@ impl<'a> Des<'a> {
         prefill.round() as u64
     }
 
-    /// With `cached_co_launch` measured, at an idle engine's iteration:
-    /// whether a queued prompt found cached whole starts it alone, drawn
-    /// with the measured odds whatever the arrival order (the request is
-    /// then moved to the queue's head). `None`: the arrival order decides.
-    fn cached_goes_alone(&mut self, idle: bool) -> Option<bool> {
-        let share = self.model.cached_co_launch?;
+    /// Whether this iteration, at an idle engine, launches a prompt found
+    /// cached whole alone (moved to the queue's head). With
+    /// `cached_co_launch` measured, drawn with its odds whatever the
+    /// arrival order; without, when that prompt reached the server first.
+    fn launches_alone(&mut self, idle: bool) -> bool {
         if !(self.model.co_launch && idle && self.running.is_empty()) {
-            return Some(false);
+            return false;
         }
-        let cache = self.prefix.as_ref()?;
-        let Some(at) = self
-            .waiting
-            .iter()
-            .position(|&r| cache.holds_whole(&self.planned[r].prefix_blocks))
-        else {
-            return Some(false);
+        let Some(cache) = &self.prefix else {
+            return false;
+        };
+        let whole = |r: &usize| cache.holds_whole(&self.planned[*r].prefix_blocks);
+        let Some(share) = self.model.cached_co_launch else {
+            return self.waiting.front().is_some_and(whole);
+        };
+        let Some(at) = self.waiting.iter().position(whole) else {
+            return false;
         };
         if self.launch_rng.random::<f64>() < share {
-            return Some(false);
+            return false;
         }
         let r = self.waiting.remove(at).expect("a position in the queue");
         self.waiting.push_front(r);
-        Some(true)
+        true
     }
 
     /// The iteration ended at `end`: every running request takes its step.
