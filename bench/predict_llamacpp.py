@@ -4,9 +4,11 @@ runs at concurrency 1 and 6 (above the 4 slots, so that requests wait and
 the batch limit is measured), then predicted and measured at concurrency 2
 and at an open-loop rate (both held out), each on a fresh trace. Writes
 the error table to docs/predict-accuracy.md with the command, the commit
-and the load average.
+and the load average. Each held-out part is also measured a second time
+(on its trace reworded): that run's error against the first is the
+server's own, the yardstick for the prediction's.
 
-    .venv/bin/python bench/predict_llamacpp.py [--requests 24] [--rounds 3] [--slo-requests 12] [--input-len uniform:100:300] [--output-len 32] [--draws 9] [--keep DIR]
+    .venv/bin/python bench/predict_llamacpp.py [--requests 24] [--rounds 3] [--slo-requests 12] [--input-len uniform:100:300] [--output-len 32] [--draws 9] [--no-repeat] [--keep DIR]
     .venv/bin/python bench/predict_llamacpp.py --from DIR     # re-predict a kept sitting's runs with this commit's model
 
 The calibration runs' answers vary in length around the held-out runs'
@@ -31,7 +33,7 @@ from realservers.predict_loop import LoopResult, loop, measure, predict, recheck
 from realservers.smollm2 import smollm2_gguf  # noqa: E402
 import specreplay  # noqa: E402
 from specreplay.analysis.summary import summarize  # noqa: E402
-from specreplay.run.calibrate.check import markdown  # noqa: E402
+from specreplay.run.calibrate.check import Error, markdown  # noqa: E402
 
 TARGETS = {"p50": 0.15, "p90": 0.15, "p99": 0.25}
 
@@ -176,17 +178,39 @@ def spread(result: LoopResult, point: str, figure: str) -> str:
 def table(result: LoopResult) -> list[str]:
     """The error table: the prediction (one draw of the model), and each
     figure's median over the draws beside it when there are several; beside
-    the measured figure its own 90% interval over its requests."""
+    the measured figure its own 90% interval over its requests; and, with
+    the repeat, the same point measured again against the first (the
+    server's own run-to-run error)."""
     drawn = {(e.point, e.figure): e for e in result.over_draws}
+    again = {(e.point, e.figure): e for e in result.repeat}
     rows = ["| point | figure | predicted | measured | measured's 90% interval | error | within target |"
-            + (f" over {result.draws} draws | error | within target |" if drawn else ""),
-            "|---|---|---|---|---|---|---|" + ("---|---|---|" if drawn else "")]
+            + (f" over {result.draws} draws | error | within target |" if drawn else "")
+            + (" measured again | error | within target |" if again else ""),
+            "|---|---|---|---|---|---|---|" + ("---|---|---|" if drawn else "") + ("---|---|---|" if again else "")]
     for e in result.errors:
         row = (f"| {e.point} | {e.figure} | {e.predicted:,.1f} | {e.measured:,.1f} | {spread(result, e.point, e.figure)} | {e.relative:+.1%} "
                f"| {within(e.figure, e.relative)} |")
-        d = drawn.get((e.point, e.figure))
-        rows.append(row + (f" {d.predicted:,.1f} | {d.relative:+.1%} | {within(d.figure, d.relative)} |" if d else ""))
+        for other in (drawn, again):
+            d = other.get((e.point, e.figure))
+            if other:
+                row += f" {d.predicted:,.1f} | {d.relative:+.1%} | {within(d.figure, d.relative)} |" if d else " | | |"
+        rows.append(row)
     return rows
+
+
+def tally(result: LoopResult) -> list[str]:
+    """Cells within the targets, out of the cells that have one: the
+    prediction's one draw, its median over draws, and the server measured
+    again (what a perfect model's one draw could expect at best)."""
+    def count(found: list[Error]) -> str:
+        marks = [within(e.figure, e.relative) for e in found]
+        return f"{marks.count('yes')} of {marks.count('yes') + marks.count('no')}"
+    lines = [f"the prediction (one draw): {count(result.errors)}"]
+    if result.over_draws:
+        lines.append(f"the prediction (median over {result.draws} draws): {count(result.over_draws)}")
+    if result.repeat:
+        lines.append(f"the server measured again, against its first measurement: {count(result.repeat)}")
+    return lines
 
 
 def main() -> None:
@@ -200,6 +224,8 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=PREDICT_REPEATS,
                     help="also predict every held-out part with this many draws of the model's own random numbers (the arrivals kept) "
                          "and give each figure's median over them: one draw decides the c=2 TPOT tail (docs/predict.md)")
+    ap.add_argument("--no-repeat", action="store_true",
+                    help="measure each held-out part once (default: twice, the second on a reworded trace, for the server's own error)")
     ap.add_argument("--no-max-rate", action="store_true", help="skip the highest-rate-under-an-SLO check (two more real runs)")
     ap.add_argument("--out", default=str(HERE.parent / "docs" / "predict-accuracy.md"))
     ap.add_argument("--keep", help="keep the runs, traces and server.toml in this directory (default: a temporary one)")
@@ -210,6 +236,7 @@ def main() -> None:
         again = recheck(Path(args.kept), draws=args.draws)
         print(markdown(again.errors))
         print("\n".join(table(again)))
+        print("\n".join(tally(again)))
         print("\n".join(again.described))
         return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
@@ -219,7 +246,8 @@ def main() -> None:
         work = Path(args.keep or tmp)
         work.mkdir(parents=True, exist_ok=True)
         result = loop(server.api_url, work, n=args.requests, input_len=args.input_len, output_len=args.output_len, rounds=args.rounds,
-                      calibrate_at=CALIBRATE_AT, calibrate_output_len=calibrate_output_len(args.output_len), draws=args.draws)
+                      calibrate_at=CALIBRATE_AT, calibrate_output_len=calibrate_output_len(args.output_len), draws=args.draws,
+                      repeat=not args.no_repeat)
         search: list[str] = []
         if not args.no_max_rate:
             c1 = [specreplay.load(p) for name, p in result.runs.items() if name.startswith("calibrate-concurrency1")]
@@ -262,6 +290,9 @@ at each of 8 arrival instants.
 - load average (1, 5, 15 min) before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (2 cores, shared); the bench ran at niceness {os.nice(0)}
 
 {chr(10).join(rows)}
+
+Cells within the targets:
+{chr(10).join('- ' + line for line in tally(result))}
 
 The highest rate under an SLO (the issue's "within one search step"):
 {chr(10).join('- ' + line for line in search) if search else '- not run (--no-max-rate)'}

@@ -11,6 +11,7 @@ schedule (same seed), then compared figure by figure.
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from specreplay.settings.config import ReplayConfig
 from specreplay.run.replay import run_replay
 from specreplay.analysis.summary import summarize
 from specreplay.trace.synth import SynthConfig, write_synth
+from specreplay.trace.text import PromptMaker
 
 
 @dataclass
@@ -38,12 +40,33 @@ class LoopResult:
     draws: int = 1
     #: Per (point, figure), the measured figure's bootstrap interval over its requests (`check.intervals`).
     measured_intervals: dict[tuple[str, str], Interval] = field(default_factory=dict)
+    #: With `repeat`: each held-out point measured a second time (`reworded`
+    #: traces), as if it were a prediction of the first: the server's own
+    #: run-to-run error, the floor under any prediction's.
+    repeat: list[Error] = field(default_factory=list)
 
 
 def trace(workdir: Path, name: str, n: int, input_len: str, output_len: int | str, seed: int) -> str:
     path = workdir / f"{name}.jsonl"
     write_synth(SynthConfig(num_requests=n, input_len=input_len, output_len=str(output_len), seed=seed), path)
     return str(path)
+
+
+def reworded(trace_path: str, out: Path, seed: int) -> str:
+    """The trace at `trace_path` with every message's words drawn afresh
+    (`seed`): the same word counts, arrivals and output lengths, so the
+    same work for the server's scheduler, and none of it in the prompt
+    cache the first trace's run left behind."""
+    maker = PromptMaker(seed=seed)
+    lines = []
+    for line in Path(trace_path).read_text().splitlines():
+        record = json.loads(line)
+        for message in record["body"].get("messages", []):
+            if isinstance(message.get("content"), str):
+                message["content"] = maker.fresh(len(message["content"].split()))
+        lines.append(json.dumps(record))
+    out.write_text("\n".join(lines) + "\n")
+    return str(out)
 
 
 def measure(url: str, trace_path: str, out: Path, **load: Any) -> Path:
@@ -61,7 +84,7 @@ def loop(
     url: str, workdir: Path, *, n: int, input_len: str, output_len: int,
     calibrate_at: tuple[dict[str, Any], ...] = ({"concurrency": [1]}, {"concurrency": [4]}),
     held_out_concurrency: int = 2, held_out_rate_share: float | None = 0.6, seed: int = 1, rounds: int = 1,
-    calibrate_output_len: str | None = None, draws: int = 1,
+    calibrate_output_len: str | None = None, draws: int = 1, repeat: bool = False,
 ) -> LoopResult:
     """Calibrates from runs at `calibrate_at`, then predicts and measures a
     held-out concurrency and a rate at `held_out_rate_share` of the highest
@@ -83,11 +106,18 @@ def loop(
 
     `draws` > 1: each part is also predicted with `draws` − 1 other draws of
     the model's own random numbers (`predict_draw`), and `over_draws` has
-    each figure's median over them (`check`)."""
+    each figure's median over them (`check`).
+
+    `repeat`: every held-out part is measured twice, the second time on
+    its trace `reworded` (run `again-<part>`, right after it, or right
+    before in odd rounds so that neither always follows the other), and
+    `repeat` compares the two as `check` compares a prediction: how far
+    one real run lands from another of the same load."""
     runs: dict[str, Path] = {}
     calibration: list[Path] = []
     held_out: list[dict[str, Any]] = [{"concurrency": [held_out_concurrency]}]
     parts: dict[str, list[tuple[Path, str, dict[str, Any]]]] = {}
+    repeats: dict[str, list[Path]] = {}
     per_part = max(n // rounds, 1)
     for r in range(rounds):
         tail = f"-part{r}" if rounds > 1 else ""
@@ -103,15 +133,22 @@ def loop(
             point = "held-out-" + "-".join(f"{key}{v[0] if isinstance(v, list) else v}" for key, v in load.items())
             name = point + tail
             t = trace(workdir, name, per_part, input_len, output_len, seed * 100 + 50 + k + 1000 * r)
-            runs[name] = measure(url, t, workdir / f"{name}.arrow", **load)
+            again = f"again-{name}"
+            order = [name, again] if r % 2 == 0 else [again, name]
+            for run in order if repeat else [name]:
+                used = t if run == name else reworded(t, workdir / f"{again}.jsonl", seed * 100 + 70 + k + 1000 * r)
+                runs[run] = measure(url, used, workdir / f"{run}.arrow", **load)
             parts.setdefault(point, []).append((runs[name], t, load))
-    return check(workdir, calibration, parts, runs, draws=draws)
+            if repeat:
+                repeats.setdefault(point, []).append(runs[again])
+    return check(workdir, calibration, parts, runs, draws=draws, repeats=repeats)
 
 
 Parts = dict[str, list[tuple[Path, str, dict[str, Any]]]]
 
 
-def check(workdir: Path, calibration: list[Path], parts: Parts, runs: dict[str, Path] | None = None, draws: int = 1) -> LoopResult:
+def check(workdir: Path, calibration: list[Path], parts: Parts, runs: dict[str, Path] | None = None, draws: int = 1,
+          repeats: dict[str, list[Path]] | None = None) -> LoopResult:
     """Calibrates from the `calibration` runs, predicts every held-out part
     on its own trace and load, and compares each point's joined parts.
 
@@ -121,14 +158,18 @@ def check(workdir: Path, calibration: list[Path], parts: Parts, runs: dict[str, 
     kept, and `over_draws` has each figure's median over the draws: one
     draw decides a closed loop's first race per part, and at concurrency 2
     the same three traces split the probe's pair in every sitting
-    (docs/predict.md, "The c=2 TPOT tail is one draw")."""
+    (docs/predict.md, "The c=2 TPOT tail is one draw").
+
+    `repeats`: per held-out point, its parts measured again; `repeat` has
+    their joined figures against the first measurement's."""
     runs = dict(runs or {})
     model = calibrate([str(p) for p in calibration])
     model_path = workdir / "server.toml"
     model.write(model_path)
     found: list[Error] = []
-    drawn: list[list[Error]] = []
+    drawn: list[list[list[Error]]] = []  # per point, per draw
     spread: dict[tuple[str, str], Interval] = {}
+    repeated: list[Error] = []
     for point, made in parts.items():
         measured = join_parts([specreplay.load(path) for path, _, _ in made])
         spread.update(intervals(measured))
@@ -143,9 +184,11 @@ def check(workdir: Path, calibration: list[Path], parts: Parts, runs: dict[str, 
             per_draw.append(errors(join_parts(predicted), measured))
         found += per_draw[0]
         drawn.append(per_draw)
+        if repeats and point in repeats:
+            repeated += errors(join_parts([specreplay.load(path) for path in repeats[point]]), measured)
     over = [] if draws == 1 else [median_error(per_draw) for per_draw in drawn]
     return LoopResult(model_path, found, runs, model.calibration, [p.describe() for p in model.params.values()],
-                      [e for point in over for e in point], draws, spread)
+                      [e for point in over for e in point], draws, spread, repeated)
 
 
 def median_error(per_draw: list[list[Error]]) -> list[Error]:
@@ -161,6 +204,9 @@ def recheck(workdir: Path, draws: int = 1) -> LoopResult:
     # In the order `loop` made them (round by round), so that the fit sees them as it did.
     calibration = sorted(workdir.glob("calibrate-*.arrow"), key=lambda p: (p.stem.rpartition("-part")[2], p.stem))
     parts: Parts = {}
+    repeats: dict[str, list[Path]] = {}
+    for path in sorted(workdir.glob("again-held-out-*.arrow")):
+        repeats.setdefault(path.stem.removeprefix("again-").split("-part")[0], []).append(path)
     for path in sorted(workdir.glob("held-out-*.arrow")):
         if "-predicted" in path.stem:
             continue
@@ -172,4 +218,4 @@ def recheck(workdir: Path, draws: int = 1) -> LoopResult:
             rate, _, seed = key.removeprefix("rate").partition("-seed")
             load = {"rate": [float(rate)], "seed": int(seed)}
         parts.setdefault(point, []).append((path, str(path.with_suffix(".jsonl")), load))
-    return check(workdir, calibration, parts, draws=draws)
+    return check(workdir, calibration, parts, draws=draws, repeats=repeats)
