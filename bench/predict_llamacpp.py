@@ -272,6 +272,10 @@ def main() -> None:
     print(markdown(result.errors), flush=True)
     load_after = os.getloadavg()
     rows = table(result)
+    repeat_text = "" if args.no_repeat else """ "measured again": every held-out part measured a second time, right
+after the first (right before in odd rounds), on its trace reworded (the same word counts, arrivals and output
+lengths; other words, so that the prompt cache does not hit), against the first: the server's own run-to-run
+error, the yardstick for the prediction's. A cell the server misses against itself cannot judge a prediction."""
     command = " ".join(["python", "bench/predict_llamacpp.py", *sys.argv[1:]])
     text = f"""# Prediction accuracy against llama.cpp
 
@@ -294,8 +298,8 @@ TPOT, ≤ 25% at p99 (E2E and tokens/s have none). "measured's 90% interval": th
 interval over its requests (resampled as `compare` does, expanded for few), as deviations from it: where it is
 wider than the target, the measurement alone cannot tell a prediction within the target from one outside;
 "few" where the requests are under what the percentile needs (`samples_needed`: 10 for a p50, 50 for a p90, 500
-for a p99). The rate's parts share one arrival schedule (the same seed), so its 24 requests are 3 prompts
-at each of 8 arrival instants.
+for a p99). The rate's parts share one arrival schedule (the same seed), so its {args.requests} requests are {args.rounds} prompts
+at each of {args.requests // args.rounds} arrival instants.{repeat_text}
 
 - command: `{command}`
 - commit: `{commit}`, took {took:.0f} s
