@@ -82,6 +82,7 @@ impl<'a> Des<'a> {
     pub(super) fn new(model: &'a ServerModel, planned: Vec<Planned>, spec: &RunSpec) -> Des<'a> {
         let capacity = model.capacity();
         let n = planned.len();
+        let digest = trace_digest(&planned);
         Des {
             model,
             step_us: model.decode_step_us(),
@@ -104,8 +105,8 @@ impl<'a> Des<'a> {
             stats: PredictStats::default(),
             speed: 1.0,
             speed_until: i64::MIN,
-            speed_rng: ChaCha8Rng::seed_from_u64(model.seed ^ 0x5eed_0f5b_eed0_0000),
-            launch_rng: ChaCha8Rng::seed_from_u64(model.seed ^ 0x1a0c_c0a1_e5ce_0000),
+            speed_rng: ChaCha8Rng::seed_from_u64(model.seed ^ digest ^ 0x5eed_0f5b_eed0_0000),
+            launch_rng: ChaCha8Rng::seed_from_u64(model.seed ^ digest ^ 0x1a0c_c0a1_e5ce_0000),
         }
     }
 
@@ -443,6 +444,19 @@ impl<'a> Des<'a> {
             self.finished(r, end);
         }
     }
+}
+
+/// The run's requests folded into one number (their prompts, in order):
+/// the server's own streams (speed, the launch race) are seeded with it
+/// beside the model's seed, so that two traces predicted with one seed
+/// draw them independently, as two real runs would (a point run in parts,
+/// each on its own trace, drew the same speed spells and the same launch
+/// coin in every part), while one trace at several loads keeps the same
+/// draws (the capacity search's common random numbers).
+fn trace_digest(planned: &[Planned]) -> u64 {
+    planned.iter().fold(0xcbf2_9ce4_8422_2325, |h, p| {
+        (h ^ p.prompt_hash).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// Delivers tokens `first..first + count` at `ts` as one chunk per channel.

@@ -23,6 +23,9 @@ pub(super) struct Planned {
     pub(super) content: u32,
     pub(super) finish: &'static str,
     pub(super) rng: ChaCha8Rng,
+    /// The prompt's digest (seeds `rng`; folded into the run's
+    /// `trace_digest`).
+    pub(super) prompt_hash: u64,
     pub(super) session: Option<(std::sync::Arc<str>, i32)>,
     pub(super) think_us: Option<i64>,
     /// Turns of its session in this point (dependent sessions).
@@ -106,6 +109,7 @@ pub(super) fn plan(
         content,
         finish,
         rng,
+        prompt_hash: parsed.prompt_hash,
         session,
         think_us,
         session_turns: None,

@@ -198,9 +198,15 @@ fn a_speed_spread_varies_the_steps_by_window_and_repeats_with_the_seed() {
 
 /// `n` requests of `words` words each, no two sharing a prompt block.
 fn distinct(n: usize, words: usize, tokens: u32) -> Vec<(PreparedRequest, u64)> {
+    distinct_in("", n, words, tokens)
+}
+
+/// `distinct`'s requests with their words marked `tag`: another trace of
+/// the same shape.
+fn distinct_in(tag: &str, n: usize, words: usize, tokens: u32) -> Vec<(PreparedRequest, u64)> {
     (0..n)
         .map(|i| {
-            let content: String = (0..words).map(|k| format!("r{i}w{k} ")).collect();
+            let content: String = (0..words).map(|k| format!("{tag}r{i}w{k} ")).collect();
             let body = serde_json::json!({
                 "messages": [{"role": "user", "content": content}],
                 "max_tokens": tokens, "ignore_eos": true,
@@ -325,4 +331,37 @@ fn a_measured_cached_co_launch_decides_whatever_the_arrival_order() {
     m.cached_co_launch = Some(1.5);
     let err = predict_point(&m, &closed_loop(2), &distinct(2, 40, 3), 0).unwrap_err();
     assert!(err.to_string().contains("model.cached_co_launch"), "{err}");
+}
+
+#[test]
+fn two_traces_draw_the_servers_own_streams_apart_at_one_seed() {
+    // A point measured in parts, each on its own trace, predicted with one
+    // seed: each part draws its own launch coin and speed spells, as real
+    // runs do (they drew the same ones in every part: three lone starts or
+    // none), and one trace draws the same each time.
+    let mut m = after_the_usage_probe();
+    m.frontend_jitter_us = 40.0;
+    m.cached_co_launch = Some(0.5);
+    let together = |tag: &str| {
+        let (rows, _) = predict_point(&m, &closed_loop(2), &distinct_in(tag, 2, 40, 3), 0).unwrap();
+        rows[0].first_token_us == rows[1].first_token_us
+    };
+    let tags: Vec<String> = (0..40).map(|t| format!("t{t}")).collect();
+    let count = tags.iter().filter(|t| together(t)).count();
+    assert!((8..=32).contains(&count), "{count} of 40 traces together");
+    assert!(tags.iter().all(|t| together(t) == together(t)));
+    let mut m = model(None);
+    m.speed_spread = 0.3;
+    m.speed_window_us = 500.0;
+    let gaps = |tag: &str| -> Vec<i64> {
+        let (rows, _) =
+            predict_point(&m, &closed_loop(1), &distinct_in(tag, 1, 10, 60), 0).unwrap();
+        rows[0]
+            .chunks
+            .windows(2)
+            .map(|w| w[1].ts_us - w[0].ts_us)
+            .collect()
+    };
+    assert_eq!(gaps("a"), gaps("a"));
+    assert_ne!(gaps("a"), gaps("b"));
 }
