@@ -25,8 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from specreplay import _core
 from specreplay.run.chunk_tokenizer import tokens_per_chunk
+from specreplay.run.target import post_json
 
 TIMEOUT_S = 30.0
 #: SentencePiece's word-boundary marker, U+2581, in UTF-8.
@@ -52,9 +52,8 @@ class ServerTokenizer:
     def pieces(self, text: str) -> list[bytes] | None:
         if self.failure is not None:
             return None
-        body = json.dumps({"content": text, "add_special": False, "with_pieces": True}).encode()
         try:
-            got = _core.fetch("POST", self.url, list({**self.headers, "Content-Type": "application/json"}.items()), body, TIMEOUT_S)
+            got = post_json(self.url, self.headers, {"content": text, "add_special": False, "with_pieces": True}, TIMEOUT_S)
             if got.status >= 300:
                 self.failure = f"{self.url}: HTTP {got.status} {got.reason}"
                 return None

@@ -85,6 +85,14 @@ class UsageProbe:
     llamacpp_timings: bool  # its stream carried llama.cpp's `timings` object
 
 
+def post_json(url: str, headers: list[tuple[str, str]] | dict[str, str], payload: Any, timeout_s: float) -> _core.Fetched:
+    """POSTs `payload` as JSON to the target with the run's headers (its
+    auth), `Content-Type` set to JSON whatever they say: the preflight's
+    requests beside the run's own (the usage probe, llama.cpp's `/tokenize`)."""
+    merged = {**dict(headers), "Content-Type": "application/json"}
+    return _core.fetch("POST", url, list(merged.items()), json.dumps(payload).encode(), timeout_s)
+
+
 def probe_usage(url: str, api: str, body: dict[str, Any], headers: list[tuple[str, str]]) -> UsageProbe:
     """Whether the server takes `stream_options.continuous_usage_stats` (vLLM,
     SGLang and our simulator do; some OpenAI-compatible APIs answer 400 to an
@@ -97,7 +105,7 @@ def probe_usage(url: str, api: str, body: dict[str, Any], headers: list[tuple[st
     probe.pop("max_completion_tokens", None)
     clamp_to_budget(probe, 1)  # an imported trace's min_tokens would make it a 400
     try:
-        got = _core.fetch("POST", url, list({**dict(headers), "Content-Type": "application/json"}.items()), json.dumps(probe).encode(), PREFLIGHT_TIMEOUT_S)
+        got = post_json(url, headers, probe, PREFLIGHT_TIMEOUT_S)
     except OSError:
         return UsageProbe(accepted=True, llamacpp_timings=False)  # not the option's fault: the run itself will report it
     if got.status >= 400:
