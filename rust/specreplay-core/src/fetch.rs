@@ -17,7 +17,7 @@ use http::{HeaderName, HeaderValue, Method, Uri};
 use http_body_util::{BodyExt, Full};
 
 use crate::clock::now_us;
-use crate::engine::http::client_over;
+use crate::engine::http::{client_over, HttpClient};
 use crate::engine::net::StampingConnector;
 use crate::error::error_chain;
 
@@ -73,10 +73,15 @@ pub fn fetch(
         .map_err(|e| FetchError::Failed(format!("could not start a runtime: {e}")))?;
     runtime.block_on(async {
         tokio::time::timeout(timeout, async {
+            // A connector per call, as the engine has one per run: an https
+            // call reads the CA store (`SSL_CERT_FILE` included) as it is
+            // now, as `urllib` did (about 5 ms of CPU:
+            // engine/net/connector.rs). Its redirects reuse it.
+            let client = client_over(StampingConnector::new(), 0, false);
             let mut redirects = 0;
             loop {
                 let next = request.clone();
-                let (got, location) = exchange(request).await?;
+                let (got, location) = exchange(&client, request).await?;
                 match location {
                     Some(uri) if redirects < MAX_REDIRECTS && next.method() == Method::GET => {
                         redirects += 1;
@@ -139,12 +144,9 @@ fn build(
 /// One request and its whole answer, and where it redirects to on the same
 /// origin (when it does).
 async fn exchange(
+    client: &HttpClient,
     request: http::Request<Full<Bytes>>,
 ) -> Result<(Fetched, Option<Uri>), FetchError> {
-    // A connector per call, as the engine has one per run: an https call
-    // reads the CA store (`SSL_CERT_FILE` included) as it is now, as `urllib`
-    // did (about 5 ms of CPU: engine/net/connector.rs).
-    let client = client_over(StampingConnector::new(), 0, false);
     let from = request.uri().clone();
     let sent_us = now_us();
     let response = client
