@@ -46,7 +46,7 @@ class ServerTokenizer:
 
     def __init__(self, api_url: str, headers: list[tuple[str, str]]) -> None:
         self.url = tokenize_url(api_url)
-        self.headers = dict(headers)
+        self.headers = headers
         self.failure: str | None = None
 
     def pieces(self, text: str) -> list[bytes] | None:

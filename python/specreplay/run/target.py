@@ -85,7 +85,7 @@ class UsageProbe:
     llamacpp_timings: bool  # its stream carried llama.cpp's `timings` object
 
 
-def post_json(url: str, headers: list[tuple[str, str]] | dict[str, str], payload: Any, timeout_s: float) -> _core.Fetched:
+def post_json(url: str, headers: list[tuple[str, str]], payload: Any, timeout_s: float) -> _core.Fetched:
     """POSTs `payload` as JSON to the target with the run's headers (its
     auth), `Content-Type` set to JSON whatever they say: the preflight's
     requests beside the run's own (the usage probe, llama.cpp's `/tokenize`)."""
