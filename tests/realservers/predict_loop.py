@@ -11,9 +11,8 @@ schedule (same seed), then compared figure by figure.
 
 from __future__ import annotations
 
-import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,8 @@ from specreplay.settings.config import ReplayConfig
 from specreplay.run.replay import run_replay
 from specreplay.analysis.summary import summarize
 from specreplay.trace.synth import SynthConfig, write_synth
-from specreplay.trace.text import PromptMaker
+from specreplay.trace.records import load_trace, write_trace
+from specreplay.trace.text import Redactor
 
 
 @dataclass
@@ -53,19 +53,12 @@ def trace(workdir: Path, name: str, n: int, input_len: str, output_len: int | st
 
 
 def reworded(trace_path: str, out: Path, seed: int) -> str:
-    """The trace at `trace_path` with every message's words drawn afresh
-    (`seed`): the same word counts, arrivals and output lengths, so the
-    same work for the server's scheduler, and none of it in the prompt
-    cache the first trace's run left behind."""
-    maker = PromptMaker(seed=seed)
-    lines = []
-    for line in Path(trace_path).read_text().splitlines():
-        record = json.loads(line)
-        for message in record["body"].get("messages", []):
-            if isinstance(message.get("content"), str):
-                message["content"] = maker.fresh(len(message["content"].split()))
-        lines.append(json.dumps(record))
-    out.write_text("\n".join(lines) + "\n")
+    """The trace at `trace_path` with its text replaced by `Redactor`'s
+    filler (keyed by `seed`): word for word, so the same prompt lengths,
+    arrivals and output lengths, the same work for the server's scheduler,
+    and none of it in the prompt cache the first trace's run left behind."""
+    redactor = Redactor(seed.to_bytes(8, "little"))
+    write_trace([replace(r, body=redactor.body(r.body)) for r in load_trace(trace_path).records], out)
     return str(out)
 
 
